@@ -1,0 +1,37 @@
+"""Shared fixtures: the real data under ../shared/data and Dask clusters for stage tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("TOKENMILL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """Real corpora and benchmark files (`corpus/`, `eval/`); tests that need them skip without."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA} (set TOKENMILL_SHARED_DATA)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def dask_client():
+    """A 2-worker LocalCluster shared by the tests of a session."""
+    from tokenmill.curate.cluster import dask_client as make_client
+
+    with make_client(workers=2) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def dask_client_1():
+    """A 1-worker LocalCluster, to compare outputs with the 2-worker one."""
+    from tokenmill.curate.cluster import dask_client as make_client
+
+    with make_client(workers=1) as client:
+        yield client

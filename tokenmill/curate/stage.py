@@ -1,0 +1,255 @@
+"""The stage contract: documents in, `kept/` + `rejected/` + `manifest.json` out, atomically.
+
+A stage is split into partition tasks that run on Dask workers. Each task yields one or more
+`StageOutput` batches, written as `part-<task>-<batch>.parquet` in `kept/` and `rejected/`, so
+memory is bounded by a batch, not by the corpus, and the set of output documents does not
+depend on the number of workers. The runner checks `in == kept + rejected` for every batch.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from tokenmill import __version__
+from tokenmill.curate.cluster import client_or_new
+from tokenmill.curate.documents import (
+    KEPT_DIR,
+    MANIFEST_FILE,
+    REJECTED_DIR,
+    check_document_columns,
+    read_documents,
+    resolve_input_files,
+    upstream_manifest,
+    write_documents,
+)
+from tokenmill.errors import TokenmillError
+
+# Rows per batch when a Parquet input file is large; bounds a worker's memory.
+PARQUET_BATCH_ROWS = 20_000
+
+
+@dataclass
+class StageOutput:
+    """The result of one batch: kept documents, rejected ones (with `reason`), counters."""
+
+    n_in: int
+    kept: pd.DataFrame
+    rejected: pd.DataFrame
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def reject(frame: pd.DataFrame, reason: str | pd.Series) -> pd.DataFrame:
+    """Rows of `frame` marked with a rejection reason (one string, or one per row)."""
+    rejected = frame.copy()
+    rejected["reason"] = reason
+    return rejected
+
+
+class PartitionTask(Protocol):
+    """A picklable unit of work that yields batches of output."""
+
+    def run(self) -> Iterator[StageOutput]: ...
+
+
+class DocumentStage(ABC):
+    """A stage that decides, document by document, what to keep.
+
+    Subclasses are dataclasses whose fields are the stage's options (they go into the manifest)
+    and implement `process` for one partition. Expensive state (models) is loaded lazily in
+    the worker, never pickled.
+    """
+
+    name: str = "stage"
+
+    @abstractmethod
+    def process(self, docs: pd.DataFrame) -> StageOutput:
+        """Split one partition into kept and rejected documents."""
+
+    def config(self) -> dict[str, Any]:
+        return asdict(self) if is_dataclass(self) else {}
+
+    def versions(self) -> dict[str, str]:
+        """Versions of the libraries whose behaviour shapes this stage's output."""
+        return {}
+
+
+@dataclass
+class ParquetPartition:
+    """One input Parquet file, processed in row batches by a `DocumentStage`."""
+
+    path: str
+    stage: DocumentStage
+
+    def run(self) -> Iterator[StageOutput]:
+        try:
+            parquet_file = pq.ParquetFile(self.path)
+        except Exception as error:  # pyarrow raises several types for a corrupt file
+            raise TokenmillError(f"cannot read Parquet file {self.path}: {error}") from None
+        check_document_columns(parquet_file.schema_arrow.names, self.path)
+        if parquet_file.metadata.num_rows <= PARQUET_BATCH_ROWS:
+            yield self.stage.process(read_documents(self.path))
+            return
+        for batch in parquet_file.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            yield self.stage.process(batch.to_pandas())
+
+
+def _library_versions() -> dict[str, str]:
+    import dask
+    import pyarrow
+
+    return {
+        "tokenmill": __version__,
+        "python": platform.python_version(),
+        "pandas": pd.__version__,
+        "pyarrow": pyarrow.__version__,
+        "dask": dask.__version__,
+    }
+
+
+def _run_task(task: PartitionTask, task_index: int, tmp_dir: str) -> dict[str, Any]:
+    """Worker side: run one task, write its batches, return its counts."""
+    counts: dict[str, Any] = {"in": 0, "kept": 0, "rejected": Counter(), "stats": Counter()}
+    tmp = Path(tmp_dir)
+    for batch_index, output in enumerate(task.run()):
+        n_rejected = len(output.rejected)
+        if output.n_in != len(output.kept) + n_rejected:
+            raise RuntimeError(
+                f"stage lost documents in task {task_index}: in={output.n_in} kept={len(output.kept)} rejected={n_rejected}"
+            )
+        if n_rejected and "reason" not in output.rejected.columns:
+            raise RuntimeError("rejected documents must carry a `reason`")
+        name = f"part-{task_index:05d}-{batch_index:04d}.parquet"
+        write_documents(output.kept, tmp / KEPT_DIR / name)
+        if n_rejected:
+            write_documents(output.rejected, tmp / REJECTED_DIR / name)
+        counts["in"] += output.n_in
+        counts["kept"] += len(output.kept)
+        if n_rejected:
+            counts["rejected"].update(output.rejected["reason"].astype(str).value_counts().to_dict())
+        counts["stats"].update(output.stats)
+    return counts
+
+
+def _tmp_dir_for(output: Path) -> Path:
+    return output.parent / f".{output.name}.tmp-{uuid.uuid4().hex[:8]}"
+
+
+def publish(tmp_dir: Path, output: Path) -> None:
+    """Move a finished stage directory into place, replacing an older one."""
+    old = None
+    if output.exists():
+        old = output.parent / f".{output.name}.old-{uuid.uuid4().hex[:8]}"
+        output.rename(old)
+    tmp_dir.rename(output)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
+    (directory / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def run_tasks(
+    stage_name: str,
+    config: dict[str, Any],
+    tasks: Sequence[PartitionTask],
+    output: str | Path,
+    *,
+    inputs: list[str],
+    upstream: dict[str, Any] | None = None,
+    versions: dict[str, str] | None = None,
+    client=None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run partition tasks on Dask and publish `output` (kept/, rejected/, manifest.json)."""
+    from distributed import as_completed
+    from tqdm.auto import tqdm
+
+    output = Path(output).resolve()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = _tmp_dir_for(output)
+    (tmp_dir / KEPT_DIR).mkdir(parents=True)
+    (tmp_dir / REJECTED_DIR).mkdir(parents=True)
+    started = time.time()
+    totals: dict[str, Any] = {"in": 0, "kept": 0, "rejected": Counter(), "stats": Counter()}
+    try:
+        with client_or_new(client, scheduler, workers) as dask:
+            futures = [
+                dask.submit(_run_task, task, index, str(tmp_dir), key=f"{stage_name}-{uuid.uuid4().hex[:6]}-{index}", pure=False)
+                for index, task in enumerate(tasks)
+            ]
+            n_workers = len(dask.scheduler_info(n_workers=-1).get("workers", {}))
+            with tqdm(total=len(futures), desc=f"{stage_name}", unit="part", disable=not progress) as bar:
+                for future in as_completed(futures):
+                    counts = future.result()
+                    totals["in"] += counts["in"]
+                    totals["kept"] += counts["kept"]
+                    totals["rejected"].update(counts["rejected"])
+                    totals["stats"].update(counts["stats"])
+                    bar.update(1)
+                    bar.set_postfix(kept=totals["kept"], rejected=sum(totals["rejected"].values()))
+        finished = time.time()
+        manifest = {
+            "stage": stage_name,
+            "config": config,
+            "inputs": inputs,
+            "upstream": {"stage": upstream.get("stage"), "counts": upstream.get("counts")} if upstream else None,
+            "versions": {**_library_versions(), **(versions or {})},
+            "timings": {"started": started, "finished": finished, "seconds": round(finished - started, 3), "workers": n_workers},
+            "partitions": len(tasks),
+            "counts": {
+                "in": totals["in"],
+                "kept": totals["kept"],
+                "rejected": dict(sorted(totals["rejected"].items())),
+            },
+            "stats": dict(sorted(totals["stats"].items())),
+        }
+        write_manifest(tmp_dir, manifest)
+        publish(tmp_dir, output)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    return manifest
+
+
+def run_stage(
+    stage: DocumentStage,
+    input: str | Path | list,
+    output: str | Path,
+    *,
+    client=None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run a `DocumentStage` over a document input (stage directory or Parquet files)."""
+    files = resolve_input_files(input)
+    tasks = [ParquetPartition(str(path), stage) for path in files]
+    return run_tasks(
+        stage.name,
+        stage.config(),
+        tasks,
+        output,
+        inputs=[str(Path(p).resolve()) for p in (input if isinstance(input, (list, tuple)) else [input])],
+        upstream=upstream_manifest(input),
+        versions=stage.versions(),
+        client=client,
+        scheduler=scheduler,
+        workers=workers,
+        progress=progress,
+    )
