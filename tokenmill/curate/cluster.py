@@ -43,7 +43,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
         n_workers=n_workers,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        dashboard_address=":0",  # a free port: never collide with another cluster
         silence_logs=logging.ERROR,
     )
     client = Client(cluster)

