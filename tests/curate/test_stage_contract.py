@@ -53,3 +53,19 @@ def test_a_stage_that_loses_documents_is_caught(tmp_path, dask_client):
     with pytest.raises(RuntimeError, match="lost documents"):
         run_stage(LosesDocuments(), source, tmp_path / "out", client=dask_client, progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_runs_on_an_existing_cluster_given_by_its_address(tmp_path, dask_client):
+    source = make_input(tmp_path, [["short", "a long enough text"]])
+    address = dask_client.scheduler.address
+    manifest = run_stage(FailOnMarker(), source, tmp_path / "out", scheduler=address, progress=False)
+    assert manifest["counts"] == {"in": 2, "kept": 1, "rejected": {"too_short": 1}}
+    assert manifest["timings"]["workers"] == 2
+
+
+def test_unreachable_scheduler_is_a_clear_error(tmp_path):
+    from tokenmill.errors import TokenmillError
+
+    source = make_input(tmp_path, [["a long enough text"]])
+    with pytest.raises(TokenmillError, match="cannot reach the Dask scheduler"):
+        run_stage(FailOnMarker(), source, tmp_path / "out", scheduler="tcp://127.0.0.1:1", progress=False)

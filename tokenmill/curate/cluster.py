@@ -28,7 +28,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
 
     if scheduler:
         try:
-            client = Client(scheduler, timeout="20s")
+            client = Client(scheduler, timeout="10s")
         except OSError as error:
             raise TokenmillError(f"cannot reach the Dask scheduler at {scheduler}: {error}") from None
         try:
