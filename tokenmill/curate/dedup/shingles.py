@@ -1,0 +1,132 @@
+"""Text normalization and shingling shared by exact dedup, fuzzy dedup and decontamination.
+
+A document is normalized in Python once (lower-casing, punctuation to spaces, whitespace
+collapsed to single spaces), then the compiled kernels in `hashing` cut shingles out of the
+UTF-8 bytes without creating a Python object per shingle. With whitespace collapsed, the
+bytes of a word n-gram are exactly `" ".join(words[i:i+n])`, which is what a datasketch user
+would feed to `MinHash.update_batch`.
+
+Text without spaces between words (Chinese, Japanese, Thai, ...) has no useful word n-grams:
+such documents are shingled by character n-grams of the text with whitespace removed, chosen
+per document (`shingle="auto"`) or for every document (`"word"` / `"char"`).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from tokenmill.curate.dedup.hashing import CHAR, WORD
+from tokenmill.errors import ConfigError
+
+# Punctuation and symbols (anything that is neither a word character nor whitespace).
+_PUNCT = re.compile(r"[^\w\s]+")
+_WS = re.compile(r"\s+")
+# Scripts written without spaces between words: CJK ideographs, kana, Thai, Lao, Myanmar, Khmer.
+_NO_SPACE_SCRIPT = re.compile(
+    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]"
+)
+
+ShingleMode = Literal["auto", "word", "char"]
+
+
+@dataclass(frozen=True)
+class TextNormalization:
+    """How text is normalized before hashing. Whitespace is always collapsed."""
+
+    lowercase: bool = True
+    strip_punctuation: bool = True
+    unicode_nfkc: bool = False
+
+    def apply(self, text: str) -> str:
+        if self.unicode_nfkc:
+            text = unicodedata.normalize("NFKC", text)
+        if self.lowercase:
+            text = text.lower()
+        if self.strip_punctuation:
+            text = _PUNCT.sub(" ", text)
+        return _WS.sub(" ", text).strip()
+
+
+@dataclass(frozen=True)
+class ShingleConfig:
+    """Word n-grams (default 5) or character n-grams (for text without spaces)."""
+
+    ngram: int = 5
+    char_ngram: int = 5
+    mode: ShingleMode = "auto"
+    # In "auto", a document is shingled by characters when at least this fraction of its
+    # non-space characters belong to scripts written without spaces.
+    no_space_fraction: float = 0.3
+    normalization: TextNormalization = TextNormalization()
+
+    def __post_init__(self) -> None:
+        if self.ngram < 1 or self.char_ngram < 1:
+            raise ConfigError(f"n-gram sizes must be >= 1 (got ngram={self.ngram}, char_ngram={self.char_ngram})")
+        if self.mode not in ("auto", "word", "char"):
+            raise ConfigError(f"shingle mode must be auto, word or char, not {self.mode!r}")
+
+
+def uses_chars(normalized: str, config: ShingleConfig) -> bool:
+    if config.mode != "auto":
+        return config.mode == "char"
+    if not normalized:
+        return False
+    n_no_space = len(_NO_SPACE_SCRIPT.findall(normalized))
+    if n_no_space == 0:
+        return False
+    return n_no_space >= config.no_space_fraction * (len(normalized) - normalized.count(" "))
+
+
+@dataclass
+class EncodedBatch:
+    """A batch of normalized documents as one UTF-8 buffer for the kernels."""
+
+    buf: np.ndarray  # uint8
+    offsets: np.ndarray  # int64[n_docs + 1]
+    kinds: np.ndarray  # int8[n_docs], WORD or CHAR
+    texts: list[str]  # the normalized texts (CHAR documents without spaces)
+
+
+def encode_batch(texts, config: ShingleConfig) -> EncodedBatch:
+    normalized: list[str] = []
+    kinds = np.empty(len(texts), dtype=np.int8)
+    norm = config.normalization
+    for i, text in enumerate(texts):
+        t = norm.apply(text) if isinstance(text, str) else ""
+        if uses_chars(t, config):
+            t = t.replace(" ", "")
+            kinds[i] = CHAR
+        else:
+            kinds[i] = WORD
+        normalized.append(t)
+    encoded = [t.encode("utf-8") for t in normalized]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    buf = np.frombuffer(b"".join(encoded), dtype=np.uint8) if encoded else np.zeros(0, np.uint8)
+    if buf.size == 0:
+        buf = np.zeros(1, dtype=np.uint8)  # numba wants a non-empty array to index safely
+    return EncodedBatch(buf=buf, offsets=offsets, kinds=kinds, texts=normalized)
+
+
+def python_shingles(text: str, config: ShingleConfig) -> list[str]:
+    """The shingles of one document in plain Python: the reference the kernels are tested
+    against, and what a datasketch user would hash."""
+    t = config.normalization.apply(text)
+    if uses_chars(t, config):
+        t = t.replace(" ", "")
+        if not t:
+            return []
+        n = config.char_ngram
+        return [t] if len(t) < n else [t[i : i + n] for i in range(len(t) - n + 1)]
+    words = t.split(" ") if t else []
+    n = config.ngram
+    if not words:
+        return []
+    if len(words) < n:
+        return [" ".join(words)]
+    return [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
