@@ -1,0 +1,97 @@
+"""`tokenmill tokenize train-tokenizer | encode | inspect`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    tokenize = subparsers.add_parser("tokenize", help="train a tokenizer and encode documents into Megatron token shards")
+    commands = tokenize.add_subparsers(dest="tokenize_command", metavar="COMMAND")
+    tokenize.set_defaults(func=lambda args: tokenize.print_help() or 2)
+
+    train = commands.add_parser("train-tokenizer", help="train a byte-level BPE (GPT-2 style) on documents")
+    train.add_argument("--input", required=True, nargs="+", help="a stage directory (its kept/ is read) or Parquet files / directories")
+    train.add_argument("--vocab-size", type=int, required=True, help="vocabulary size, special tokens included")
+    train.add_argument("--output", required=True, help="the tokenizer.json to write")
+    train.add_argument("--sample-docs", type=int, default=None, help="train on this many documents (a deterministic sample by id hash)")
+    train.add_argument("--min-frequency", type=int, default=2, help="smallest pair count that makes a merge (default 2)")
+    train.set_defaults(func=_train_command)
+
+    encode = commands.add_parser("encode", help="encode documents into PREFIX.bin / PREFIX.idx / PREFIX.json (on Dask)")
+    encode.add_argument("--input", required=True, nargs="+", help="a stage directory (its kept/ is read) or Parquet files / directories")
+    encode.add_argument("--tokenizer", required=True, help="a tokenizer.json (ours or any Hugging Face one)")
+    encode.add_argument("--output-prefix", required=True, help="writes PREFIX.bin, PREFIX.idx and PREFIX.json")
+    encode.add_argument("--eod-token", default=None, help="end-of-document token (default: the first of <|endoftext|>, </s>, ... present)")
+    encode.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (default: a LocalCluster)")
+    encode.add_argument("--workers", type=int, default=None, help="LocalCluster worker processes (default: one per core)")
+    encode.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    encode.set_defaults(func=_encode_command)
+
+    inspect = commands.add_parser("inspect", help="counts of a token shard and its first documents decoded")
+    inspect.add_argument("prefix", help="shard prefix (PREFIX.bin / PREFIX.idx)")
+    inspect.add_argument("--tokenizer", default=None, help="decode documents with this tokenizer (default: the one in PREFIX.json)")
+    inspect.add_argument("--docs", type=int, default=2, help="documents to show (default 2)")
+    inspect.add_argument("--chars", type=int, default=200, help="characters shown per document (default 200)")
+    inspect.set_defaults(func=_inspect_command)
+
+
+def _input(args: argparse.Namespace):
+    return args.input[0] if len(args.input) == 1 else list(args.input)
+
+
+def _train_command(args: argparse.Namespace) -> int:
+    from tokenmill.tokenize.tokenizer import eod_id, load_tokenizer, pad_id, train_tokenizer, vocab_size
+
+    path = train_tokenizer(
+        _input(args), args.vocab_size, args.output, sample_docs=args.sample_docs, min_frequency=args.min_frequency, progress=True
+    )
+    tokenizer = load_tokenizer(path)
+    print(f"tokenizer: vocab {vocab_size(tokenizer)}, eod id {eod_id(tokenizer)}, pad id {pad_id(tokenizer)} -> {path}")
+    return 0
+
+
+def _encode_command(args: argparse.Namespace) -> int:
+    from tokenmill.tokenize.encode import encode_documents
+
+    meta = encode_documents(
+        _input(args),
+        args.tokenizer,
+        args.output_prefix,
+        scheduler=args.scheduler,
+        workers=args.workers,
+        progress=not args.no_progress,
+        eod_token=args.eod_token,
+    )
+    seconds = meta["timings"]["seconds"]
+    print(
+        f"encode: {meta['documents']} documents, {meta['tokens']} tokens ({meta['dtype']}) in {seconds:.1f}s"
+        f" ({meta['tokens'] / max(seconds, 1e-9):,.0f} tokens/s) -> {meta['prefix']}.bin/.idx/.json"
+    )
+    if meta["partitions"]["resumed"]:
+        print(f"  resumed {meta['partitions']['resumed']} of {meta['partitions']['total']} partitions")
+    for reason, n in sorted(meta["counts"]["rejected"].items(), key=lambda item: -item[1]):
+        print(f"  rejected {reason}: {n}")
+    return 0
+
+
+def _inspect_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tokenmill.tokenize.indexed import IndexedDataset
+    from tokenmill.tokenize.tokenizer import load_tokenizer
+
+    dataset = IndexedDataset(args.prefix)
+    meta_path = Path(f"{args.prefix}.json")
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    print(f"{args.prefix}: {len(dataset)} documents, {dataset.num_tokens} tokens, dtype {dataset.dtype}")
+    if meta:
+        print(f"  tokenizer {meta['tokenizer']['path']} (sha256 {meta['tokenizer']['hash'][:12]}), vocab {meta['vocab_size']}, eod {meta['eod_id']}")
+    tokenizer_path = args.tokenizer or meta.get("tokenizer", {}).get("path")
+    tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path else None
+    for i in range(min(args.docs, len(dataset))):
+        ids = dataset[i].tolist()
+        text = tokenizer.decode(ids, skip_special_tokens=False) if tokenizer else " ".join(map(str, ids))
+        print(f"  [{i}] {len(ids)} tokens: {text[: args.chars]!r}")
+    return 0

@@ -1,0 +1,339 @@
+"""Encode documents into a Megatron token shard (`PREFIX.bin/.idx/.json`) on Dask.
+
+Each partition (a slice of one Parquet file's row group) is encoded by a worker with the
+tokenizer's batched Rust encoder, an EOD token is appended to every document, and the result is
+written as its own small shard `PREFIX.parts/part-NNNNN.{bin,idx,json}`. The `.json` is written
+last and names everything the part depends on (input file fingerprint, rows, tokenizer hash), so
+a re-run skips the parts that are already done. When every part is done they are merged, in
+partition order, into `PREFIX.bin/.idx`, and the work directory is removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import platform
+import shutil
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from tokenmill import __version__
+from tokenmill.curate.cluster import client_or_new
+from tokenmill.curate.documents import check_document_columns, resolve_input_files, upstream_manifest
+from tokenmill.errors import TokenmillError
+from tokenmill.tokenize.indexed import IndexedDatasetWriter, dtype_for_vocab, idx_path, bin_path
+from tokenmill.tokenize.tokenizer import eod_id, load_tokenizer, tokenizer_hash, vocab_size
+
+# Documents per encode_batch call: large enough for the Rust thread pool, small enough to bound
+# a worker's memory.
+ENCODE_BATCH_DOCS = 1000
+# Rows per partition: enough work per task to amortise scheduling, and enough tasks to keep
+# every worker busy on a few files.
+PARTITION_ROWS = 5000
+
+REASON_MISSING = "missing_text"  # text is null or not a string
+REASON_EMPTY = "empty"  # no tokens (empty text): Megatron appends EOD only to non-empty documents
+REASON_ENCODE_ERROR = "encode_error"  # the tokenizer raised on this document
+
+
+@dataclass(frozen=True)
+class EncodePartition:
+    """Rows [start, stop) of one row group of one Parquet file."""
+
+    index: int
+    path: str
+    row_group: int
+    start: int
+    stop: int
+    fingerprint: str  # size and mtime of the file: a changed input invalidates the part
+
+    @property
+    def name(self) -> str:
+        return f"part-{self.index:05d}"
+
+
+@dataclass(frozen=True)
+class EncodeSettings:
+    tokenizer_path: str
+    tokenizer_hash: str
+    eod_id: int
+    dtype: str
+    parts_dir: str
+
+
+def _file_fingerprint(path: Path) -> str:
+    stat = path.stat()
+    return f"{stat.st_size}-{stat.st_mtime_ns}"
+
+
+def plan_partitions(files: list[Path], rows_per_partition: int = PARTITION_ROWS) -> list[EncodePartition]:
+    partitions: list[EncodePartition] = []
+    for path in files:
+        try:
+            metadata = pq.ParquetFile(path).metadata
+            schema = pq.read_schema(path)
+        except Exception as error:  # pyarrow raises several types for a corrupt file
+            raise TokenmillError(f"cannot read Parquet file {path}: {error}") from None
+        check_document_columns(schema.names, path)
+        fingerprint = _file_fingerprint(path)
+        for group in range(metadata.num_row_groups):
+            rows = metadata.row_group(group).num_rows
+            for start in range(0, rows, rows_per_partition):
+                partitions.append(
+                    EncodePartition(len(partitions), str(path), group, start, min(rows, start + rows_per_partition), fingerprint)
+                )
+    return partitions
+
+
+def _part_key(partition: EncodePartition, settings: EncodeSettings) -> str:
+    identity = {**asdict(partition), "tokenizer_hash": settings.tokenizer_hash, "eod_id": settings.eod_id, "dtype": settings.dtype}
+    identity.pop("index")
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def _read_part_marker(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+# One tokenizer per worker process, loaded on first use and never pickled.
+_TOKENIZERS: dict[str, Any] = {}
+
+
+def _worker_tokenizer(settings: EncodeSettings):
+    key = settings.tokenizer_hash
+    if key not in _TOKENIZERS:
+        _TOKENIZERS[key] = load_tokenizer(settings.tokenizer_path)
+    return _TOKENIZERS[key]
+
+
+def _encode_texts(tokenizer, texts: list[str]) -> tuple[list, list[int]]:
+    """Encode a batch; on failure fall back to one document at a time to isolate the bad one.
+    Returns the encodings (None for a failed document) and the failed positions."""
+    try:
+        return tokenizer.encode_batch_fast(texts, add_special_tokens=False), []
+    except Exception:
+        encodings, failed = [], []
+        for position, text in enumerate(texts):
+            try:
+                encodings.append(tokenizer.encode(text, add_special_tokens=False))
+            except Exception:
+                encodings.append(None)
+                failed.append(position)
+        return encodings, failed
+
+
+def encode_partition(partition: EncodePartition, settings: EncodeSettings) -> dict[str, Any]:
+    """Worker side: encode one partition into its part shard, or reuse the part already there."""
+    parts_dir = Path(settings.parts_dir)
+    marker = parts_dir / f"{partition.name}.json"
+    key = _part_key(partition, settings)
+    done = _read_part_marker(marker)
+    if done and done.get("key") == key and idx_path(parts_dir / partition.name).exists():
+        return {**done, "resumed": True}
+
+    try:
+        table = pq.ParquetFile(partition.path).read_row_group(partition.row_group, columns=["text"])
+    except Exception as error:  # pyarrow raises several types for a corrupt file
+        raise TokenmillError(f"cannot read Parquet file {partition.path}: {error}") from None
+    texts_all = table.column("text").slice(partition.start, partition.stop - partition.start).to_pylist()
+    tokenizer = _worker_tokenizer(settings)
+    dtype = np.dtype(settings.dtype)
+    eod = settings.eod_id
+    rejected: Counter[str] = Counter()
+    writer = IndexedDatasetWriter(parts_dir / partition.name, dtype)
+    try:
+        for begin in range(0, len(texts_all), ENCODE_BATCH_DOCS):
+            batch = texts_all[begin : begin + ENCODE_BATCH_DOCS]
+            texts = []
+            for text in batch:
+                if not isinstance(text, str):
+                    rejected[REASON_MISSING] += 1
+                elif not text:
+                    rejected[REASON_EMPTY] += 1
+                else:
+                    texts.append(text)
+            if not texts:
+                continue
+            encodings, failed = _encode_texts(tokenizer, texts)
+            rejected[REASON_ENCODE_ERROR] += len(failed)
+            encodings = [e for e in encodings if e is not None]
+            lengths = np.fromiter((len(e) for e in encodings), dtype=np.int64, count=len(encodings))
+            keep = lengths > 0
+            rejected[REASON_EMPTY] += int((~keep).sum())
+            if not keep.all():
+                encodings = [e for e, k in zip(encodings, keep) if k]
+                lengths = lengths[keep]
+            # Each document's ids followed by its EOD, flattened without a per-document array.
+            total = int(lengths.sum()) + len(encodings)
+            flat = np.fromiter(
+                itertools.chain.from_iterable(itertools.chain(e.ids, (eod,)) for e in encodings),
+                dtype=dtype,
+                count=total,
+            )
+            writer.add_documents(flat, (lengths + 1).astype(np.int32))
+        documents, tokens = len(writer), writer.tokens
+        writer.finalize()
+    except BaseException:
+        writer.abort()
+        raise
+    result = {
+        "key": key,
+        "name": partition.name,
+        "path": partition.path,
+        "rows": partition.stop - partition.start,
+        "documents": documents,
+        "tokens": tokens,
+        "rejected": {reason: n for reason, n in rejected.items() if n},
+    }
+    tmp = marker.with_name(marker.name + ".tmp")
+    tmp.write_text(json.dumps(result) + "\n")
+    os.replace(tmp, marker)
+    return {**result, "resumed": False}
+
+
+def work_dir_for(prefix: Path) -> Path:
+    return Path(f"{prefix}.parts")
+
+
+def _input_manifest(input: Any, files: list[Path]) -> dict[str, Any]:
+    upstream = upstream_manifest(input)
+    return {
+        "paths": [str(Path(p).resolve()) for p in (input if isinstance(input, (list, tuple)) else [input])],
+        "files": [{"path": str(p.resolve()), "bytes": p.stat().st_size, "rows": pq.ParquetFile(p).metadata.num_rows} for p in files],
+        "upstream": upstream,
+    }
+
+
+def encode_documents(
+    input: str | Path | list,
+    tokenizer_path: str | Path,
+    output_prefix: str | Path,
+    *,
+    client=None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    eod_token: str | None = None,
+    rows_per_partition: int = PARTITION_ROWS,
+) -> dict[str, Any]:
+    """Encode documents (Parquet directory or stage directory) into `PREFIX.bin/.idx/.json`.
+
+    Returns the metadata written to `PREFIX.json`. Re-running after an interruption reuses the
+    partitions already written under `PREFIX.parts/`.
+    """
+    from distributed import as_completed
+    from tqdm.auto import tqdm
+
+    started = time.time()
+    files = resolve_input_files(input)
+    tokenizer_path = Path(tokenizer_path).resolve()
+    tokenizer = load_tokenizer(tokenizer_path)
+    n_vocab = vocab_size(tokenizer)
+    eod = eod_id(tokenizer, eod_token)
+    dtype = dtype_for_vocab(n_vocab)
+    prefix = Path(output_prefix).resolve()
+    if prefix.name.endswith((".bin", ".idx", ".json")):
+        raise TokenmillError(f"--output-prefix {output_prefix} should not carry an extension (PREFIX.bin/.idx/.json are written)")
+    parts_dir = work_dir_for(prefix)
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    settings = EncodeSettings(str(tokenizer_path), tokenizer_hash(tokenizer_path), eod, dtype.name, str(parts_dir))
+    partitions = plan_partitions(files, rows_per_partition)
+
+    results: dict[int, dict[str, Any]] = {}
+    errors: list[BaseException] = []
+    with client_or_new(client, scheduler, workers) as dask:
+        futures = {
+            dask.submit(encode_partition, partition, settings, pure=False, key=f"encode-{partition.name}-{os.urandom(3).hex()}"): partition
+            for partition in partitions
+        }
+        with tqdm(total=len(futures), desc="encode", unit="part", disable=not progress) as bar:
+            tokens = 0
+            # Every partition runs to completion even when one fails, so that a re-run after
+            # fixing the bad input only redoes what failed.
+            for future in as_completed(futures):
+                partition = futures[future]
+                try:
+                    results[partition.index] = future.result()
+                except Exception as error:
+                    errors.append(error)
+                    continue
+                tokens += results[partition.index]["tokens"]
+                bar.update(1)
+                bar.set_postfix(tokens=tokens)
+    if errors:
+        raise errors[0]
+
+    merge_started = time.time()
+    writer = IndexedDatasetWriter(prefix, dtype)
+    try:
+        for partition in partitions:
+            writer.add_index(parts_dir / partition.name)
+        documents, total_tokens = len(writer), writer.tokens
+        writer.finalize()
+    except BaseException:
+        writer.abort()
+        raise
+    rejected: Counter[str] = Counter()
+    for result in results.values():
+        rejected.update(result["rejected"])
+    rows = sum(r["rows"] for r in results.values())
+    finished = time.time()
+    metadata = {
+        "format": "megatron-mmididx",
+        "prefix": str(prefix),
+        "tokenizer": {"path": str(tokenizer_path), "hash": settings.tokenizer_hash, "vocab_size": n_vocab},
+        "vocab_size": n_vocab,
+        "eod_id": eod,
+        "dtype": dtype.name,
+        "documents": documents,
+        "tokens": total_tokens,
+        "counts": {"in": rows, "kept": documents, "rejected": dict(sorted(rejected.items()))},
+        "partitions": {"total": len(partitions), "resumed": sum(1 for r in results.values() if r["resumed"])},
+        "input": _input_manifest(input, files),
+        "versions": _versions(),
+        "timings": {
+            "started": started,
+            "finished": finished,
+            "seconds": round(finished - started, 3),
+            "merge_seconds": round(finished - merge_started, 3),
+        },
+    }
+    if rows != documents + sum(rejected.values()):
+        raise RuntimeError(f"encode lost documents: in={rows} kept={documents} rejected={dict(rejected)}")
+    meta_path = Path(f"{prefix}.json")
+    tmp = meta_path.with_name(meta_path.name + ".tmp")
+    tmp.write_text(json.dumps(metadata, indent=2, default=str) + "\n")
+    os.replace(tmp, meta_path)
+    shutil.rmtree(parts_dir, ignore_errors=True)
+    return metadata
+
+
+def _versions() -> dict[str, str]:
+    import tokenizers
+
+    return {"tokenmill": __version__, "python": platform.python_version(), "tokenizers": tokenizers.__version__, "numpy": np.__version__}
+
+
+def read_shard_metadata(prefix: str | Path) -> dict[str, Any]:
+    """The `PREFIX.json` written by `encode_documents`."""
+    path = Path(f"{prefix}.json")
+    if not path.is_file():
+        raise TokenmillError(f"shard metadata not found: {path} (was {prefix} written by `tokenmill tokenize encode`?)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise TokenmillError(f"{path} is not valid JSON: {error}") from None
+
+
+__all__ = ["encode_documents", "read_shard_metadata", "plan_partitions", "bin_path", "idx_path"]

@@ -1,0 +1,248 @@
+"""Megatron's memory-mapped indexed dataset: `PREFIX.bin` (tokens) + `PREFIX.idx` (index).
+
+Layout (little-endian, no padding), as `megatron/core/datasets/indexed_dataset.py` reads it:
+
+    magic  b"MMIDIDX\\x00\\x00"      9 bytes
+    version                          u64 = 1
+    dtype code                       u8  (see DTYPE_CODES)
+    sequence count S                 u64
+    document count D                 u64 (documents + 1)
+    sequence_lengths                 S x int32
+    sequence_pointers                S x int64 (byte offsets into .bin)
+    document_indices                 D x int64 (0, then the sequence count at each document end)
+
+We write one sequence per document, so `document_indices` is `0, 1, ..., S`. The `.bin` holds
+every sequence's tokens back to back in the index dtype, with no header.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from tokenmill.errors import TokenmillError
+
+MAGIC = b"MMIDIDX\x00\x00"
+VERSION = 1
+HEADER_SIZE = len(MAGIC) + 8 + 1 + 8 + 8  # 34 bytes before the arrays
+
+DTYPE_CODES: dict[int, type[np.number]] = {
+    1: np.uint8,
+    2: np.int8,
+    3: np.int16,
+    4: np.int32,
+    5: np.int64,
+    6: np.float64,
+    7: np.float32,
+    8: np.uint16,
+}
+CODE_OF_DTYPE = {np.dtype(dtype): code for code, dtype in DTYPE_CODES.items()}
+
+# Megatron's rule: token ids fit uint16 when the vocabulary is below this size.
+UINT16_VOCAB_LIMIT = 65500
+
+
+def dtype_for_vocab(vocab_size: int) -> np.dtype:
+    """uint16 when the vocabulary has fewer than 65,500 tokens, else int32 (Megatron's choice)."""
+    if vocab_size <= 0:
+        raise TokenmillError(f"vocabulary size must be positive, got {vocab_size}")
+    return np.dtype(np.uint16) if vocab_size < UINT16_VOCAB_LIMIT else np.dtype(np.int32)
+
+
+def bin_path(prefix: str | Path) -> Path:
+    return Path(f"{prefix}.bin")
+
+
+def idx_path(prefix: str | Path) -> Path:
+    return Path(f"{prefix}.idx")
+
+
+def write_index(path: str | Path, dtype: np.dtype, sequence_lengths: np.ndarray, document_indices: np.ndarray) -> None:
+    """Write a `.idx` file for sequences of the given lengths (pointers are derived)."""
+    dtype = np.dtype(dtype)
+    if dtype not in CODE_OF_DTYPE:
+        raise TokenmillError(f"dtype {dtype} has no Megatron dtype code")
+    lengths = np.asarray(sequence_lengths, dtype=np.int32)
+    pointers = np.zeros(len(lengths), dtype=np.int64)
+    if len(lengths) > 1:
+        np.cumsum(lengths[:-1].astype(np.int64) * dtype.itemsize, out=pointers[1:])
+    doc_idx = np.asarray(document_indices, dtype=np.int64)
+    with open(path, "wb") as f:
+        f.write(MAGIC)
+        f.write(struct.pack("<Q", VERSION))
+        f.write(struct.pack("<B", CODE_OF_DTYPE[dtype]))
+        f.write(struct.pack("<Q", len(lengths)))
+        f.write(struct.pack("<Q", len(doc_idx)))
+        f.write(lengths.astype("<i4").tobytes(order="C"))
+        f.write(pointers.astype("<i8").tobytes(order="C"))
+        f.write(doc_idx.astype("<i8").tobytes(order="C"))
+
+
+class IndexedDatasetWriter:
+    """Append documents to `PREFIX.bin` and write `PREFIX.idx` on `finalize()`.
+
+    Both files are written under temporary names and renamed into place by `finalize()`, so an
+    interrupted writer never leaves a `.bin`/`.idx` pair that looks complete.
+    """
+
+    def __init__(self, prefix: str | Path, dtype: np.dtype | type) -> None:
+        self.prefix = Path(prefix)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in CODE_OF_DTYPE:
+            raise TokenmillError(f"dtype {self.dtype} has no Megatron dtype code")
+        self.prefix.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp_bin = Path(f"{self.prefix}.bin.tmp")
+        self._tmp_idx = Path(f"{self.prefix}.idx.tmp")
+        self._bin = open(self._tmp_bin, "wb")
+        self._lengths: list[np.ndarray] = []
+        self._count = 0
+        self.tokens = 0
+
+    def add_document(self, tokens: np.ndarray | list[int]) -> None:
+        """Append one document as one sequence."""
+        array = np.asarray(tokens)
+        if array.ndim != 1:
+            raise ValueError("a document is a 1-D array of token ids")
+        self._bin.write(array.astype(self.dtype, copy=False).tobytes(order="C"))
+        self._lengths.append(np.array([len(array)], dtype=np.int32))
+        self._count += 1
+        self.tokens += len(array)
+
+    def add_documents(self, flat_tokens: np.ndarray, lengths: np.ndarray) -> None:
+        """Append many documents at once: their tokens back to back and each one's length."""
+        flat = np.asarray(flat_tokens)
+        lengths = np.asarray(lengths, dtype=np.int32)
+        if int(lengths.sum(dtype=np.int64)) != len(flat):
+            raise ValueError("lengths do not add up to the number of tokens")
+        self._bin.write(flat.astype(self.dtype, copy=False).tobytes(order="C"))
+        self._lengths.append(lengths)
+        self._count += len(lengths)
+        self.tokens += len(flat)
+
+    def add_index(self, other_prefix: str | Path) -> None:
+        """Append every document of another shard with the same dtype (used to merge parts)."""
+        other = IndexedDataset(other_prefix)
+        if other.dtype != self.dtype:
+            raise TokenmillError(f"cannot merge {other_prefix} ({other.dtype}) into a {self.dtype} shard")
+        with open(bin_path(other_prefix), "rb") as source:
+            shutil.copyfileobj(source, self._bin, length=16 * 1024 * 1024)
+        self._lengths.append(np.array(other.sequence_lengths, dtype=np.int32))
+        self._count += len(other)
+        self.tokens += int(other.sequence_lengths.sum(dtype=np.int64))
+        other.close()
+
+    def __len__(self) -> int:
+        return self._count
+
+    def finalize(self) -> Path:
+        """Close the `.bin`, write the `.idx`, and move both into place. Returns the prefix."""
+        self._bin.flush()
+        os.fsync(self._bin.fileno())
+        self._bin.close()
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, dtype=np.int32)
+        write_index(self._tmp_idx, self.dtype, lengths, np.arange(len(lengths) + 1, dtype=np.int64))
+        os.replace(self._tmp_bin, bin_path(self.prefix))
+        os.replace(self._tmp_idx, idx_path(self.prefix))
+        return self.prefix
+
+    def abort(self) -> None:
+        if not self._bin.closed:
+            self._bin.close()
+        for path in (self._tmp_bin, self._tmp_idx):
+            path.unlink(missing_ok=True)
+
+
+class IndexedDataset:
+    """Zero-copy reader of a Megatron `.bin`/`.idx` pair.
+
+    `ds[i]` is document (sequence) i as a read-only view into the memory-mapped `.bin`;
+    `ds.get(i, offset, length)` a slice of it. Nothing is read until it is touched.
+    """
+
+    def __init__(self, prefix: str | Path) -> None:
+        self.prefix = Path(prefix)
+        index_file, data_file = idx_path(prefix), bin_path(prefix)
+        for path in (index_file, data_file):
+            if not path.is_file():
+                raise TokenmillError(f"token shard file not found: {path}")
+        size = index_file.stat().st_size
+        if size < HEADER_SIZE:
+            raise TokenmillError(f"corrupt index {index_file}: {size} bytes is shorter than the {HEADER_SIZE}-byte header")
+        with open(index_file, "rb") as f:
+            header = f.read(HEADER_SIZE)
+        if header[: len(MAGIC)] != MAGIC:
+            raise TokenmillError(f"corrupt index {index_file}: bad magic {header[:len(MAGIC)]!r} (not a Megatron MMIDIDX file)")
+        offset = len(MAGIC)
+        (version,) = struct.unpack_from("<Q", header, offset)
+        if version != VERSION:
+            raise TokenmillError(f"corrupt index {index_file}: version {version}, expected {VERSION}")
+        (code,) = struct.unpack_from("<B", header, offset + 8)
+        if code not in DTYPE_CODES:
+            raise TokenmillError(f"corrupt index {index_file}: unknown dtype code {code}")
+        self.dtype = np.dtype(DTYPE_CODES[code])
+        sequence_count, document_count = struct.unpack_from("<QQ", header, offset + 9)
+        expected = HEADER_SIZE + sequence_count * 4 + sequence_count * 8 + document_count * 8
+        if size != expected:
+            raise TokenmillError(
+                f"corrupt index {index_file}: {size} bytes, but its header ({sequence_count} sequences, "
+                f"{document_count} document indices) implies {expected}"
+            )
+        self._index = np.memmap(index_file, mode="r", dtype=np.uint8)
+        self.sequence_lengths = np.frombuffer(self._index, dtype="<i4", count=sequence_count, offset=HEADER_SIZE)
+        self.sequence_pointers = np.frombuffer(
+            self._index, dtype="<i8", count=sequence_count, offset=HEADER_SIZE + sequence_count * 4
+        )
+        self.document_indices = np.frombuffer(
+            self._index, dtype="<i8", count=document_count, offset=HEADER_SIZE + sequence_count * 12
+        )
+        bin_size = data_file.stat().st_size
+        total_tokens = int(self.sequence_lengths.sum(dtype=np.int64)) if sequence_count else 0
+        if bin_size != total_tokens * self.dtype.itemsize:
+            raise TokenmillError(
+                f"{data_file} has {bin_size} bytes but {index_file} describes {total_tokens} tokens of {self.dtype} "
+                f"({total_tokens * self.dtype.itemsize} bytes): the pair does not match"
+            )
+        # np.memmap cannot map an empty file; an empty shard reads as an empty array.
+        self._bin = (
+            np.memmap(data_file, mode="r", dtype=self.dtype) if bin_size else np.zeros(0, dtype=self.dtype)
+        )
+
+    def __len__(self) -> int:
+        return len(self.sequence_lengths)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.sequence_lengths.sum(dtype=np.int64))
+
+    def _start(self, i: int) -> int:
+        return int(self.sequence_pointers[i]) // self.dtype.itemsize
+
+    def __getitem__(self, i: int | slice) -> np.ndarray | list[np.ndarray]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"document {i} out of range for {n} documents in {self.prefix}")
+        start = self._start(i)
+        return self._bin[start : start + int(self.sequence_lengths[i])]
+
+    def get(self, i: int, offset: int = 0, length: int | None = None) -> np.ndarray:
+        """Tokens `offset : offset + length` of document i (to its end when length is None)."""
+        doc_length = int(self.sequence_lengths[i])
+        if length is None:
+            length = doc_length - offset
+        if offset < 0 or length < 0 or offset + length > doc_length:
+            raise IndexError(f"slice [{offset}, {offset + length}) outside document {i} of length {doc_length}")
+        start = self._start(i) + offset
+        return self._bin[start : start + length]
+
+    def close(self) -> None:
+        # Dropping the references lets the OS unmap the files.
+        self._bin = None  # type: ignore[assignment]
+        self._index = None  # type: ignore[assignment]

@@ -1,0 +1,177 @@
+"""Train a byte-level BPE tokenizer (GPT-2 style) on documents, and load any HF tokenizer.json."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import xxhash
+
+from tokenmill.curate.documents import check_document_columns, resolve_input_files
+from tokenmill.errors import TokenmillError
+
+EOD_TOKEN = "<|endoftext|>"
+PAD_TOKEN = "<|pad|>"
+
+# End-of-document / padding spellings of common published tokenizers, tried in order.
+EOD_CANDIDATES = (EOD_TOKEN, "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>", "<|im_end|>", "[SEP]")
+PAD_CANDIDATES = (PAD_TOKEN, "<pad>", "[PAD]", "<|finetune_right_pad_id|>", "<|padding|>")
+
+# 256 byte symbols plus the two special tokens.
+MIN_VOCAB_SIZE = 256 + 2
+
+
+@dataclass
+class TokenizerTrainConfig:
+    vocab_size: int
+    sample_docs: int | None = None
+    min_frequency: int = 2
+    eod_token: str = EOD_TOKEN
+    pad_token: str = PAD_TOKEN
+
+
+def _iter_texts(files: list[Path], wanted_ids: set[str] | None, batch_rows: int = 10_000) -> Iterator[list[str]]:
+    for path in files:
+        try:
+            parquet_file = pq.ParquetFile(path)
+        except Exception as error:  # pyarrow raises several types for a corrupt file
+            raise TokenmillError(f"cannot read Parquet file {path}: {error}") from None
+        check_document_columns(parquet_file.schema_arrow.names, path)
+        for batch in parquet_file.iter_batches(batch_size=batch_rows, columns=["id", "text"]):
+            ids = batch.column("id").to_pylist()
+            texts = batch.column("text").to_pylist()
+            yield [t for i, t in zip(ids, texts) if isinstance(t, str) and t and (wanted_ids is None or str(i) in wanted_ids)]
+
+
+def _sample_ids(files: list[Path], sample_docs: int) -> set[str]:
+    """The `sample_docs` ids with the smallest xxhash: a sample that does not depend on the
+    order or the number of input files, so training on it is reproducible."""
+    keyed: list[tuple[int, str]] = []
+    for path in files:
+        ids = pq.read_table(path, columns=["id"]).column("id").to_pylist()
+        keyed.extend((xxhash.xxh64_intdigest(str(i)), str(i)) for i in ids)
+    keyed.sort()
+    return {i for _, i in keyed[:sample_docs]}
+
+
+def train_tokenizer(
+    input: str | Path | list,
+    vocab_size: int,
+    output_path: str | Path,
+    *,
+    sample_docs: int | None = None,
+    min_frequency: int = 2,
+    eod_token: str = EOD_TOKEN,
+    pad_token: str = PAD_TOKEN,
+    progress: bool = False,
+) -> Path:
+    """Train a GPT-2 style byte-level BPE on the documents' text and write `tokenizer.json`.
+
+    The end-of-document token gets id 0 and the padding token id 1 (they are the trainer's
+    first special tokens). Training is deterministic for the same documents and options.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise TokenmillError(f"--vocab-size {vocab_size} is too small: a byte-level BPE needs at least {MIN_VOCAB_SIZE}")
+    if sample_docs is not None and sample_docs < 1:
+        raise TokenmillError(f"--sample-docs must be at least 1, got {sample_docs}")
+    files = resolve_input_files(input)
+    wanted = _sample_ids(files, sample_docs) if sample_docs else None
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[eod_token, pad_token],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=progress,
+    )
+    seen = 0
+
+    def texts() -> Iterator[list[str]]:
+        nonlocal seen
+        for batch in _iter_texts(files, wanted):
+            seen += len(batch)
+            yield batch
+
+    tokenizer.train_from_iterator(texts(), trainer=trainer)
+    if seen == 0:
+        raise TokenmillError(f"no non-empty text in {input}: nothing to train a tokenizer on")
+    output_path = Path(output_path)
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output_path.with_name(f".{output_path.name}.tmp-{os.getpid()}")
+    tokenizer.save(str(tmp), pretty=True)
+    os.replace(tmp, output_path)
+    # The config travels with the tokenizer so a run can say how it was made.
+    meta = {**asdict(TokenizerTrainConfig(vocab_size, sample_docs, min_frequency, eod_token, pad_token)), "documents": seen}
+    output_path.with_name(output_path.name + ".meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return output_path
+
+
+def load_tokenizer(path: str | Path):
+    """Load a Hugging Face `tokenizer.json` (ours or any published one)."""
+    from tokenizers import Tokenizer
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if not path.is_file():
+        raise TokenmillError(f"tokenizer not found: {path}")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as error:  # tokenizers raises a generic Exception for a bad file
+        raise TokenmillError(f"cannot load tokenizer {path}: {error}") from None
+
+
+def _first_token_id(tokenizer, candidates: tuple[str, ...]) -> int | None:
+    for token in candidates:
+        token_id = tokenizer.token_to_id(token)
+        if token_id is not None:
+            return int(token_id)
+    return None
+
+
+def eod_id(tokenizer, token: str | None = None) -> int:
+    """Id of the end-of-document token: `token` if given, else the first known spelling present."""
+    candidates = (token,) if token else EOD_CANDIDATES
+    found = _first_token_id(tokenizer, candidates)
+    if found is None:
+        raise TokenmillError(
+            f"the tokenizer has no end-of-document token (tried {', '.join(candidates)}); name one with --eod-token"
+        )
+    return found
+
+
+def pad_id(tokenizer, token: str | None = None) -> int | None:
+    """Id of the padding token, or None when the tokenizer has none."""
+    if token:
+        found = _first_token_id(tokenizer, (token,))
+        if found is None:
+            raise TokenmillError(f"the tokenizer has no token {token!r}")
+        return found
+    return _first_token_id(tokenizer, PAD_CANDIDATES)
+
+
+def vocab_size(tokenizer) -> int:
+    """Size of the id space, added tokens included (the largest id + 1)."""
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    return max(len(vocab), max(vocab.values(), default=-1) + 1)
+
+
+def tokenizer_hash(path: str | Path) -> str:
+    """sha256 of the tokenizer file: shards record it so a mismatched tokenizer is caught."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if not path.is_file():
+        raise TokenmillError(f"tokenizer not found: {path}")
+    return hashlib.sha256(path.read_bytes()).hexdigest()
