@@ -1,0 +1,57 @@
+"""Fixtures for the trainer tests: real-text token shards, one thread, the loader."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+try:
+    importlib.import_module("tokenmill.tokenize.loader")
+except ModuleNotFoundError:
+    # The real loader is developed at the same time; until it lands, use a stand-in with its API.
+    sys.path.insert(0, str(Path(__file__).parent))
+    import standin_loader  # noqa: E402
+
+    sys.modules["tokenmill.tokenize.loader"] = standin_loader
+
+EOD = 256
+
+
+def write_shard(prefix: Path, documents: list[bytes]) -> Path:
+    """Byte-level tokens (0..255, EOD 256) in Megatron's .bin/.idx format, plus PREFIX.json."""
+    seqs = [np.frombuffer(d, dtype=np.uint8).astype(np.uint16) for d in documents]
+    seqs = [np.append(s, np.uint16(EOD)) for s in seqs]
+    lengths = np.array([len(s) for s in seqs], dtype=np.int32)
+    pointers = np.concatenate([[0], np.cumsum(lengths[:-1].astype(np.int64) * 2)]).astype(np.int64)
+    Path(f"{prefix}.bin").write_bytes(np.concatenate(seqs).tobytes())
+    with open(f"{prefix}.idx", "wb") as handle:
+        handle.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", 8))
+        handle.write(struct.pack("<Q", len(seqs)) + struct.pack("<Q", len(seqs) + 1))
+        handle.write(lengths.tobytes() + pointers.tobytes() + np.arange(len(seqs) + 1, dtype=np.int64).tobytes())
+    Path(f"{prefix}.json").write_text(json.dumps({"vocab_size": EOD + 1, "eod_id": EOD}))
+    return prefix
+
+
+def text_documents(path: Path, max_bytes: int = 300_000) -> list[bytes]:
+    text = path.read_bytes()[:max_bytes]
+    return [d for d in text.split(b"\n\n") if d.strip()]
+
+
+@pytest.fixture(scope="session")
+def shakespeare_shard(tmp_path_factory, shared_data) -> Path:
+    root = tmp_path_factory.mktemp("shard")
+    return write_shard(root / "shakespeare", text_documents(shared_data / "corpus" / "tinyshakespeare.txt"))
+
+
+@pytest.fixture(scope="session")
+def wikitext_text(shared_data) -> str:
+    return (shared_data / "corpus" / "wikitext2_valid.txt").read_text()[:20_000]

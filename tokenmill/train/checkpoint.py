@@ -1,0 +1,259 @@
+"""Checkpoints: ``RUN/checkpoints/step_<N>/`` written with torch.distributed.checkpoint.
+
+Layout of one checkpoint::
+
+    step_<N>/.metadata, __<rank>_<i>.distcp   DCP: model + optimizer, keyed by parameter name,
+                                               so a layout saved under one parallelism loads
+                                               under another
+    step_<N>/meta.json                         model config, train config, tokenizer, step,
+                                               consumed_samples, RNG states, and the size +
+                                               sha256 of every file (corruption check)
+    checkpoints/latest                         the name of the newest complete checkpoint
+
+Writes are atomic: everything goes to ``.tmp_step_<N>/`` and is renamed into place, then
+``latest`` is replaced; a crash mid-save leaves the previous checkpoint untouched.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import random
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+from tokenmill.errors import TokenmillError
+from tokenmill.train.model import GPT, ModelConfig
+
+META = "meta.json"
+LATEST = "latest"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(TokenmillError):
+    """A checkpoint is missing, incomplete or corrupted."""
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def rng_state() -> dict[str, Any]:
+    state = {
+        "python": base64.b64encode(_pickle(random.getstate())).decode(),
+        "numpy": base64.b64encode(_pickle(np.random.get_state())).decode(),
+        "torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = base64.b64encode(torch.cuda.get_rng_state().numpy().tobytes()).decode()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(_unpickle(base64.b64decode(state["python"])))
+    np.random.set_state(_unpickle(base64.b64decode(state["numpy"])))
+    torch.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["torch"])), dtype=torch.uint8))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["cuda"])), dtype=torch.uint8))
+
+
+def _pickle(obj: Any) -> bytes:
+    import pickle
+
+    return pickle.dumps(obj)
+
+
+def _unpickle(data: bytes) -> Any:
+    import pickle
+
+    return pickle.loads(data)  # noqa: S301 - our own RNG state, written by us
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _file_table(directory: Path) -> dict[str, dict[str, Any]]:
+    return {
+        p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+        for p in sorted(directory.iterdir())
+        if p.is_file() and p.name != META
+    }
+
+
+def save_checkpoint(
+    run_dir: str | Path, step: int, state: dict[str, Any], meta: dict[str, Any], keep_last: int = 3
+) -> Path:
+    """Save DCP ``state`` + ``meta`` as ``step_<step>`` atomically; prune to the last K."""
+    root = Path(run_dir) / "checkpoints"
+    final = root / f"step_{step}"
+    tmp = root / f".tmp_step_{step}"
+    if _rank() == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    _barrier()
+    with warnings.catch_warnings():  # one process without a process group is intended here
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save(state, checkpoint_id=str(tmp))
+    _barrier()
+    if _rank() == 0:
+        meta = dict(meta, step=step, format_version=FORMAT_VERSION, files=_file_table(tmp))
+        _write_json(tmp / META, meta)
+        if final.exists():  # re-saving the same step (e.g. after a resume): replace it
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+        _write_text_atomic(root / LATEST, final.name)
+        for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+    _barrier()
+    return final
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    with open(path, "w") as handle:
+        json.dump(data, handle, indent=1)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as handle:
+        handle.write(text + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints (with meta.json) of a run, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = []
+    for path in root.iterdir():
+        if path.is_dir() and path.name.startswith("step_") and (path / META).is_file():
+            try:
+                found.append((int(path.name[5:]), path))
+            except ValueError:
+                continue
+    return [p for _, p in sorted(found)]
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint dir, a run dir (its ``latest``), or a ``checkpoints/`` dir -> checkpoint dir."""
+    path = Path(path)
+    if (path / ".metadata").exists() or (path / META).exists():
+        return path
+    for root in (path / "checkpoints", path):
+        latest = root / LATEST
+        if latest.is_file():
+            target = root / latest.read_text().strip()
+            if not target.is_dir():
+                raise CheckpointError(f"{latest} points to {target}, which does not exist")
+            return target
+    if not path.exists():
+        raise CheckpointError(f"no checkpoint at {path}: the path does not exist")
+    raise CheckpointError(f"no checkpoint at {path}: expected a step_<N> directory or a run directory with checkpoints/latest")
+
+
+def _previous_hint(ckpt: Path) -> str:
+    run_dir = ckpt.parent.parent
+    older = [p for p in list_checkpoints(run_dir) if p != ckpt and int(p.name[5:]) < int(ckpt.name[5:] or 0)] if ckpt.name.startswith("step_") else []
+    if older:
+        return f"; the previous checkpoint {older[-1]} is still usable (resume with --resume {older[-1]})"
+    return ""
+
+
+def read_meta(ckpt: str | Path, verify: bool = True) -> dict[str, Any]:
+    """meta.json of a checkpoint; with ``verify``, check every file's size and sha256."""
+    ckpt = Path(ckpt)
+    meta_path = ckpt / META
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {ckpt} is incomplete: {META} is missing{_previous_hint(ckpt)}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"checkpoint {ckpt} is corrupted: {META} is not valid JSON ({error}){_previous_hint(ckpt)}") from None
+    if verify:
+        for name, expected in meta.get("files", {}).items():
+            path = ckpt / name
+            if not path.is_file():
+                raise CheckpointError(f"checkpoint {ckpt} is incomplete: {name} is missing{_previous_hint(ckpt)}")
+            size = path.stat().st_size
+            if size != expected["bytes"]:
+                raise CheckpointError(
+                    f"checkpoint {ckpt} is truncated or corrupted: {name} has {size} bytes, "
+                    f"expected {expected['bytes']}{_previous_hint(ckpt)}"
+                )
+            if _sha256(path) != expected["sha256"]:
+                raise CheckpointError(f"checkpoint {ckpt} is corrupted: {name} fails its sha256 check{_previous_hint(ckpt)}")
+    return meta
+
+
+def _dcp_load(state: dict[str, Any], ckpt: Path) -> None:
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(state, checkpoint_id=str(ckpt))
+    except Exception as error:  # DCP raises many types for bad files; name the checkpoint
+        raise CheckpointError(
+            f"checkpoint {ckpt} could not be read: {type(error).__name__}: {error}{_previous_hint(ckpt)}"
+        ) from error
+
+
+def load_checkpoint(ckpt: str | Path, state: dict[str, Any], verify: bool = True) -> dict[str, Any]:
+    """Load DCP data into ``state`` in place (its tensors give the target layout); return meta."""
+    ckpt = resolve_checkpoint(ckpt)
+    meta = read_meta(ckpt, verify=verify and _rank() == 0)
+    _dcp_load(state, ckpt)
+    return meta
+
+
+def load_for_inference(path: str | Path, device: str | torch.device = "cpu") -> tuple[GPT, ModelConfig, dict[str, Any]]:
+    """(model in eval mode, its config, meta) from a run dir or a checkpoint dir."""
+    ckpt = resolve_checkpoint(path)
+    meta = read_meta(ckpt)
+    config = ModelConfig.from_dict(meta["model"])
+    with torch.device("meta"):
+        model = GPT(config)
+    model.to_empty(device=device)
+    model.init_weights(buffer_device=torch.device(device))
+    if config.tie_embeddings:  # to_empty may give the tied pair separate storage
+        model.output.weight = model.tok_embeddings.weight  # type: ignore[union-attr]
+    state = {"model": {k: v for k, v in model.state_dict().items()}}
+    _dcp_load(state, ckpt)
+    model.load_state_dict(state["model"])
+    model.eval()
+    return model, config, meta

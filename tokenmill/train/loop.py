@@ -1,0 +1,284 @@
+"""The training loop: data stream -> engine steps -> logs, validation, checkpoints.
+
+Everything that decides a step (batch size, learning rate, which samples) is a function of
+``consumed_samples``, and checkpoints store it with the model, optimizer and RNG states, so a
+run stopped at step k and resumed reaches step n with the same losses as one that never
+stopped (bitwise on the CPU in fp32; tested).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.train.checkpoint import (
+    list_checkpoints,
+    load_checkpoint,
+    resolve_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from tokenmill.train.config import TrainConfig
+from tokenmill.train.engine import Engine, SingleProcessEngine
+from tokenmill.train.metrics import MetricsLogger, format_record, peak_flops, peak_memory_bytes
+from tokenmill.train.model import GPT
+from tokenmill.train.optim import Schedule
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int
+    consumed_samples: int
+    losses: dict[int, float] = field(default_factory=dict)  # step -> loss, this process's steps
+    val_losses: dict[int, float] = field(default_factory=dict)
+    checkpoint: Path | None = None
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def data_prefixes(data: str) -> list[str]:
+    """The shard prefixes behind ``data``: the prefix itself, or those named in a blend file."""
+    path = Path(data)
+    if path.is_file() and path.suffix in (".json", ".yaml", ".yml"):
+        try:
+            blend = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as error:
+            raise ConfigError(f"data: blend file {path} is not valid YAML/JSON: {error}") from None
+        found: list[str] = []
+
+        def walk(node: Any) -> None:
+            if isinstance(node, dict):
+                for key in ("prefix", "path"):
+                    if isinstance(node.get(key), str):
+                        found.append(node[key])
+                for value in node.values():
+                    if isinstance(value, (dict, list)):
+                        walk(value)
+            elif isinstance(node, list):
+                for item in node:
+                    walk(item)
+
+        walk(blend)
+        return [p if Path(p).is_absolute() or Path(f"{p}.bin").exists() else str(path.parent / p) for p in found]
+    return [data]
+
+
+def check_data(data: str | None) -> list[str]:
+    if not data:
+        raise ConfigError("data: no training data given; set `data:` in the config or pass --data PREFIX")
+    prefixes = data_prefixes(data)
+    for prefix in prefixes:
+        missing = [ext for ext in (".bin", ".idx") if not Path(f"{prefix}{ext}").is_file()]
+        if missing:
+            raise TokenmillError(
+                f"data: shard {prefix} not found (missing {', '.join(prefix + e for e in missing)}); "
+                "give the prefix without extension, as written by `tokenmill tokenize`"
+            )
+    return prefixes
+
+
+def data_metadata(prefixes: list[str]) -> dict[str, Any]:
+    """vocab_size and tokenizer path from the ``PREFIX.json`` files, where present."""
+    vocab, tokenizer = 0, None
+    for prefix in prefixes:
+        path = Path(f"{prefix}.json")
+        if path.is_file():
+            try:
+                meta = json.loads(path.read_text())
+            except json.JSONDecodeError:
+                continue
+            vocab = max(vocab, int(meta.get("vocab_size") or 0))
+            tok = meta.get("tokenizer")
+            tokenizer = tokenizer or (tok.get("path") if isinstance(tok, dict) else tok)
+    return {"vocab_size": vocab or None, "tokenizer": tokenizer}
+
+
+def build_streams(cfg: TrainConfig, schedule: Schedule, dp_rank: int, dp_size: int, consumed: int):
+    from tokenmill.tokenize.loader import SampleStream, build_dataset
+
+    seq = cfg.sequence_length
+    train_ds = build_dataset(
+        cfg.data, seq_len=seq, num_samples=schedule.total_samples, seed=cfg.seed, split="train",
+        split_ratios=cfg.split,
+    )
+    stream = SampleStream(train_ds, dp_rank=dp_rank, dp_size=dp_size, consumed_samples=consumed)
+    valid_batches: list[torch.Tensor] = []
+    if cfg.eval_interval > 0:
+        valid_ds = build_dataset(
+            cfg.data, seq_len=seq, num_samples=cfg.eval_iters * cfg.global_batch_size, seed=cfg.seed,
+            split="valid", split_ratios=cfg.split,
+        )
+        # The same validation batches every time, so val_loss curves are comparable.
+        valid_stream = SampleStream(valid_ds, dp_rank=dp_rank, dp_size=dp_size)
+        valid_batches = [valid_stream.next_global_batch(cfg.global_batch_size) for _ in range(cfg.eval_iters)]
+    return stream, valid_batches
+
+
+# ---------------------------------------------------------------------------- engine
+
+
+def build_engine(cfg: TrainConfig) -> Engine:
+    if cfg.world_size > 1:
+        try:
+            from tokenmill.train.parallel.engine import build_parallel_engine
+        except ImportError as error:
+            raise TokenmillError(f"tp x pp x dp = {cfg.world_size} needs tokenmill.train.parallel ({error})") from None
+        return build_parallel_engine(cfg.model, cfg)
+    return SingleProcessEngine(GPT(cfg.model), cfg)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# ---------------------------------------------------------------------------- loop
+
+
+def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine | None = None) -> TrainResult:
+    """Train ``cfg.steps`` steps (counted from step 0, so a resumed run does the rest)."""
+    cfg.validate()
+    run_dir = Path(cfg.out)
+    prefixes = check_data(cfg.data)
+    meta_data = data_metadata(prefixes)
+    if meta_data["vocab_size"] and meta_data["vocab_size"] > cfg.model.vocab_size:
+        raise ConfigError(
+            f"model.vocab_size: {cfg.model.vocab_size} is smaller than the data's vocabulary "
+            f"({meta_data['vocab_size']} in {prefixes[0]}.json); set model.vocab_size >= {meta_data['vocab_size']}"
+        )
+    tokenizer = cfg.tokenizer or meta_data["tokenizer"]
+    schedule = Schedule(cfg)
+
+    ckpt_path: Path | None = None
+    if resume:
+        target = run_dir if resume is True else Path(resume)
+        if resume is True and not list_checkpoints(run_dir):
+            ckpt_path = None  # --resume on a fresh run directory simply starts
+        else:
+            ckpt_path = resolve_checkpoint(target)
+
+    seed_everything(cfg.seed)
+    engine = engine or build_engine(cfg)
+    step, consumed = 0, 0
+    if ckpt_path is not None:
+        state = engine.state_dict_for_checkpoint()
+        meta = load_checkpoint(ckpt_path, state)
+        if meta.get("model") != cfg.model.to_dict():
+            raise ConfigError(f"model: the config's model differs from the checkpoint's ({ckpt_path / 'meta.json'})")
+        engine.load_state_dict_from_checkpoint(state)
+        step, consumed = int(meta["step"]), int(meta["consumed_samples"])
+        if "rng" in meta:
+            set_rng_state(meta["rng"])
+
+    dp_rank, dp_size = getattr(engine, "dp_rank", 0), getattr(engine, "dp_size", cfg.dp)
+    stream, valid_batches = build_streams(cfg, schedule, dp_rank, dp_size, consumed)
+    logger = MetricsLogger(run_dir, enabled=engine.is_logging_rank, tensorboard=cfg.tensorboard)
+    if engine.is_logging_rank:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    peak = peak_flops(engine.device, cfg.peak_tflops)
+    flops_per_token = cfg.model.flops_per_token(cfg.sequence_length)
+    mbs = cfg.local_micro_batch_size
+    result = TrainResult(run_dir=run_dir, step=step, consumed_samples=consumed)
+
+    def save() -> Path:
+        meta = {
+            "model": cfg.model.to_dict(),
+            "train": cfg.to_dict(),
+            "tokenizer": tokenizer,
+            "consumed_samples": consumed,
+            "rng": rng_state(),
+        }
+        return save_checkpoint(run_dir, step, engine.state_dict_for_checkpoint(), meta, keep_last=cfg.keep_last)
+
+    bar = None
+    if engine.is_logging_rank and cfg.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", dynamic_ncols=True)
+    log_tokens, log_time = 0, time.perf_counter()
+    try:
+        while step < cfg.steps:
+            batch_size = schedule.batch_size(consumed)
+            lr = schedule.lr(consumed)
+            tokens = stream.next_global_batch(batch_size)
+            if step == 0 or ckpt_path is not None and step == result.step:
+                _check_tokens(tokens, cfg)
+            loss = engine.train_step(tokens, mbs)
+            grad_norm = engine.clip_grad_norm(cfg.clip_grad)
+            engine.optimizer_step(lr)
+            consumed += batch_size
+            step += 1
+            log_tokens += batch_size * cfg.sequence_length
+            result.losses[step] = loss
+            if not math.isfinite(loss):
+                raise TokenmillError(f"loss is {loss} at step {step}; lower lr or enable clip_grad")
+
+            record: dict[str, Any] | None = None
+            if step % cfg.log_interval == 0 or step == cfg.steps:
+                if engine.device.type == "cuda":
+                    torch.cuda.synchronize(engine.device)
+                now = time.perf_counter()
+                tokens_per_s = log_tokens / max(now - log_time, 1e-9)
+                log_tokens, log_time = 0, now
+                record = {
+                    "step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "batch_size": batch_size,
+                    "consumed_samples": consumed, "tokens_per_s": tokens_per_s,
+                    "mfu": flops_per_token * tokens_per_s / (peak * cfg.world_size) if peak else None,
+                    "memory_gib": peak_memory_bytes(engine.device) / 2**30,
+                }
+            if cfg.eval_interval and (step % cfg.eval_interval == 0 or step == cfg.steps) and valid_batches:
+                val = sum(engine.eval_loss(b) for b in valid_batches) / len(valid_batches)
+                result.val_losses[step] = val
+                record = record or {"step": step, "loss": loss}
+                record["val_loss"] = val
+                record["val_ppl"] = math.exp(min(val, 50.0))
+            if record is not None:
+                logger.log(record)
+                if bar is not None:
+                    bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
+                    bar.write(format_record(record))
+                elif engine.is_logging_rank:
+                    print(format_record(record), flush=True)
+            if bar is not None:
+                bar.update(1)
+            if cfg.save_interval and step % cfg.save_interval == 0 and step != cfg.steps:
+                result.checkpoint = save()
+        if step > result.step or ckpt_path is None:
+            result.checkpoint = save()
+    finally:
+        if bar is not None:
+            bar.close()
+        logger.close()
+    result.step, result.consumed_samples = step, consumed
+    return result
+
+
+def _check_tokens(tokens: torch.Tensor, cfg: TrainConfig) -> None:
+    top = int(tokens.max())
+    if top >= cfg.model.vocab_size:
+        raise ConfigError(
+            f"model.vocab_size: {cfg.model.vocab_size} but the data holds token id {top}; "
+            f"set model.vocab_size to at least {top + 1}"
+        )
+    if tokens.shape[1] != cfg.sequence_length + 1:
+        raise TokenmillError(f"the data stream gave rows of {tokens.shape[1]} tokens, expected seq_len+1 = {cfg.sequence_length + 1}")
+
+
+def env_world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))

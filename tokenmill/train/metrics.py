@@ -1,0 +1,96 @@
+"""What pretraining people watch, written three ways: console, metrics.jsonl, TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Dense bf16 peak FLOP/s per GPU (no sparsity), for MFU when `peak_tflops` is not given.
+PEAK_BF16_FLOPS = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "L40S": 362e12,
+    "A10G": 70e12,
+    "V100": 125e12,
+}
+
+
+def peak_flops(device: torch.device, configured_tflops: float | None) -> float | None:
+    if configured_tflops:
+        return configured_tflops * 1e12
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, value in PEAK_BF16_FLOPS.items():
+            if key in name:
+                return value
+    return None
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak allocated accelerator memory, or the process's peak resident set on the CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB
+
+
+class MetricsLogger:
+    """Appends one JSON object per logged step; mirrors scalars to TensorBoard."""
+
+    def __init__(self, run_dir: Path, enabled: bool = True, tensorboard: bool = True) -> None:
+        self.enabled = enabled
+        self.path = run_dir / "metrics.jsonl"
+        self._file = None
+        self._tb = None
+        if not enabled:
+            return
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a")  # append: a resumed run continues the same file
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+            except ImportError:  # tensorboard is a dependency, but keep training without it
+                self._tb = None
+
+    def log(self, record: dict[str, Any]) -> None:
+        if not self.enabled or self._file is None:
+            return
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            step = int(record["step"])
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self._tb.add_scalar(f"train/{key}" if not key.startswith("val") else key, value, step)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def format_record(record: dict[str, Any]) -> str:
+    parts = [f"step {record['step']}"]
+    for key, fmt in (("loss", "{:.4f}"), ("val_loss", "{:.4f}"), ("lr", "{:.3e}"), ("grad_norm", "{:.3f}"),
+                     ("batch_size", "{}"), ("tokens_per_s", "{:.0f}"), ("mfu", "{:.1%}"),
+                     ("memory_gib", "{:.2f}")):
+        if key in record and record[key] is not None:
+            parts.append(f"{key} " + fmt.format(record[key]))
+    return " | ".join(parts)
