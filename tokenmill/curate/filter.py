@@ -1,0 +1,150 @@
+"""The `filter` stage: Gopher quality, Gopher repetition, C4 and FineWeb heuristic rules.
+
+Families run in FineWeb's order (Gopher repetition, Gopher quality, C4, FineWeb); a rejected
+document carries the reason of the first rule that fired (`gopher_quality.mean_word_length`)
+and its original text. C4's line rules edit the text that later families see and that is kept;
+the manifest's `stats` count lines removed per rule (`c4.lines_removed.terminal_punct`) and
+documents edited (`c4.docs_edited`). Every threshold is a field of `tokenmill.curate.rules`;
+None (or `off` on the command line) turns a rule off.
+
+    from tokenmill.curate.filter import FilterStage
+    stage = FilterStage.from_options(disable=["c4.terminal_punct"], settings={"gopher_quality.min_words": 100})
+    output = stage.process(frame)          # or run_stage(stage, "normalized/", "filtered/")
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tokenmill.curate.rules import FAMILIES, RuleSet
+from tokenmill.curate.stage import DocumentStage, StageOutput, reject
+from tokenmill.errors import ConfigError
+
+
+@dataclass
+class FilterStage(DocumentStage):
+    rules: RuleSet = field(default_factory=RuleSet)
+
+    name = "filter"
+
+    @classmethod
+    def from_options(
+        cls,
+        config: dict[str, Any] | str | Path | None = None,
+        *,
+        disable: list[str] = (),
+        settings: dict[str, Any] | None = None,
+    ) -> "FilterStage":
+        """Rules from defaults, then a config mapping or YAML file, then `disable` (families
+        like `c4` or rules like `c4.curly_bracket`), then `settings` (`family.field: value`)."""
+        rules = RuleSet()
+        if config is not None:
+            rules.update(load_rules_config(config) if isinstance(config, (str, Path)) else config)
+        for name in disable:
+            rules.disable(name)
+        for key, value in (settings or {}).items():
+            rules.set(key, value)
+        return cls(rules=rules)
+
+    def process(self, docs: pd.DataFrame) -> StageOutput:
+        stats: Counter = Counter()
+        apply = self.rules.apply
+        texts: list[Any] = []
+        reasons: list[str | None] = []
+        for text in docs["text"].tolist():
+            if not isinstance(text, str):
+                texts.append(text)
+                reasons.append("filter.no_text")
+                continue
+            new_text, reason = apply(text, stats)
+            texts.append(new_text)
+            reasons.append(reason)
+        reason_series = pd.Series(reasons, index=docs.index, dtype=object)
+        keep = reason_series.isna().to_numpy()
+        kept = docs[keep].assign(text=[t for t, k in zip(texts, keep) if k])
+        rejected = reject(docs[~keep], reason_series[~keep])
+        return StageOutput(n_in=len(docs), kept=kept, rejected=rejected, stats=dict(stats))
+
+
+def load_rules_config(path: str | Path) -> dict[str, Any]:
+    import yaml
+
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"rules file not found: {path}")
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not valid YAML: {error}") from None
+    return config
+
+
+def _parse_settings(pairs: list[str]) -> dict[str, str]:
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or "." not in key:
+            raise ConfigError(f"--set takes FAMILY.FIELD=VALUE (e.g. gopher_quality.min_words=100), got {pair!r}")
+        settings[key.strip()] = value.strip()
+    return settings
+
+
+def rules_help() -> str:
+    lines = ["rules (family.rule) and their settings with defaults:"]
+    for name, family_type in FAMILIES.items():
+        family = family_type()
+        lines.append(f"  {name}: " + ", ".join(family.RULES))
+        settings = ", ".join(
+            f"{key}={getattr(family, key)}" for key in family.__dataclass_fields__ if key != "enabled"
+        )
+        lines.append(f"    settings: {settings}")
+    return "\n".join(lines)
+
+
+def add_command(stages: argparse._SubParsersAction) -> None:
+    from tokenmill.curate.cli import add_stage_arguments, print_summary, runner_options, stage_input
+    from tokenmill.curate.stage import run_stage
+
+    parser = stages.add_parser(
+        "filter",
+        help="Gopher quality / repetition, C4 and FineWeb heuristic rules",
+        description="Apply the Gopher quality, Gopher repetition, C4 and FineWeb rules with their published "
+        "thresholds. C4's line rules remove lines; the other rules reject documents with the reason "
+        "<family>.<rule>.",
+        epilog=rules_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_stage_arguments(parser)
+    parser.add_argument("--config", default=None, help="YAML file: {family: {field: value, disable: [rule]}} or {family: false}")
+    for name in FAMILIES:
+        flag = name.replace("_", "-")
+        parser.add_argument(f"--no-{flag}", dest=f"no_{name}", action="store_true", help=f"turn off the {name} rules")
+    parser.add_argument(
+        "--disable", nargs="+", default=[], metavar="RULE",
+        help="turn off rules or families, e.g. c4.terminal_punct gopher_quality.stop_words fineweb",
+    )
+    parser.add_argument(
+        "--set", dest="settings", nargs="+", default=[], metavar="FAMILY.FIELD=VALUE",
+        help="change thresholds, e.g. gopher_quality.min_words=100 fineweb.max_short_line_ratio=0.8 (off = rule off)",
+    )
+
+    def run(args: argparse.Namespace) -> int:
+        disable = [name for name in FAMILIES if getattr(args, f"no_{name}")] + list(args.disable)
+        stage = FilterStage.from_options(args.config, disable=disable, settings=_parse_settings(args.settings))
+        if not stage.rules.enabled():
+            raise ConfigError("every rule family is turned off; nothing to filter")
+        manifest = run_stage(stage, stage_input(args), args.output, **runner_options(args))
+        print_summary(manifest, args.output)
+        stats = manifest.get("stats", {})
+        if "c4.lines_in" in stats:
+            print(f"  c4 removed {stats.get('c4.lines_removed', 0)} of {stats['c4.lines_in']} lines"
+                  f" and edited {stats.get('c4.docs_edited', 0)} kept documents")
+        return 0
+
+    parser.set_defaults(func=run)

@@ -1,0 +1,84 @@
+"""Text helpers shared by curation stages: word splitting, punctuation sets, sentence counts.
+
+Words are split by one compiled regular expression that approximates the spaCy English
+tokenizer that datatrove uses for its Gopher / FineWeb rules (punctuation split off words,
+`n't` and `'s`-style clitics split, numbers with separators kept whole, `...` and `--` kept as
+one token). It runs in C (`re.findall`), one pass per document, which is what makes the rules
+fast; the few places where it splits differently from spaCy are listed in docs/filter.md.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import compress, repeat
+
+# Punctuation and control characters: a token made only of these is a "symbol", not a word
+# (the same role as datatrove's PUNCTUATION_SET; the list is ASCII punctuation, common
+# Unicode quotes, dashes, brackets and CJK / full-width punctuation, and C0/C1 controls).
+PUNCTUATION = (
+    "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
+    "‘’‚‛“”„‟«»‹›–—―‐‑‒…·•►′″´¨¸˜"
+    "、。，．：；？！「」『』【】〈〉《》（）〔〕［］｛｝～％＃＆＊＋－／＜＝＞＠＼＾＿｀｜"
+    "━∶‧"
+    + "".join(map(chr, (*range(0, 9), *range(11, 13), *range(14, 32), *range(127, 160))))
+)
+
+# Characters that end a sentence: Unicode's Sentence_Terminal property (the role of
+# datatrove's TERMINAL_PUNCTUATION in the FineWeb line-punctuation rule). `…` is not one.
+TERMINAL_PUNCTUATION = tuple(
+    ".!?։؝؞؟۔܀܁܂߹࠷࠹࠽࠾।॥၊။።፧፨᙮᜵᜶។៕៖៙៚᠃᠉᥄᥅᪨᪩᪪᪫᭚᭛᭞᭟᭽᭾᰻᰼᱾᱿‼‽⁇⁈⁉⸮⸼⹓⹔。꓿꘎꘏꛳꛷꡶꡷꣎꣏꤯꧈꧉꩝꩞꩟꫰꫱꯫"
+    "﹒﹖﹗！．？｡"
+    "𐩖𐩗𐽕𐽖𐽗𐽘𐽙𐾆𐾇𐾈𐾉𑁇𑁈𑂾𑂿𑃀𑃁𑅁𑅂𑅃𑇅𑇆𑇍𑇞𑇟𑈸𑈹𑈻𑈼𑊩𑑋𑑌𑗂𑗃𑗉𑗊𑗋𑗌𑗍𑗎𑗏𑗐𑗑𑗒𑗓𑗔𑗕𑗖𑗗"
+    "𑙁𑙂𑜼𑜽𑜾𑥄𑥆𑩂𑩃𑪛𑪜𑱁𑱂𑻷𑻸\U00011f43\U00011f44𖩮𖩯𖫵𖬷𖬸𖭄𖺘𛲟𝪈"
+)
+PUNCTUATION += "".join(c for c in TERMINAL_PUNCTUATION if c not in PUNCTUATION) + "\r"
+
+STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
+
+_TOKEN = re.compile(
+    r"""
+      (?:[A-Z]\.){2,}                          # U.S.
+    | (?:[A-Z]|Mr|Mrs|Ms|Dr|St|Jr|Sr|Prof|Gen|Col|Capt|Rev|Mt|Ft|vs|etc|Inc|Ltd|Co|Corp|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.(?=\s)
+    | \w+(?=n['’]t\b)                         # do|n't, ca|n't
+    | n['’]t\b
+    | ['’](?:s|re|ve|ll|m|S|RE|VE|LL|M)\b      # clitics 's 're 've 'll 'm
+    | [Cc]an(?=not\b)                         # can|not
+    | ['’]em\b                               # 'em
+    | \w+(?:['’](?!(?:s|re|ve|ll|m|S|RE|VE|LL|M)\b)\w+)*(?:[.,:/]\d+)*   # words (call'd), 1,000 3.5
+    | @[-.,]@                                 # WikiText's @-@ @.@ @,@
+    | \.{2,}                                  # ellipsis
+    | [^\w\s]                                 # any other symbol, one per token
+    """,
+    re.VERBOSE,
+)
+_HAS_ALPHA = re.compile(r"[^\W\d_]")
+_SENTENCE_END = re.compile(r"[.!?…]+['\"’”)\]]*\s+(?=[^\s.!?…'\"’”)\]])")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def split_words(text: str) -> list[str]:
+    """Word and symbol tokens of `text` (symbols are single tokens; see module docstring)."""
+    return _TOKEN.findall(text)
+
+
+def non_symbol_words(words: list[str]) -> list[str]:
+    """Tokens with at least one character that is not punctuation."""
+    return list(compress(words, map(str.strip, words, repeat(PUNCTUATION))))
+
+
+def count_alpha_words(words: list[str]) -> int:
+    """How many tokens contain at least one letter."""
+    return len(words) - list(map(_HAS_ALPHA.search, words)).count(None)
+
+
+def count_sentences(line: str) -> int:
+    """Sentences in a line: 1 plus the sentence ends (. ! ? ... with closing quotes or
+    brackets) that are followed by more text, as spaCy's rule-based sentencizer splits."""
+    if not line.strip():
+        return 0
+    return 1 + len(_SENTENCE_END.findall(line))
+
+
+def single_line(text: str) -> str:
+    """Text with every run of whitespace (newlines included) turned into one space."""
+    return _WHITESPACE.sub(" ", text).strip()
