@@ -1,0 +1,116 @@
+"""The work directory of a dedup run: one checkpoint per phase, so a crash redoes only the
+phase (or, for per-file phases, only the files) that had not finished.
+
+Layout: `config.json` (fingerprint of the config and inputs; a different fingerprint starts
+afresh), one sub-directory per phase, and `<phase>.done` markers written after the phase's
+last file. Every Parquet file is written to a temporary name and renamed, so a file that
+exists is complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = frame if isinstance(frame, pa.Table) else pa.Table.from_pandas(frame, preserve_index=False)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+def parquet_files(directory: str | Path) -> list[str]:
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(str(p) for p in directory.rglob("*.parquet") if not p.name.startswith("."))
+
+
+class WorkDir:
+    def __init__(self, path: str | Path, fingerprint: dict[str, Any]):
+        self.path = Path(path).resolve()
+        digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()
+        config_file = self.path / "config.json"
+        if config_file.exists():
+            try:
+                old = json.loads(config_file.read_text()).get("digest")
+            except json.JSONDecodeError:
+                old = None
+            if old != digest:
+                # Checkpoints of another config or other inputs must not be reused.
+                shutil.rmtree(self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        if not config_file.exists():
+            config_file.write_text(json.dumps({"digest": digest, "fingerprint": fingerprint}, indent=2, default=str))
+        self.resumed: list[str] = []
+
+    def dir(self, phase: str) -> Path:
+        return self.path / phase
+
+    def done(self, phase: str) -> bool:
+        return (self.path / f"{phase}.done").exists()
+
+    def mark_done(self, phase: str, info: dict[str, Any] | None = None) -> None:
+        (self.path / f"{phase}.done").write_text(json.dumps(info or {}, default=str))
+
+    def info(self, phase: str) -> dict[str, Any]:
+        return json.loads((self.path / f"{phase}.done").read_text())
+
+    def phase(self, phase: str, run: Callable[[Path], dict[str, Any] | None]) -> dict[str, Any]:
+        """Run `run(directory)` unless the phase finished before; return its info."""
+        if self.done(phase):
+            self.resumed.append(phase)
+            return self.info(phase)
+        directory = self.dir(phase)
+        if directory.exists() and phase not in PER_FILE_PHASES:
+            shutil.rmtree(directory)  # a half-written whole-dataset phase restarts from scratch
+        directory.mkdir(parents=True, exist_ok=True)
+        info = run(directory) or {}
+        self.mark_done(phase, info)
+        return info
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+# Phases whose files are written one per input file: their finished files are kept on resume.
+PER_FILE_PHASES = {"signatures", "hashes"}
+
+
+def compute_with_progress(client, collection, desc: str, progress: bool) -> list:
+    """Compute a Dask collection's partitions with one progress tick per partition."""
+    from distributed import as_completed, futures_of
+    from tqdm.auto import tqdm
+
+    persisted = client.persist(collection)
+    futures = futures_of(persisted)
+    with tqdm(total=len(futures), desc=desc, unit="part", disable=not progress) as bar:
+        for _ in as_completed(futures):
+            bar.update(1)
+    return client.gather(futures)
+
+
+def write_partitions(client, frame, directory: Path, desc: str, progress: bool, meta_columns: Sequence[str] = ()) -> int:
+    """Write each partition of a Dask dataframe as its own Parquet file; returns the row count."""
+    target = str(directory)
+
+    def _write(df: pd.DataFrame) -> pd.DataFrame:
+        write_parquet_atomic(df.reset_index(drop=True), Path(target) / f"part-{uuid.uuid4().hex}.parquet")
+        return pd.DataFrame({"rows": [len(df)]})
+
+    written = frame.map_partitions(_write, meta={"rows": "int64"}, enforce_metadata=False)
+    results = compute_with_progress(client, written, desc, progress)
+    return int(sum(int(r["rows"].sum()) for r in results))
