@@ -1,0 +1,154 @@
+"""Checks across a recipe's sections, run before anything executes: names that must refer to
+sources, stages that must exist, options that must fit the stage, paths that must exist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from tokenmill.errors import TokenmillError
+from tokenmill.pipelines.recipe import Problems, Recipe, suggest
+from tokenmill.pipelines.stages import STAGES
+
+
+def _check_path(recipe: Recipe, problems: Problems, loc: tuple[Any, ...], value: str, *, check: bool) -> None:
+    if check and not recipe.resolve(value).exists():
+        problems.add(loc, f"path not found: {recipe.resolve(value)}")
+
+
+def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool = True) -> None:
+    names = [s.name for s in recipe.sources]
+    seen: set[str] = set()
+    for i, source in enumerate(recipe.sources):
+        if source.name in seen:
+            problems.add(("sources", i, "name"), f"duplicate source name `{source.name}`")
+        seen.add(source.name)
+        if isinstance(source.path, list):
+            for j, p in enumerate(source.path):
+                _check_path(recipe, problems, ("sources", i, "path", j), p, check=check_paths)
+        elif source.path:
+            _check_path(recipe, problems, ("sources", i, "path"), source.path, check=check_paths)
+        if source.separator is not None:
+            import re
+
+            try:
+                re.compile(source.separator)
+            except re.error as error:
+                problems.add(("sources", i, "separator"), f"not a valid regular expression: {error}")
+
+    step_names: set[str] = set()
+    for i, step in enumerate(recipe.curate):
+        kind = STAGES.get(step.stage)
+        if kind is None:
+            problems.add(("curate", i, "stage"), f"unknown stage `{step.stage}`{suggest(step.stage, list(STAGES))}; stages: {', '.join(STAGES)}")
+            continue
+        if step.step_name in step_names:
+            problems.add(("curate", i, "name"), f"two curate steps are named `{step.step_name}`; give one a `name:`")
+        step_names.add(step.step_name)
+        for j, src in enumerate(step.sources or []):
+            if src not in names:
+                problems.add(("curate", i, "sources", j), f"no source named `{src}`{suggest(src, names)}")
+        try:
+            model = kind.options_model()
+        except TokenmillError as error:
+            problems.add(("curate", i, "stage"), str(error))
+            continue
+        try:
+            model.model_validate(step.options)
+        except ValidationError as error:
+            for item in error.errors():
+                loc = ("curate", i, "options", *item["loc"])
+                if item["type"] == "extra_forbidden":
+                    problems.add(loc, f"unknown option `{item['loc'][-1]}` for stage {step.stage}{suggest(item['loc'][-1], list(model.model_fields))};"
+                                 f" options: {', '.join(model.model_fields) or 'none'}")
+                elif item["type"] == "missing":
+                    problems.add(loc, f"stage {step.stage} needs this option")
+                else:
+                    problems.add(loc, f"{item['msg']} (got {item.get('input')!r})")
+        for option in kind.path_options:
+            value = step.options.get(option)
+            values = value if isinstance(value, list) else [value]
+            for v in values:
+                if isinstance(v, str):
+                    _check_path(recipe, problems, ("curate", i, "options", option), v, check=check_paths)
+
+    if recipe.tokenize is not None and recipe.tokenize.file:
+        _check_path(recipe, problems, ("tokenize", "file"), recipe.tokenize.file, check=check_paths)
+
+    if recipe.blend is not None:
+        if recipe.tokenize is None:
+            problems.add(("blend",), "a blend needs a `tokenize:` section (the shards are made there)")
+        blended: set[str] = set()
+        for i, entry in enumerate(recipe.blend):
+            if entry.source not in names:
+                problems.add(("blend", i, "source"), f"no source named `{entry.source}`{suggest(entry.source, names)}")
+            if entry.source in blended:
+                problems.add(("blend", i, "source"), f"`{entry.source}` appears twice in the blend")
+            blended.add(entry.source)
+
+    if recipe.train is not None:
+        if recipe.blend is None:
+            problems.add(("train",), "training needs a `blend:` section (which shards to train on)")
+        config = recipe.train.config
+        if isinstance(config, str):
+            _check_path(recipe, problems, ("train", "config"), config, check=check_paths)
+        else:
+            _check_train_config(config, problems)
+
+    if recipe.eval is not None:
+        if recipe.train is None:
+            problems.add(("eval",), "evaluation needs a `train:` section (the model to evaluate)")
+        if recipe.eval.data_dir:
+            _check_path(recipe, problems, ("eval", "data_dir"), recipe.eval.data_dir, check=check_paths)
+        if recipe.eval.tasks and not recipe.eval.data_dir:
+            problems.add(("eval", "data_dir"), "benchmark tasks need `data_dir` (their files in the original formats)")
+        known = _known_tasks()
+        if known:
+            for i, task in enumerate(recipe.eval.tasks):
+                if task not in known:
+                    problems.add(("eval", "tasks", i), f"unknown task `{task}`{suggest(task, known)}")
+
+
+def _known_tasks() -> list[str]:
+    """Task names from the eval package when it is installed (else no check here)."""
+    try:
+        from tokenmill.eval import tasks as eval_tasks
+    except ImportError:
+        return []
+    for attr in ("TASKS", "REGISTRY", "TASK_NAMES"):
+        registry = getattr(eval_tasks, attr, None)
+        if registry:
+            return sorted(registry)
+    lister = getattr(eval_tasks, "task_names", None) or getattr(eval_tasks, "list_tasks", None)
+    return sorted(lister()) if callable(lister) else []
+
+
+def _check_train_config(config: dict[str, Any], problems: Problems) -> None:
+    """Validate the inline trainer config with the trainer's own schema when it is installed."""
+    try:
+        from tokenmill.train import config as train_config
+    except ImportError:
+        return
+    loader = None
+    for attr in ("config_from_dict", "TrainConfig"):
+        loader = getattr(train_config, attr, None)
+        if loader is not None:
+            break
+    if loader is None:
+        return
+    try:
+        if hasattr(loader, "model_validate"):
+            loader.model_validate(config)
+        elif hasattr(loader, "from_dict"):
+            loader.from_dict(config)
+        else:
+            result = loader(config)
+            if hasattr(result, "validate"):
+                result.validate()
+    except ValidationError as error:
+        for item in error.errors():
+            problems.add(("train", "config", *item["loc"]), item["msg"])
+    except TokenmillError as error:
+        problems.add(("train", "config"), str(error))

@@ -1,0 +1,239 @@
+"""A recipe becomes an ordered list of steps, each with its inputs, its output and a fingerprint.
+
+Step names say where they sit: `ingest.<source>`, `curate.<source>.<stage>`,
+`tokenize.tokenizer`, `tokenize.encode.<source>`, `tokenize.blend`, `train`, `eval`.
+`--from/--until/--force` take a step name, a prefix of one (`curate`, `curate.wiki`,
+`tokenize`) or a stage name across sources (`langid`).
+
+A step's fingerprint hashes its own config, the fingerprints of the steps it reads (so a
+change anywhere upstream reaches everything downstream), the identity of raw input files
+(path, size, mtime) and the tokenmill version. A finished step records its fingerprint in
+`WORKDIR/.state/<step>.json`; a re-run skips a step whose recorded fingerprint matches and
+whose output is still there.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenmill import __version__
+from tokenmill.errors import TokenmillError
+from tokenmill.pipelines.recipe import Recipe
+
+STATE_DIR = ".state"
+
+
+@dataclass
+class Step:
+    name: str
+    kind: str  # ingest | curate | tokenizer | encode | blend | train | eval
+    deps: list[str]
+    output: Path
+    config: dict[str, Any]
+    source: str | None = None
+    uses_dask: bool = False
+    fingerprint: str = ""
+    description: str = ""
+    inputs: list[str] = field(default_factory=list)  # human-readable, for the plan
+
+
+def _file_identity(path: Path) -> list[Any]:
+    """(path, size, mtime) of a raw input file or of every file under a directory."""
+    if path.is_file():
+        st = path.stat()
+        return [[str(path), st.st_size, st.st_mtime_ns]]
+    if path.is_dir():
+        return [item for p in sorted(path.rglob("*")) if p.is_file() for item in _file_identity(p)]
+    return [[str(path), None, None]]
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def curate_steps_for(recipe: Recipe, source: str) -> list[tuple[int, Any]]:
+    return [(i, c) for i, c in enumerate(recipe.curate) if c.sources is None or source in c.sources]
+
+
+def build_plan(recipe: Recipe, workdir: Path) -> list[Step]:
+    from tokenmill.pipelines.pydocs import installation_fingerprint
+
+    steps: list[Step] = []
+    final_docs: dict[str, str] = {}  # source -> name of its last curation step
+    for source in recipe.sources:
+        src_dir = workdir / "curate" / source.name
+        config = source.model_dump(exclude={"path"})
+        if source.format == "python-docs":
+            raw: Any = {"python-docs": installation_fingerprint()}
+            inputs = ["python installation (pydoc topics, stdlib docstrings, package METADATA/LICENSE)"]
+        else:
+            paths = [recipe.resolve(p) for p in source.paths()]
+            raw = [item for p in paths for item in _file_identity(p)]
+            config["paths"] = [str(p) for p in paths]
+            inputs = [str(p) for p in paths]
+        steps.append(Step(
+            f"ingest.{source.name}", "ingest", [], src_dir / "00-ingest", {**config, "raw": raw},
+            source=source.name, uses_dask=True, description=f"read {source.format or 'auto'} into Parquet documents",
+            inputs=inputs,
+        ))
+        previous = steps[-1]
+        for n, (i, c) in enumerate(curate_steps_for(recipe, source.name), start=1):
+            options = dict(c.options)
+            from tokenmill.pipelines.stages import STAGES
+
+            for option in STAGES[c.stage].path_options:
+                if isinstance(options.get(option), str):
+                    options[option] = str(recipe.resolve(options[option]))
+                elif isinstance(options.get(option), list):
+                    options[option] = [str(recipe.resolve(v)) if isinstance(v, str) else v for v in options[option]]
+            step = Step(
+                f"curate.{source.name}.{c.step_name}", "curate", [previous.name], src_dir / f"{n:02d}-{c.step_name}",
+                {"stage": c.stage, "options": options, "index": i}, source=source.name, uses_dask=True,
+                description=f"{c.stage} {json.dumps(c.options, default=str) if c.options else ''}".strip(),
+                inputs=[str(previous.output)],
+            )
+            steps.append(step)
+            previous = step
+        final_docs[source.name] = previous.name
+
+    by_name = {s.name: s for s in steps}
+    if recipe.tokenize is not None:
+        tok = recipe.tokenize
+        blended = [b.source for b in recipe.blend] if recipe.blend else [s.name for s in recipe.sources]
+        tok_deps = [final_docs[s] for s in blended] if not tok.file else []
+        tok_config: dict[str, Any] = tok.model_dump()
+        if tok.file:
+            tok_config["file"] = str(recipe.resolve(tok.file))
+            tok_config["raw"] = _file_identity(recipe.resolve(tok.file))
+        steps.append(Step(
+            "tokenize.tokenizer", "tokenizer", tok_deps, workdir / "tokenizer", tok_config,
+            description=f"use {tok.file}" if tok.file else f"train byte-level BPE, vocab {tok.vocab_size}",
+            inputs=[str(by_name[d].output) for d in tok_deps] or [str(tok_config.get("file"))],
+        ))
+        for name in blended:
+            steps.append(Step(
+                f"tokenize.encode.{name}", "encode", [final_docs[name], "tokenize.tokenizer"], workdir / "shards" / name,
+                {}, source=name, uses_dask=True, description="encode documents into Megatron .bin/.idx shards",
+                inputs=[str(by_name[final_docs[name]].output), str(workdir / "tokenizer" / "tokenizer.json")],
+            ))
+        if recipe.blend:
+            steps.append(Step(
+                "tokenize.blend", "blend", [f"tokenize.encode.{b.source}" for b in recipe.blend], workdir / "blend",
+                {"blend": [b.model_dump() for b in recipe.blend]},
+                description="weights per shard: " + ", ".join(
+                    f"{b.source}={'w' + str(b.weight) if b.weight is not None else str(b.epochs) + ' epochs'}" for b in recipe.blend
+                ),
+                inputs=[str(workdir / "shards" / b.source) for b in recipe.blend],
+            ))
+    if recipe.train is not None:
+        train = recipe.train
+        train_config = train.config if isinstance(train.config, dict) else {"file": str(recipe.resolve(train.config))}
+        steps.append(Step(
+            "train", "train", ["tokenize.blend"], workdir / "train",
+            {"config": train_config, **train.model_dump(exclude={"config", "gpus", "gpu_memory"})},
+            description=f"train under torchrun, tp={train.tp} pp={train.pp} dp={train.dp} zero={train.zero}"
+                        f" ({train.world_size} process{'es' if train.world_size > 1 else ''})",
+            inputs=[str(workdir / "blend" / "blend.json")],
+        ))
+    if recipe.eval is not None:
+        ev = recipe.eval.model_dump()
+        if recipe.eval.data_dir:
+            ev["data_dir"] = str(recipe.resolve(recipe.eval.data_dir))
+        steps.append(Step(
+            "eval", "eval", ["train"], workdir / "eval", ev,
+            description=f"tasks {', '.join(recipe.eval.tasks) or 'none'} x shots {recipe.eval.shots}"
+                        + ("; held-out perplexity" if recipe.eval.perplexity else ""),
+            inputs=[str(workdir / "train" / "run")],
+        ))
+
+    fingerprints: dict[str, str] = {}
+    for step in steps:
+        step.fingerprint = _hash({
+            "name": step.name, "config": step.config, "deps": [fingerprints[d] for d in step.deps], "version": __version__,
+        })
+        fingerprints[step.name] = step.fingerprint
+    return steps
+
+
+# --------------------------------------------------------------------------------------------
+# Selection: --from / --until / --force
+
+
+def match_steps(steps: list[Step], pattern: str, flag: str) -> set[str]:
+    names = [s.name for s in steps]
+    matched = {n for n in names if n == pattern or n.startswith(pattern + ".") or n.split(".")[-1] == pattern}
+    if not matched:
+        candidates = sorted({*names, *(n.split(".")[0] for n in names), *(n.split(".")[-1] for n in names)})
+        close = difflib.get_close_matches(pattern, candidates, n=1)
+        hint = f" (did you mean `{close[0]}`?)" if close else ""
+        raise TokenmillError(f"{flag} {pattern}: no such step{hint}; steps: {', '.join(names)}")
+    return matched
+
+
+def descendants(steps: list[Step], roots: set[str]) -> set[str]:
+    out = set(roots)
+    for step in steps:  # steps are in dependency order
+        if any(d in out for d in step.deps):
+            out.add(step.name)
+    return out
+
+
+def ancestors(steps: list[Step], roots: set[str]) -> set[str]:
+    by_name = {s.name: s for s in steps}
+    out: set[str] = set()
+    stack = list(roots)
+    while stack:
+        name = stack.pop()
+        if name in out:
+            continue
+        out.add(name)
+        stack.extend(by_name[name].deps)
+    return out
+
+
+@dataclass
+class Selection:
+    runnable: set[str]  # steps this invocation may run (the rest must already be done)
+    forced: set[str]  # steps that run even when their fingerprint is unchanged
+
+
+def select(steps: list[Step], from_: list[str] | None, until: list[str] | None, force: list[str] | None) -> Selection:
+    names = {s.name for s in steps}
+    runnable = set(names)
+    forced: set[str] = set()
+    if until:
+        targets = set().union(*(match_steps(steps, u, "--until") for u in until))
+        runnable &= ancestors(steps, targets)
+    if from_:
+        starts = set().union(*(match_steps(steps, f, "--from") for f in from_))
+        later = descendants(steps, starts)
+        runnable &= later
+        forced |= later
+    if force:
+        roots = set().union(*(match_steps(steps, f, "--force") for f in force))
+        forced |= descendants(steps, roots)
+    return Selection(runnable, forced & runnable)
+
+
+def state_path(workdir: Path, step: Step) -> Path:
+    return workdir / STATE_DIR / f"{step.name}.json"
+
+
+def read_state(workdir: Path, step: Step) -> dict[str, Any] | None:
+    path = state_path(workdir, step)
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def is_fresh(workdir: Path, step: Step) -> bool:
+    state = read_state(workdir, step)
+    return bool(state) and state.get("fingerprint") == step.fingerprint and step.output.exists()

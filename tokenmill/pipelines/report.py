@@ -1,0 +1,329 @@
+"""`WORKDIR/report.html` (self-contained, charts inline as SVG) and `WORKDIR/report.md`.
+
+Sections, in order (each has a stable id in the HTML, which the tests look for):
+`summary` (steps, timings, fingerprints), `funnel` (documents and tokens through each stage
+per source, with rejection reasons), `lengths` (document length histograms before and after
+curation), `blend` (requested against realised weights), `training` (loss and validation
+curves, throughput), `evaluation` (the results table). A section whose step has not run says
+so instead of disappearing, so a partial run still has a readable report.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import time
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from tokenmill import __version__
+from tokenmill.pipelines.plan import Step, read_state
+from tokenmill.pipelines.recipe import Recipe
+from tokenmill.pipelines.svg import bar_chart, histogram, line_chart
+
+SECTIONS = (
+    ("summary", "Run summary"),
+    ("funnel", "Data funnel"),
+    ("lengths", "Document lengths"),
+    ("blend", "Blend"),
+    ("training", "Training"),
+    ("evaluation", "Evaluation"),
+)
+# Documents whose lengths are read per stage for the histograms (a sample beyond this).
+LENGTH_SAMPLE = 200_000
+
+
+def _manifest(stage_dir: Path) -> dict[str, Any] | None:
+    path = stage_dir / "manifest.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def doc_lengths(stage_dir: Path, limit: int = LENGTH_SAMPLE) -> list[int]:
+    """Character lengths of the kept documents of a stage (the first `limit`)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    out: list[int] = []
+    kept = stage_dir / "kept"
+    if not kept.is_dir():
+        return out
+    for path in sorted(kept.rglob("*.parquet")):
+        table = pq.read_table(path, columns=["text"])
+        out.extend(x for x in pc.utf8_length(table["text"]).to_pylist() if x is not None)
+        if len(out) >= limit:
+            break
+    return out[:limit]
+
+
+def _table_md(header: list[str], rows: list[list[Any]]) -> str:
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _table_html(header: list[str], rows: list[list[Any]]) -> str:
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return escape(str(v))
+
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+class Section:
+    """One report section, written to both Markdown and HTML."""
+
+    def __init__(self, key: str, title: str) -> None:
+        self.key, self.title = key, title
+        self.md: list[str] = []
+        self.html: list[str] = []
+
+    def text(self, text: str) -> None:
+        self.md.append(text)
+        self.html.append(f"<p>{escape(text)}</p>")
+
+    def subtitle(self, text: str) -> None:
+        self.md.append(f"### {text}")
+        self.html.append(f"<h3>{escape(text)}</h3>")
+
+    def table(self, header: list[str], rows: list[list[Any]]) -> None:
+        self.md.append(_table_md(header, rows))
+        self.html.append(_table_html(header, rows))
+
+    def chart(self, svg: str, alt: str) -> None:
+        if not svg:
+            return
+        data = base64.b64encode(svg.encode()).decode()
+        self.md.append(f"![{alt}](data:image/svg+xml;base64,{data})")
+        self.html.append(f'<figure class="chart" data-chart="{escape(alt)}">{svg}<figcaption>{escape(alt)}</figcaption></figure>')
+
+
+def _funnel(recipe: Recipe, steps: list[Step], section: Section) -> dict[str, list[tuple[str, Path]]]:
+    stage_dirs: dict[str, list[tuple[str, Path]]] = {}
+    for source in recipe.sources:
+        chain = [s for s in steps if s.source == source.name and s.kind in ("ingest", "curate")]
+        rows: list[list[Any]] = []
+        reasons: list[list[Any]] = []
+        stage_dirs[source.name] = []
+        first_in = None
+        for s in chain:
+            manifest = _manifest(s.output)
+            label = s.name.split(".")[-1] if s.kind == "curate" else "ingest"
+            if manifest is None:
+                rows.append([label, "not run", "", "", ""])
+                continue
+            stage_dirs[source.name].append((label, s.output))
+            counts = manifest["counts"]
+            first_in = counts["in"] if first_in is None else first_in
+            rejected = sum(counts["rejected"].values())
+            rows.append([label, counts["in"], counts["kept"], rejected,
+                         f"{100 * counts['kept'] / first_in:.1f}%" if first_in else ""])
+            for reason, n in sorted(counts["rejected"].items(), key=lambda kv: -kv[1]):
+                reasons.append([label, reason, n, f"{100 * n / counts['in']:.1f}%" if counts["in"] else ""])
+        encode = next((s for s in steps if s.kind == "encode" and s.source == source.name), None)
+        meta_path = encode.output / f"{source.name}.json" if encode else None
+        if meta_path and meta_path.exists():
+            meta = json.loads(meta_path.read_text())
+            rows.append(["tokens", meta["counts"]["in"], meta["documents"], sum(meta["counts"]["rejected"].values()),
+                         f"{meta['tokens']:,} tokens"])
+        section.subtitle(f"Source {source.name}")
+        section.table(["stage", "documents in", "kept", "rejected", "kept of ingested"], rows)
+        if reasons:
+            section.table(["stage", "rejection reason", "documents", "share of stage input"], reasons)
+        else:
+            section.text("No document was rejected.")
+    return stage_dirs
+
+
+def _lengths(stage_dirs: dict[str, list[tuple[str, Path]]], section: Section) -> None:
+    any_chart = False
+    for source, dirs in stage_dirs.items():
+        if not dirs:
+            continue
+        before = doc_lengths(dirs[0][1])
+        after = doc_lengths(dirs[-1][1])
+        series = {f"after {dirs[0][0]}": before}
+        if len(dirs) > 1:
+            series[f"after {dirs[-1][0]}"] = after
+        section.subtitle(f"Source {source}")
+        rows = []
+        for name, values in series.items():
+            if values:
+                ordered = sorted(values)
+                rows.append([name, len(values), ordered[len(ordered) // 2], round(sum(values) / len(values), 1), ordered[-1]])
+        section.table(["documents", "count", "median chars", "mean chars", "max chars"], rows)
+        section.chart(histogram(f"{source}: document length (characters)", series, "characters (log scale)"),
+                      f"{source} document lengths")
+        any_chart = True
+    if not any_chart:
+        section.text("Curation has not run yet.")
+
+
+def _blend(workdir: Path, steps: list[Step], section: Section) -> None:
+    blend_step = next((s for s in steps if s.kind == "blend"), None)
+    info_path = blend_step.output / "blend-info.json" if blend_step else None
+    if not info_path or not info_path.exists():
+        section.text("No blend has been built yet." if blend_step else "The recipe has no blend.")
+        return
+    info = json.loads(info_path.read_text())
+    names = list(info["weights"])
+    weights = [info["weights"][n] for n in names]
+    requested = {e["source"]: e for e in info["requested"]}
+    realised = weights
+    samples = None
+    train_state = next((read_state(workdir, s) for s in steps if s.kind == "train"), None)
+    config_path = workdir / "train" / "config.yaml"
+    seq_len = None
+    if config_path.exists():
+        import yaml
+
+        cfg = yaml.safe_load(config_path.read_text()) or {}
+        steps_n = cfg.get("steps")
+        batch = cfg.get("global_batch_size")
+        seq_len = cfg.get("seq_len") or (cfg.get("model") or {}).get("max_seq_len")
+        if steps_n and batch:
+            samples = int(steps_n) * int(batch)
+    if samples:
+        try:
+            import numpy as np
+
+            from tokenmill.tokenize.blend import build_blending_indices, normalize_weights
+
+            index, _ = build_blending_indices(normalize_weights(weights), samples)
+            realised = (np.bincount(index, minlength=len(names)) / len(index)).tolist()
+        except ImportError:
+            pass
+    rows = []
+    for name, w, r in zip(names, weights, realised):
+        req = requested[name]
+        asked = f"weight {req['weight']}" if req.get("weight") is not None else f"{req['epochs']} epochs"
+        tokens = info["tokens"][name]
+        epochs = (r * samples * seq_len / tokens) if samples and seq_len and tokens else None
+        rows.append([name, asked, tokens, round(w, 4), round(r, 4), "" if epochs is None else round(epochs, 3)])
+    section.text(
+        "Requested shares come from the recipe (epochs become weights proportional to epochs x tokens); "
+        + (f"realised shares are those of the {samples:,} training samples the greedy blend drew." if samples
+           else "training has not been configured, so realised shares equal the requested ones.")
+    )
+    section.table(["source", "requested", "tokens", "requested share", "realised share", "epochs seen"], rows)
+    section.chart(bar_chart("Blend: requested vs realised share", names, {"requested": weights, "realised": realised}, "share"),
+                  "blend requested vs realised")
+    del train_state
+
+
+def _training(workdir: Path, section: Section) -> None:
+    from tokenmill.pipelines.runner import read_metrics
+
+    run_dir = workdir / "train" / "run"
+    metrics = read_metrics(run_dir)
+    if not metrics:
+        section.text("Training has not run yet.")
+        return
+    loss = [(m["step"], m["loss"]) for m in metrics if isinstance(m.get("loss"), (int, float)) and "step" in m]
+    val = [(m["step"], m["val_loss"]) for m in metrics if isinstance(m.get("val_loss"), (int, float))]
+    tps = [(m["step"], m["tokens_per_s"]) for m in metrics if isinstance(m.get("tokens_per_s"), (int, float))]
+    last = metrics[-1]
+    rows = [["steps", last.get("step")], ["final training loss", last.get("loss")]]
+    if val:
+        rows.append(["final validation loss", val[-1][1]])
+        rows.append(["validation perplexity", math.exp(min(val[-1][1], 50))])
+    if tps:
+        rows.append(["median tokens/s", sorted(v for _, v in tps)[len(tps) // 2]])
+    mfu = [m["mfu"] for m in metrics if isinstance(m.get("mfu"), (int, float))]
+    if mfu:
+        rows.append(["median MFU", sorted(mfu)[len(mfu) // 2]])
+    config_path = workdir / "train" / "config.yaml"
+    if config_path.exists():
+        import yaml
+
+        cfg = yaml.safe_load(config_path.read_text()) or {}
+        rows.append(["layout", f"tp={cfg.get('tp', 1)} pp={cfg.get('pp', 1)} dp={cfg.get('dp', 1)} zero={cfg.get('zero', 0)}"])
+    section.table(["quantity", "value"], rows)
+    series = {"train loss": loss}
+    if val:
+        series["validation loss"] = val
+    section.chart(line_chart("Loss", series, "step", "loss"), "loss curves")
+    if tps:
+        section.chart(line_chart("Throughput", {"tokens/s": tps}, "step", "tokens per second"), "throughput")
+
+
+def _evaluation(workdir: Path, section: Section) -> None:
+    path = workdir / "eval" / "results.json"
+    if not path.exists():
+        section.text("Evaluation has not run yet.")
+        return
+    data = json.loads(path.read_text())
+    rows = [[r.get("task"), r.get("shots", ""), r.get("metric"), r.get("value"), "" if r.get("stderr") is None else r.get("stderr"),
+             "" if r.get("n") is None else r.get("n")] for r in data.get("results", [])]
+    if rows:
+        section.table(["task", "shots", "metric", "value", "stderr", "n"], rows)
+    else:
+        section.text("No result.")
+    for item in data.get("skipped", []):
+        section.text(f"skipped {item['task']}: {item['reason']}")
+
+
+def _summary(recipe: Recipe, workdir: Path, steps: list[Step], section: Section) -> None:
+    rows = []
+    for s in steps:
+        state = read_state(workdir, s)
+        if state and state.get("fingerprint") == s.fingerprint:
+            status, seconds, summary = "done", state.get("seconds"), state.get("summary", "")
+        elif state:
+            status, seconds, summary = "out of date", state.get("seconds"), state.get("summary", "")
+        else:
+            status, seconds, summary = "not run", "", ""
+        rows.append([s.name, status, seconds if seconds != "" else "", summary, s.fingerprint])
+    section.text(f"Recipe {recipe.name}" + (f": {recipe.description}" if recipe.description else "")
+                 + f". tokenmill {__version__}; report written {time.strftime('%Y-%m-%d %H:%M:%S')}.")
+    section.table(["step", "status", "seconds", "result", "fingerprint"], rows)
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222}
+h1{font-size:1.6em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
+th{background:#f3f3f3}figure{margin:.8em 0}figcaption{font-size:.85em;color:#666}nav a{margin-right:1em}
+"""
+
+
+def write_report(recipe: Recipe, workdir: Path, steps: list[Step]) -> tuple[Path, Path]:
+    sections = {key: Section(key, title) for key, title in SECTIONS}
+    _summary(recipe, workdir, steps, sections["summary"])
+    stage_dirs = _funnel(recipe, steps, sections["funnel"])
+    _lengths(stage_dirs, sections["lengths"])
+    _blend(workdir, steps, sections["blend"])
+    _training(workdir, sections["training"])
+    _evaluation(workdir, sections["evaluation"])
+
+    title = f"tokenmill report: {recipe.name}"
+    md = [f"# {title}", ""]
+    for s in sections.values():
+        md += [f"## {s.title}", "", *[block + "\n" for block in s.md]]
+    nav = "".join(f'<a href="#{s.key}">{escape(s.title)}</a>' for s in sections.values())
+    body = "".join(
+        f'<section id="{s.key}"><h2>{escape(s.title)}</h2>{"".join(s.html)}</section>' for s in sections.values()
+    )
+    html = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+            f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1><nav>{nav}</nav>{body}</body></html>\n")
+    md_path, html_path = workdir / "report.md", workdir / "report.html"
+    for path, content in ((md_path, "\n".join(md)), (html_path, html)):
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(content)
+        os.replace(tmp, path)
+    return md_path, html_path

@@ -1,0 +1,441 @@
+"""Run a recipe's plan: each step writes under the work directory, records its fingerprint when
+it finishes, and is skipped by a later run while that fingerprint holds.
+
+Resuming after a crash needs nothing special: a step's fingerprint is written only after its
+output is complete, curation stages publish their directories atomically, the encoder keeps
+finished partitions, and the trainer resumes from its latest checkpoint. A killed run started
+again therefore redoes only the unfinished step, from where that step can resume.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tokenmill import __version__
+from tokenmill.errors import TokenmillError
+from tokenmill.pipelines.plan import (
+    STATE_DIR,
+    Selection,
+    Step,
+    build_plan,
+    is_fresh,
+    read_state,
+    select,
+    state_path,
+)
+from tokenmill.pipelines.recipe import Recipe
+
+
+@dataclass
+class StepResult:
+    name: str
+    status: str  # ran | skipped | not-selected
+    seconds: float = 0.0
+    summary: str = ""
+
+
+@dataclass
+class RunResult:
+    workdir: Path
+    steps: list[StepResult] = field(default_factory=list)
+    report_md: Path | None = None
+    report_html: Path | None = None
+    seconds: float = 0.0
+
+
+class Context:
+    """What steps share during one run: the recipe, the work directory, one Dask client."""
+
+    def __init__(self, recipe: Recipe, workdir: Path, steps: list[Step], *, scheduler: str | None, workers: int | None,
+                 progress: bool) -> None:
+        self.recipe = recipe
+        self.workdir = workdir
+        self.steps = {s.name: s for s in steps}
+        self.scheduler = scheduler
+        self.workers = workers
+        self.progress = progress
+        self._client_stack: ExitStack | None = None
+        self._client: Any = None
+
+    def client(self) -> Any:
+        """The Dask client every curation and encoding step shares, opened on first use."""
+        if self._client is None:
+            from tokenmill.curate.cluster import dask_client
+
+            self._client_stack = ExitStack()
+            self._client = self._client_stack.enter_context(dask_client(self.scheduler, self.workers))
+        return self._client
+
+    def close_client(self) -> None:
+        """Closed before training, so the trainer's processes get the cores."""
+        if self._client_stack is not None:
+            self._client_stack.close()
+        self._client_stack = None
+        self._client = None
+
+
+def _log(message: str) -> None:
+    print(message, flush=True)
+
+
+def default_workdir(recipe: Recipe) -> Path:
+    if recipe.workdir:
+        return recipe.resolve(recipe.workdir)
+    return Path.cwd() / f"{recipe.name}-work"
+
+
+# --------------------------------------------------------------------------------------------
+# Step implementations
+
+
+def _ingest(ctx: Context, step: Step) -> dict[str, Any]:
+    from tokenmill.curate.ingest import ingest
+
+    source = ctx.recipe.source(step.source or "")
+    extra: dict[str, Any] = {}
+    if source.format == "python-docs":
+        from tokenmill.pipelines.pydocs import build_corpus
+
+        corpus = ctx.workdir / "sources" / source.name / "corpus.jsonl"
+        _log(f"  assembling the python-docs corpus -> {corpus}")
+        extra = build_corpus(corpus, source.max_documents)
+        paths: list[Any] = [corpus]
+        fmt, id_field = "jsonl", "id"
+    else:
+        paths = [ctx.recipe.resolve(p) for p in source.paths()]
+        fmt, id_field = source.format, source.id_field
+    manifest = ingest(
+        [str(p) for p in paths], step.output, format=fmt, text_field=source.text_field, id_field=id_field,
+        source=source.name, separator=source.separator, client=ctx.client(), progress=ctx.progress,
+    )
+    if extra:
+        manifest["python_docs"] = extra
+        (step.output / "python-docs.json").write_text(json.dumps(extra, indent=2) + "\n")
+    return manifest
+
+
+def _curate(ctx: Context, step: Step) -> dict[str, Any]:
+    from tokenmill.pipelines.stages import STAGES, given_options
+
+    kind = STAGES[step.config["stage"]]
+    options = given_options(kind, step.config["options"])
+    upstream = ctx.steps[step.deps[0]].output
+    return kind.run(options, str(upstream), step.output, client=ctx.client(), progress=ctx.progress)
+
+
+def _tokenizer(ctx: Context, step: Step) -> dict[str, Any]:
+    spec = ctx.recipe.tokenize
+    assert spec is not None
+    target = step.output / "tokenizer.json"
+    tmp = step.output.with_name(f".{step.output.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    if spec.file:
+        shutil.copyfile(ctx.recipe.resolve(spec.file), tmp / "tokenizer.json")
+    else:
+        from tokenmill.tokenize.tokenizer import train_tokenizer
+
+        inputs = [str(ctx.steps[d].output) for d in step.deps]
+        _log(f"  training a byte-level BPE (vocab {spec.vocab_size}) on {len(inputs)} curated source(s)")
+        train_tokenizer(inputs, spec.vocab_size, tmp / "tokenizer.json", sample_docs=spec.sample_docs,
+                        progress=ctx.progress, **spec.options)
+    if step.output.exists():
+        shutil.rmtree(step.output)
+    tmp.rename(step.output)
+    from tokenmill.tokenize.tokenizer import load_tokenizer, tokenizer_hash, vocab_size
+
+    return {"path": str(target), "vocab_size": vocab_size(load_tokenizer(target)), "hash": tokenizer_hash(target)}
+
+
+def _encode(ctx: Context, step: Step) -> dict[str, Any]:
+    from tokenmill.tokenize.encode import encode_documents
+
+    docs = ctx.steps[step.deps[0]].output
+    tokenizer = ctx.steps["tokenize.tokenizer"].output / "tokenizer.json"
+    step.output.mkdir(parents=True, exist_ok=True)
+    # The encoder resumes from the partitions under PREFIX.parts/, so the prefix is stable.
+    return encode_documents(str(docs), tokenizer, step.output / step.source, client=ctx.client(), progress=ctx.progress)
+
+
+def blend_weights(entries: list[dict[str, Any]], tokens: dict[str, int]) -> dict[str, float]:
+    """Normalised weights; `epochs: e` means e passes over the source's tokens, so its weight
+    is proportional to e x tokens (MT-NLG gives some sources in epochs, others in weight).
+    Mixing both: weights are shares of the stream and the epoch sources take their share."""
+    epoch_tokens = {e["source"]: e["epochs"] * tokens[e["source"]] for e in entries if e.get("epochs") is not None}
+    weighted = {e["source"]: e["weight"] for e in entries if e.get("weight") is not None}
+    if not weighted:
+        total = sum(epoch_tokens.values())
+        return {k: v / total for k, v in epoch_tokens.items()}
+    if not epoch_tokens:
+        total = sum(weighted.values())
+        return {k: v / total for k, v in weighted.items()}
+    # Weighted sources fill the stream the epoch sources leave; scale by their token shares.
+    w_total = sum(weighted.values())
+    weighted_tokens = sum(tokens[k] for k in weighted)
+    stream = sum(epoch_tokens.values()) + weighted_tokens
+    out = {k: v / stream for k, v in epoch_tokens.items()}
+    rest = 1.0 - sum(out.values())
+    out.update({k: rest * v / w_total for k, v in weighted.items()})
+    return out
+
+
+def _blend(ctx: Context, step: Step) -> dict[str, Any]:
+    from tokenmill.tokenize.encode import read_shard_metadata
+
+    entries = step.config["blend"]
+    prefixes = {e["source"]: ctx.steps[f"tokenize.encode.{e['source']}"].output / e["source"] for e in entries}
+    tokens = {name: int(read_shard_metadata(p)["tokens"]) for name, p in prefixes.items()}
+    empty = [name for name, n in tokens.items() if n == 0]
+    if empty:
+        raise TokenmillError(f"blend: source(s) {', '.join(empty)} have no tokens left after curation")
+    weights = blend_weights(entries, tokens)
+    blend = [{"prefix": str(prefixes[name]), "weight": round(weights[name], 12)} for name in prefixes]
+    tmp = step.output.with_name(f".{step.output.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (tmp / "blend.json").write_text(json.dumps(blend, indent=2) + "\n")
+    info = {"requested": entries, "weights": weights, "tokens": tokens}
+    (tmp / "blend-info.json").write_text(json.dumps(info, indent=2) + "\n")
+    if step.output.exists():
+        shutil.rmtree(step.output)
+    tmp.rename(step.output)
+    return info
+
+
+def train_config(ctx: Context, step: Step) -> dict[str, Any]:
+    """The trainer's config for this run: the recipe's, plus data, output, tokenizer, layout,
+    and a vocabulary that covers the trained tokenizer when the recipe leaves it out."""
+    spec = ctx.recipe.train
+    assert spec is not None
+    if isinstance(spec.config, str):
+        config = yaml.safe_load(ctx.recipe.resolve(spec.config).read_text()) or {}
+    else:
+        config = json.loads(json.dumps(spec.config))
+    tokenizer_dir = ctx.steps["tokenize.tokenizer"].output
+    tokenizer_path = tokenizer_dir / "tokenizer.json"
+    config["data"] = str(ctx.steps["tokenize.blend"].output / "blend.json")
+    config["out"] = str(step.output / "run")
+    config["tokenizer"] = str(tokenizer_path)
+    for key in ("tp", "pp", "dp", "zero"):
+        config[key] = getattr(spec, key)
+    if spec.steps:
+        config["steps"] = spec.steps
+    if tokenizer_path.exists():
+        from tokenmill.tokenize.tokenizer import load_tokenizer, vocab_size
+
+        vocab = vocab_size(load_tokenizer(tokenizer_path))
+        model = config.setdefault("model", {"preset": "tiny"})
+        if isinstance(model, str):
+            model = config["model"] = {"preset": model}
+        if "vocab_size" not in model:
+            model["vocab_size"] = 64 * math.ceil(vocab / 64)  # padded, as Megatron pads the vocabulary
+        elif model["vocab_size"] < vocab:
+            raise TokenmillError(f"train.config.model.vocab_size {model['vocab_size']} is smaller than the tokenizer's {vocab}")
+    return config
+
+
+def _train(ctx: Context, step: Step) -> dict[str, Any]:
+    ctx.close_client()
+    config = train_config(ctx, step)
+    step.output.mkdir(parents=True, exist_ok=True)
+    config_path = step.output / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    run_dir = step.output / "run"
+    resume = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").glob("step_*"))
+    spec = ctx.recipe.train
+    assert spec is not None
+    argv = [sys.executable, "-m", "tokenmill.cli", "train", str(config_path), *spec.extra_args]
+    if resume:
+        argv.append("--resume")
+        _log(f"  resuming from the latest checkpoint in {run_dir / 'checkpoints'}")
+    if not ctx.progress:
+        argv.append("--no-progress")
+    _log(f"  $ {' '.join(argv[2:])}")
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    process = subprocess.Popen(argv, env=env)
+    try:
+        rc = process.wait()
+    except BaseException:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        raise
+    if rc != 0:
+        raise TokenmillError(f"training failed (exit status {rc}); fix the cause and re-run: it resumes from the last checkpoint")
+    metrics = read_metrics(run_dir)
+    last = metrics[-1] if metrics else {}
+    return {"run_dir": str(run_dir), "steps": last.get("step"), "loss": last.get("loss"),
+            "val_loss": next((m["val_loss"] for m in reversed(metrics) if "val_loss" in m), None)}
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill
+    # A resumed run logs the steps after its checkpoint again: keep the last record per step.
+    by_step: dict[Any, dict[str, Any]] = {}
+    for record in out:
+        by_step[record.get("step")] = {**by_step.get(record.get("step"), {}), **record}
+    return [by_step[k] for k in sorted(by_step, key=lambda s: (s is None, s))]
+
+
+def _eval(ctx: Context, step: Step) -> dict[str, Any]:
+    from tokenmill.pipelines.evaluate import run_eval
+
+    spec = ctx.recipe.eval
+    assert spec is not None
+    return run_eval(ctx, step, spec)
+
+
+RUNNERS = {"ingest": _ingest, "curate": _curate, "tokenizer": _tokenizer, "encode": _encode, "blend": _blend,
+           "train": _train, "eval": _eval}
+
+
+def summarise(step: Step, result: dict[str, Any]) -> str:
+    counts = result.get("counts") if isinstance(result, dict) else None
+    if step.kind == "encode":
+        return f"{result.get('documents')} documents, {result.get('tokens')} tokens"
+    if counts and "in" in counts:
+        rejected = sum(counts.get("rejected", {}).values())
+        return f"in {counts['in']}, kept {counts['kept']}, rejected {rejected}"
+    if step.kind == "tokenizer":
+        return f"vocab {result.get('vocab_size')}"
+    if step.kind == "blend":
+        return ", ".join(f"{k} {v:.3f}" for k, v in result.get("weights", {}).items())
+    if step.kind == "train":
+        loss = result.get("loss")
+        return f"step {result.get('steps')}, loss {loss:.4f}" if isinstance(loss, (int, float)) else ""
+    if step.kind == "eval":
+        return f"{len(result.get('results', []))} result(s)"
+    return ""
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+
+
+def run_recipe(
+    recipe: Recipe,
+    workdir: Path | None = None,
+    *,
+    from_: list[str] | None = None,
+    until: list[str] | None = None,
+    force: list[str] | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    report: bool = True,
+) -> RunResult:
+    started = time.time()
+    workdir = Path(workdir or default_workdir(recipe)).resolve()
+    steps = build_plan(recipe, workdir)
+    selection = select(steps, from_, until, force)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / STATE_DIR).mkdir(exist_ok=True)
+    # The recipe as run, for the report and for whoever opens the directory later.
+    (workdir / "recipe.json").write_text(recipe.model_dump_json(indent=2) + "\n")
+    ctx = Context(recipe, workdir, steps, scheduler=scheduler or recipe.scheduler, workers=workers or recipe.workers,
+                  progress=progress)
+    result = RunResult(workdir)
+    try:
+        for index, step in enumerate(steps, start=1):
+            tag = f"[{index}/{len(steps)}] {step.name}"
+            fresh = is_fresh(workdir, step)
+            if step.name not in selection.runnable:
+                needed = any(step.name in s.deps for s in steps if s.name in selection.runnable)
+                if fresh:
+                    note = "up to date, not selected"
+                elif read_state(workdir, step) and step.output.exists():
+                    note = "not selected; out of date, its previous output is used"
+                elif needed:
+                    raise TokenmillError(f"{step.name} has never finished but selected steps need it; run without --from/--until first")
+                else:
+                    note = "not selected"
+                _log(f"{tag}: {note}")
+                result.steps.append(StepResult(step.name, "skipped" if fresh else "not-selected", summary=note))
+                continue
+            if fresh and step.name not in selection.forced:
+                state = read_state(workdir, step) or {}
+                _log(f"{tag}: up to date, skipped ({state.get('summary', '')})")
+                result.steps.append(StepResult(step.name, "skipped", summary=state.get("summary", "")))
+                continue
+            _log(f"{tag}: {step.description}")
+            state_path(workdir, step).unlink(missing_ok=True)
+            t0 = time.time()
+            outcome = RUNNERS[step.kind](ctx, step)
+            seconds = time.time() - t0
+            summary = summarise(step, outcome)
+            state = {"step": step.name, "fingerprint": step.fingerprint, "finished": time.time(), "seconds": round(seconds, 3),
+                     "summary": summary, "version": __version__, "result": outcome}
+            tmp = state_path(workdir, step).with_suffix(".tmp")
+            tmp.write_text(json.dumps(state, indent=2, default=str) + "\n")
+            os.replace(tmp, state_path(workdir, step))
+            _log(f"{tag}: done in {seconds:.1f}s: {summary}")
+            result.steps.append(StepResult(step.name, "ran", seconds, summary))
+    finally:
+        ctx.close_client()
+        if report:
+            from tokenmill.pipelines.report import write_report
+
+            try:
+                result.report_md, result.report_html = write_report(recipe, workdir, steps)
+            except Exception as error:  # a report must never hide the run's own error
+                _log(f"report: could not be written: {error}")
+    result.seconds = time.time() - started
+    ran = [s for s in result.steps if s.status == "ran"]
+    skipped = [s for s in result.steps if s.status == "skipped"]
+    _log("")
+    _log(f"tokenmill run: {len(ran)} step(s) ran, {len(skipped)} up to date, in {result.seconds:.1f}s; work directory {workdir}")
+    for s in ran:
+        _log(f"  {s.name:<32} {s.seconds:7.1f}s  {s.summary}")
+    if result.report_html:
+        _log(f"report: {result.report_html} (and {result.report_md.name})")
+    return result
+
+
+def format_plan(recipe: Recipe, workdir: Path, from_: list[str] | None = None, until: list[str] | None = None,
+                force: list[str] | None = None) -> str:
+    """What `--dry-run` prints: every step with its status, inputs and output; the training
+    layout with the planner's memory estimate."""
+    steps = build_plan(recipe, workdir)
+    selection: Selection = select(steps, from_, until, force)
+    lines = [f"recipe {recipe.name}: {len(steps)} steps; work directory {workdir}", ""]
+    for index, step in enumerate(steps, start=1):
+        if step.name not in selection.runnable:
+            status = "not selected"
+        elif step.name in selection.forced:
+            status = "will run (forced)"
+        elif is_fresh(workdir, step):
+            status = "up to date"
+        else:
+            status = "will run"
+        lines.append(f"{index:>3}. {step.name}  [{status}]  fingerprint {step.fingerprint}")
+        lines.append(f"       {step.description}")
+        for item in step.inputs:
+            lines.append(f"       in:  {item}")
+        lines.append(f"       out: {step.output}")
+    if recipe.train is not None:
+        from tokenmill.pipelines.layout import describe_layout
+
+        lines += ["", *describe_layout(recipe)]
+    return "\n".join(lines)

@@ -1,0 +1,151 @@
+"""The curation stages a recipe can name, and how each is called.
+
+A stage is either a `DocumentStage` dataclass (its fields are the recipe's `options`, run with
+`run_stage`) or a function `fn(input, output, *, client, progress, **options) -> manifest`
+(global stages such as deduplication, which shuffle across partitions). Both are resolved
+lazily, so a recipe naming a stage whose module is not installed gets a clear error at
+validation time, not a crash halfway through a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import typing
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, create_model
+
+from tokenmill.errors import ConfigError
+
+# Arguments the runner supplies itself; never recipe options.
+RUNNER_ARGS = {"input", "inputs", "output", "client", "scheduler", "workers", "progress", "self", "paths"}
+
+
+@dataclass(frozen=True)
+class StageKind:
+    """A curate stage known to recipes: where its implementation lives and what it does."""
+
+    name: str
+    module: str
+    attrs: tuple[str, ...]  # candidate attribute names, first found wins
+    help: str
+    # Options whose value is a path, resolved against the recipe's directory.
+    path_options: tuple[str, ...] = ()
+
+    def load(self) -> Any:
+        try:
+            module = importlib.import_module(self.module)
+        except ModuleNotFoundError as error:
+            if error.name and self.module.startswith(error.name):
+                raise ConfigError(f"stage `{self.name}` is not available: module {self.module} is not installed") from None
+            raise
+        for attr in self.attrs:
+            if hasattr(module, attr):
+                return getattr(module, attr)
+        raise ConfigError(f"stage `{self.name}`: {self.module} has none of {', '.join(self.attrs)}")
+
+    def is_class(self) -> bool:
+        return inspect.isclass(self.load())
+
+    def options_model(self) -> type[BaseModel]:
+        return _options_model(self)
+
+    def run(self, options: dict[str, Any], input: Any, output: Path, *, client: Any, progress: bool) -> dict[str, Any]:
+        impl = self.load()
+        if inspect.isclass(impl):
+            from tokenmill.curate.stage import run_stage
+
+            # A stage with a `from_options` factory takes the recipe's options through it (the
+            # filter's rule sets are built that way); otherwise options are its dataclass fields.
+            factory = getattr(impl, "from_options", None)
+            stage = factory(**options) if factory is not None else impl(**options)
+            return run_stage(stage, input, output, client=client, progress=progress)
+        params = inspect.signature(impl).parameters
+        kwargs: dict[str, Any] = dict(options)
+        if "client" in params:
+            kwargs["client"] = client
+        if "progress" in params:
+            kwargs["progress"] = progress
+        return impl(input, output, **kwargs)
+
+
+STAGES: dict[str, StageKind] = {
+    kind.name: kind
+    for kind in (
+        StageKind("normalize", "tokenmill.curate.normalize", ("NormalizeStage",), "ftfy, NFC, whitespace"),
+        StageKind("langid", "tokenmill.curate.langid", ("LangIdStage",), "fastText language id", ("model",)),
+        StageKind("filter", "tokenmill.curate.filter", ("FilterStage",), "Gopher / C4 / FineWeb rules"),
+        StageKind(
+            "classify", "tokenmill.curate.classifier", ("ClassifyStage", "ClassifierStage"),
+            "fastText quality classifier (GPT-3 / MT-NLG)", ("model",),
+        ),
+        StageKind(
+            "exact_dedup", "tokenmill.curate.dedup", ("exact_dedup", "ExactDedupStage"),
+            "exact duplicates by normalized-text hash",
+        ),
+        StageKind(
+            "fuzzy_dedup", "tokenmill.curate.dedup", ("fuzzy_dedup", "FuzzyDedupStage"),
+            "near duplicates by MinHash LSH", ("index",),
+        ),
+        StageKind(
+            "decontaminate", "tokenmill.curate.decontaminate", ("decontaminate", "DecontaminateStage"),
+            "n-gram overlap with evaluation tasks", ("tasks", "task_files", "data_dir"),
+        ),
+    )
+}
+
+
+def stage_kind(name: str) -> StageKind | None:
+    return STAGES.get(name)
+
+
+def _annotations(impl: Any) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(impl)
+    except Exception:  # a forward reference we cannot resolve: fall back to Any
+        return {}
+
+
+@cache
+def _options_model(kind: StageKind) -> type[BaseModel]:
+    """A strict pydantic model of a stage's options, built from its dataclass fields or its
+    function signature, so recipes get the same unknown-key and type errors as the stage."""
+    impl = kind.load()
+    hints = _annotations(impl)
+    fields: dict[str, Any] = {}
+    factory = getattr(impl, "from_options", None) if inspect.isclass(impl) else None
+    if factory is not None:
+        hints = _annotations(factory)
+        impl = factory
+    if inspect.isclass(impl) and dataclasses.is_dataclass(impl):
+        for f in dataclasses.fields(impl):
+            if not f.init or f.name in RUNNER_ARGS:
+                continue
+            has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+            fields[f.name] = (hints.get(f.name, Any), None if has_default else ...)
+    else:
+        target: Callable[..., Any] = impl.__init__ if inspect.isclass(impl) else impl
+        if not inspect.isclass(impl):
+            hints = _annotations(impl)
+        for name, param in inspect.signature(target).parameters.items():
+            if name in RUNNER_ARGS or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            if param.kind == param.POSITIONAL_ONLY:
+                continue
+            required = param.default is inspect.Parameter.empty
+            fields[name] = (hints.get(name, Any), ... if required else None)
+    return create_model(
+        f"{kind.name}_options", __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True), **fields
+    )
+
+
+def given_options(kind: StageKind, options: dict[str, Any]) -> dict[str, Any]:
+    """Only the options the recipe set (validated defaults are left to the stage itself)."""
+    model = kind.options_model()
+    validated = model.model_validate(options)
+    return {k: getattr(validated, k) for k in options if k in model.model_fields}
