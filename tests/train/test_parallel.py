@@ -1,0 +1,187 @@
+"""3D parallelism equals single-process training (CPU, gloo).
+
+One `torchrun` launch per world size runs every layout of that size in turn (process start-up
+dominates on a small CPU); each rank writes its losses, gradient norms and its share of the
+final parameters (gathered to full tensors), and the tests compare them with the
+single-process engine on the same model, data and steps.
+
+Run as a script, this file is the worker: `torchrun ... test_parallel.py OUT LAYOUT...`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+STEPS = 3
+GLOBAL_BATCH = 8
+MICRO_BATCH = 2
+SEQ = 16
+LR = 1e-3
+CLIP = 1.0
+
+# name -> (model overrides, train overrides)
+LAYOUTS_2 = {
+    "tp2": ({}, {"tp": 2}),
+    "tp2_sp_llama": ({"flavour": "llama", "n_kv_heads": 2}, {"tp": 2, "sequence_parallel": True}),
+    "pp2_1f1b": ({}, {"pp": 2, "pp_schedule": "1f1b"}),
+    "pp2_gpipe": ({}, {"pp": 2, "pp_schedule": "gpipe"}),
+    "pp2_interleaved": ({"n_layers": 4}, {"pp": 2, "pp_schedule": "interleaved", "virtual_stages": 2}),
+    "dp2_zero0": ({}, {"dp": 2, "zero": 0}),
+    "dp2_zero1": ({}, {"dp": 2, "zero": 1}),
+    "dp2_zero2": ({}, {"dp": 2, "zero": 2}),
+    "dp2_zero3": ({}, {"dp": 2, "zero": 3}),
+}
+LAYOUTS_8 = {
+    "tp2_pp2_dp2_zero3_sp": ({}, {"tp": 2, "pp": 2, "dp": 2, "zero": 3, "sequence_parallel": True}),
+    "tp2_pp2_dp2_zero1": ({}, {"tp": 2, "pp": 2, "dp": 2, "zero": 1}),
+}
+ALL = {**LAYOUTS_2, **LAYOUTS_8}
+
+
+def make_config(name: str):
+    from tokenmill.train.config import TrainConfig
+    from tokenmill.train.model import ModelConfig
+
+    model_over, train_over = ALL[name] if name in ALL else ({}, {})
+    model = ModelConfig(**{"flavour": "gpt2", "vocab_size": 128, "n_layers": 2, "hidden": 64, "n_heads": 4,
+                           "max_seq_len": SEQ, **model_over})
+    return TrainConfig(model=model, seq_len=SEQ, global_batch_size=GLOBAL_BATCH, micro_batch_size=MICRO_BATCH,
+                       lr=LR, min_lr=LR, clip_grad=CLIP, seed=7, progress=False, tensorboard=False,
+                       **train_over).validate()
+
+
+def batches() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(0, 128, (GLOBAL_BATCH, SEQ + 1), generator=g) for _ in range(STEPS)]
+
+
+def single_process(name: str) -> dict:
+    from tokenmill.train.engine import SingleProcessEngine
+    from tokenmill.train.model import GPT
+
+    cfg = make_config(name)
+    torch.manual_seed(cfg.seed)
+    engine = SingleProcessEngine(GPT(cfg.model), cfg, torch.device("cpu"))
+    losses, norms = [], []
+    for tokens in batches():
+        losses.append(engine.train_step(tokens, MICRO_BATCH))
+        norms.append(engine.clip_grad_norm(CLIP))
+        engine.optimizer_step(LR)
+    params = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
+    return {"losses": losses, "norms": norms, "params": params}
+
+
+def worker(out: Path, names: list[str]) -> None:
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from tokenmill.train.parallel.engine import build_parallel_engine
+
+    torch.set_num_threads(1)
+    for name in names:
+        cfg = make_config(name)
+        torch.manual_seed(cfg.seed)
+        engine = build_parallel_engine(cfg.model, cfg)
+        local = GLOBAL_BATCH // engine.dp_size
+        losses, norms = [], []
+        for tokens in batches():
+            mine = tokens[engine.dp_rank * local:(engine.dp_rank + 1) * local]
+            losses.append(engine.train_step(mine, MICRO_BATCH))
+            norms.append(engine.clip_grad_norm(CLIP))
+            engine.optimizer_step(LR)
+        params: dict[str, torch.Tensor] = {}
+        for part in engine.model_parts:
+            params.update(get_model_state_dict(part, options=StateDictOptions(full_state_dict=True)))
+        rank = dist.get_rank()
+        torch.save({"losses": losses, "norms": norms, "params": params}, out / f"{name}.rank{rank}.pt")
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(out: Path, nproc: int, names: list[str], timeout: int = 400) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+           f"--master-port={free_port()}", "--master-addr=127.0.0.1", __file__, str(out), *names]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
+
+
+def merged(out: Path, name: str, world: int) -> dict:
+    parts = [torch.load(out / f"{name}.rank{r}.pt", weights_only=False) for r in range(world)]
+    params: dict[str, torch.Tensor] = {}
+    for p in parts:
+        params.update(p["params"])
+    # Every rank reports the same loss and norm.
+    for p in parts[1:]:
+        assert p["losses"] == parts[0]["losses"]
+    return {"losses": parts[0]["losses"], "norms": parts[0]["norms"], "params": params}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("parallel")
+    launch(out, 2, list(LAYOUTS_2))
+    launch(out, 8, list(LAYOUTS_8))
+    return out
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("name", list(ALL))
+def test_layout_equals_single_process(runs: Path, name: str) -> None:
+    world = 8 if name in LAYOUTS_8 else 2
+    got, want = merged(runs, name, world), single_process(name)
+    for a, b in zip(got["losses"], want["losses"]):
+        assert a == pytest.approx(b, rel=1e-5), (got["losses"], want["losses"])
+    for a, b in zip(got["norms"], want["norms"]):
+        assert a == pytest.approx(b, rel=1e-4), (got["norms"], want["norms"])
+    assert set(got["params"]) == set(want["params"])
+    for key, value in want["params"].items():
+        torch.testing.assert_close(got["params"][key], value, rtol=1e-5, atol=1e-6, msg=key)
+
+
+def test_impossible_layouts_are_clear_errors() -> None:
+    from tokenmill.errors import ConfigError
+    from tokenmill.train.model import ModelConfig
+    from tokenmill.train.parallel.mesh import ParallelDims, validate_layout
+
+    model = ModelConfig("gpt2", 128, 2, 64, 4, max_seq_len=SEQ)
+    cases = [
+        (ParallelDims(2, 2, 1), 8, "tp x pp x dp = 2 x 2 x 1 = 4 but 8 processes"),
+        (ParallelDims(8, 1, 1), 8, "tp: 8 does not divide model.n_heads = 4"),
+        (ParallelDims(1, 4, 1), 4, "4 pipeline stages"),
+        (ParallelDims(1, 2, 1, pp_schedule="interleaved", virtual_stages=2), 2, "4 pipeline stages"),
+    ]
+    for dims, world, message in cases:
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+            validate_layout(dims, model, SEQ, world)
+    with pytest.raises(ConfigError, match="seq_len 15 is not divisible by tp = 2"):
+        validate_layout(ParallelDims(2, 1, 1, sequence_parallel=True), model, 15, 2)
+
+
+def test_pipeline_split_balances_the_head() -> None:
+    from tokenmill.train.model import ModelConfig
+    from tokenmill.train.parallel.pipeline import split_layers
+
+    model = ModelConfig("gpt2", 50304, 8, 256, 4, max_seq_len=SEQ)  # the head costs ~16 layers here
+    bounds = split_layers(model, 4)
+    assert [len(b) for b in bounds] == [3, 2, 2, 1]
+    assert sum(bounds, []) == list(range(8))
+    assert [len(b) for b in split_layers(ModelConfig("gpt2", 128, 4, 64, 4), 4)] == [1, 1, 1, 1]
+
+
+if __name__ == "__main__":
+    worker(Path(sys.argv[1]), sys.argv[2:])

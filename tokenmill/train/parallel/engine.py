@@ -1,0 +1,253 @@
+"""The parallel engine: the plain GPT under tensor (+ sequence) x pipeline x data (ZeRO)
+parallelism, behind the same `Engine` protocol as the single-process one.
+
+Composition (torchtitan's order): build the model (same RNG as the single-process engine, so
+runs are comparable), split it into pipeline stages, then per stage tensor parallel,
+activation checkpointing, `compile` per block, FSDP2 (ZeRO-2/3); then the optimizer (ZeRO-1
+shards it by whole parameters) and the pipeline schedule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor.parallel import loss_parallel
+
+from tokenmill.train.config import TrainConfig
+from tokenmill.train.engine import apply_activation_checkpointing, autocast_context, cross_entropy
+from tokenmill.train.model import GPT, ModelConfig
+from tokenmill.train.optim import build_optimizer
+from tokenmill.train.parallel.data_parallel import ZeroOneOptimizer, all_reduce_grads, apply_fsdp, local
+from tokenmill.train.parallel.mesh import ParallelDims, build_mesh, init_distributed, validate_layout
+from tokenmill.train.parallel.pipeline import build_schedule, make_stage_module, split_layers, stage_ids
+from tokenmill.train.parallel.tensor_parallel import apply_tensor_parallel
+
+# Optimizer state keyed by parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"), so a
+# checkpoint does not depend on how parameters are grouped into stages or optimizers.
+_SD_OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+
+
+class ParallelEngine:
+    """tp x pp x dp processes training one model; every rank runs the same calls."""
+
+    def __init__(self, model_config: ModelConfig, cfg: TrainConfig, device: torch.device | None = None,
+                 model: GPT | None = None) -> None:
+        self.cfg = cfg
+        self.dims = dims = ParallelDims.from_config(cfg)
+        self.device = init_distributed(device)
+        validate_layout(dims, model_config, cfg.sequence_length, dist.get_world_size())
+        self.mesh = build_mesh(dims, self.device.type)
+        self.pp_group = self.mesh.get_group("pp")
+        self.dp_group = self.mesh.get_group("dp")
+        self.pp_rank = self.mesh.get_local_rank("pp")
+        self.dp_rank = self.mesh.get_local_rank("dp")
+        self.tp_rank = self.mesh.get_local_rank("tp")
+        self.dp_size = dims.dp
+        self.is_logging_rank = dist.get_rank() == 0
+        self.model_config = model_config
+
+        # The full model from the caller's RNG state, exactly as the single-process engine
+        # builds it; distributing it below keeps the values (parity tests rely on this).
+        full = (model if model is not None else GPT(model_config)).to(self.device)
+        self.stage_ids = stage_ids(self.pp_rank, dims.pp, dims.stages_per_rank)
+        if dims.pp > 1:
+            bounds = split_layers(model_config, dims.num_stages)
+            parts = [make_stage_module(full, bounds[s], s == 0, s == dims.num_stages - 1) for s in self.stage_ids]
+            del full
+        else:
+            parts = [full]
+        for part in parts:
+            if dims.tp > 1:
+                apply_tensor_parallel(part, self.mesh["tp"], dims.sequence_parallel)
+            apply_activation_checkpointing(part, cfg.activation_checkpointing)
+            if cfg.compile:
+                for block in part.layers.values():
+                    block.compile()
+            if dims.zero >= 2 and dims.dp > 1:
+                apply_fsdp(part, self.mesh["dp"], dims.zero)
+        self.model_parts: list[nn.Module] = parts
+
+        self._zero1 = dims.zero == 1 and dims.dp > 1
+        if self._zero1:
+            self._optims: list[Any] = [
+                ZeroOneOptimizer(list(p.named_parameters()), lambda named: build_optimizer(named, cfg),
+                                 self.dp_group, self.dp_rank, dims.dp)
+                for p in parts
+            ]
+            self.optimizers = [o.inner for o in self._optims]
+        else:
+            self.optimizers = [build_optimizer(p.named_parameters(), cfg) for p in parts]
+            self._optims = list(self.optimizers)
+        self.optimizer = self.optimizers[0]
+        self._schedules: dict[int, Any] = {}
+
+    # ------------------------------------------------------------------ helpers
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        for part in self.model_parts:
+            yield from part.parameters()
+
+    def _context(self):
+        stack = contextlib.ExitStack()
+        if self.dims.tp > 1:
+            stack.enter_context(loss_parallel())  # cross-entropy over vocabulary-sharded logits
+        stack.enter_context(autocast_context(self.cfg, self.device))
+        return stack
+
+    def _schedule(self, n_micro: int):
+        if n_micro not in self._schedules:
+            if n_micro < self.dims.pp:
+                raise ValueError(
+                    f"{n_micro} micro-batches for {self.dims.pp} pipeline stages: the pipeline needs at least "
+                    f"pp micro-batches per step (lower micro_batch_size)"
+                )
+            self._schedules[n_micro] = build_schedule(
+                self.model_parts, self.stage_ids, self.dims.num_stages, self.device, self.pp_group,
+                n_micro, self.dims.pp_schedule, cross_entropy,
+            )
+        return self._schedules[n_micro]
+
+    def _mean_over(self, value: torch.Tensor) -> float:
+        """Loss known on the last pipeline stage -> the mean over dp, on every rank."""
+        if self.dims.pp > 1:
+            dist.broadcast(value, src=dist.get_global_rank(self.pp_group, self.dims.pp - 1), group=self.pp_group)
+        if self.dims.dp > 1:
+            dist.all_reduce(value, group=self.dp_group)
+            value = value / self.dims.dp
+        return value.item()
+
+    # ------------------------------------------------------------------ the protocol
+
+    def train_step(self, tokens: torch.Tensor, micro_batch_size: int) -> float:
+        for part in self.model_parts:
+            part.train()
+        tokens = tokens.to(self.device, non_blocking=True)
+        n_micro = tokens.shape[0] // micro_batch_size
+        if n_micro * micro_batch_size != tokens.shape[0]:
+            raise ValueError(f"local batch {tokens.shape[0]} is not a multiple of micro-batch {micro_batch_size}")
+        x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        if self.dims.pp > 1:
+            # Micro-batches are the pipeline's: the schedule accumulates (and averages) them.
+            schedule = self._schedule(n_micro)
+            losses: list[torch.Tensor] = []
+            last = self.pp_rank == self.dims.pp - 1
+            with self._context():
+                args = (x,) if self.pp_rank == 0 else ()
+                if last:
+                    schedule.step(*args, target=y, losses=losses)
+                else:
+                    schedule.step(*args)
+            loss = (torch.stack([local(l).detach().float() for l in losses]).mean() if last
+                    else torch.zeros((), device=self.device))
+        else:
+            (model,) = self.model_parts
+            total = torch.zeros((), device=self.device)
+            for xm, ym in zip(x.split(micro_batch_size), y.split(micro_batch_size)):
+                with self._context():
+                    loss_m = cross_entropy(model(xm), ym)
+                    (loss_m / n_micro).backward()
+                total += local(loss_m.detach()).float()
+            loss = total / n_micro
+        if self.dims.zero <= 1 and self.dims.dp > 1:
+            all_reduce_grads(self.parameters(), self.dp_group, self.dims.dp)
+        return self._mean_over(loss)
+
+    @torch.no_grad()
+    def clip_grad_norm(self, max_norm: float) -> float:
+        """The norm of the whole model's gradient: each rank sums the squares of what it holds,
+        divided by how many ranks hold the same values, then one all-reduce over the world."""
+        ranks_per_stage = self.dims.dp * self.dims.tp
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        for g in grads:
+            copies = ranks_per_stage
+            if isinstance(g, DTensor):
+                for dim, placement in enumerate(g.placements):
+                    if isinstance(placement, Shard):
+                        copies //= g.device_mesh.size(dim)
+            total += local(g).double().pow(2).sum() / copies
+        dist.all_reduce(total)
+        norm = total.sqrt()
+        if max_norm > 0:
+            coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+            for g in grads:
+                local(g).mul_(coef.to(g.dtype))
+        return norm.item()
+
+    def optimizer_step(self, lr: float) -> None:
+        for opt in self.optimizers:
+            for group in opt.param_groups:
+                group["lr"] = lr
+        for opt in self._optims:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    @torch.no_grad()
+    def eval_loss(self, tokens: torch.Tensor) -> float:
+        for part in self.model_parts:
+            part.eval()
+        tokens = tokens.to(self.device)
+        x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        with self._context():
+            if self.dims.pp == 1:
+                loss = local(cross_entropy(self.model_parts[0](x), y)).float()
+            else:
+                loss = self._pipeline_forward(x, y)
+        for part in self.model_parts:
+            part.train()
+        return self._mean_over(loss)
+
+    def _pipeline_forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Forward only, stage after stage (validation needs no schedule)."""
+        dims, S = self.dims, self.dims.num_stages
+        seq = x.shape[1] // dims.tp if (dims.tp > 1 and dims.sequence_parallel) else x.shape[1]
+        loss = torch.zeros((), device=self.device)
+        for s in range(S):
+            if s % dims.pp != self.pp_rank:
+                continue
+            part = self.model_parts[self.stage_ids.index(s)]
+            if s == 0:
+                inp = x
+            else:
+                inp = torch.empty(x.shape[0], seq, self.model_config.hidden, device=self.device)
+                dist.recv(inp, group=self.pp_group, group_src=(s - 1) % dims.pp)
+            out = part(inp)
+            if s == S - 1:
+                loss = local(cross_entropy(out, y)).float()
+            else:
+                dist.send(local(out).float().contiguous(), group=self.pp_group, group_dst=(s + 1) % dims.pp)
+        return loss
+
+    def state_dict_for_checkpoint(self) -> dict[str, Any]:
+        model: dict[str, Any] = {}
+        optim: dict[str, Any] = {}
+        for part, opt in zip(self.model_parts, self.optimizers):
+            model.update(get_model_state_dict(part))
+            optim.update(get_optimizer_state_dict(part, opt, options=_SD_OPTIONS))
+        return {"model": model, "optim": optim}
+
+    def load_state_dict_from_checkpoint(self, state: dict[str, Any]) -> None:
+        for part, opt in zip(self.model_parts, self.optimizers):
+            keys = get_model_state_dict(part).keys()
+            set_model_state_dict(part, {k: state["model"][k] for k in keys}, options=StateDictOptions(strict=True))
+            okeys = get_optimizer_state_dict(part, opt, options=_SD_OPTIONS).keys()
+            set_optimizer_state_dict(part, opt, {k: state["optim"][k] for k in okeys}, options=_SD_OPTIONS)
+
+
+def build_parallel_engine(model_config: ModelConfig, train_config: TrainConfig, device: torch.device | None = None,
+                          model: GPT | None = None) -> ParallelEngine:
+    """The engine for `train_config`'s tp x pp x dp layout (call on every rank, after seeding)."""
+    return ParallelEngine(model_config, train_config, device, model)
