@@ -1,0 +1,340 @@
+"""Model adapters: loglikelihood of continuations, computed as lm-evaluation-harness's HFLM does.
+
+Scoring follows `TemplateLM.loglikelihood` / `HFLM._loglikelihood_tokens` (0.4.x):
+
+- trailing whitespace of the context moves to the continuation; the continuation's tokens are
+  `enc(ctx + cont)[len(enc(ctx)):]`; an empty context is replaced by the BOS (else EOS) token;
+- the model reads `(ctx_enc + cont_enc)[-(max_length + 1):][:-1]` (left truncation), right-padded
+  in batches of requests sorted by length (longest first);
+- the score is the sum of log-softmax over the continuation tokens, and `is_greedy` says whether
+  every continuation token is the argmax.
+
+Where this is faster than the harness, the numbers stay the same: the output projection and the
+log-softmax run only at the continuation positions (not over every position of every padded
+row), requests whose model input is identical run once, and strings repeated across choices are
+tokenized once, in batches.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from tokenmill.errors import TokenmillError
+
+DEFAULT_MAX_LENGTH = 2048  # the harness's default when neither config nor tokenizer says
+TOKENIZER_INFINITY = 1000000000000000019884624838656  # transformers' "no limit" model_max_length
+
+
+@runtime_checkable
+class EvalModel(Protocol):
+    """What the evaluator needs from a model."""
+
+    name: str
+    max_length: int
+
+    def encode(self, texts: Sequence[str], add_special_tokens: bool | None = None) -> list[list[int]]: ...
+
+    def loglikelihood(
+        self, requests: Sequence[tuple[str, str]], batch_size: int = 16, progress: bool = True
+    ) -> list[tuple[float, bool]]: ...
+
+
+@dataclass
+class _Item:
+    """One unique model input and the requests it answers."""
+
+    inp: list[int]
+    # (request index, continuation tokens) for every request sharing this exact input.
+    users: list[tuple[int, list[int]]]
+
+
+class TokenLM:
+    """Shared loglikelihood machinery; subclasses provide tokenization and the forward pass."""
+
+    name: str = "model"
+    max_length: int = DEFAULT_MAX_LENGTH
+    prefix_token_id: int = 0
+    # The decoded prefix token: strings starting with it are encoded without special tokens.
+    prefix_text: str | None = None
+    device: torch.device = torch.device("cpu")
+
+    # ----- to implement -----
+    def _encode_raw(self, texts: list[str], add_special_tokens: bool | None) -> list[list[int]]:
+        raise NotImplementedError
+
+    def _forward_selected(self, inputs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """inputs [B, T] -> logits [N, V] at the positions where keep [B, T] is True (row-major)."""
+        raise NotImplementedError
+
+    # ----- tokenization as the harness's tok_encode -----
+    def encode(self, texts: Sequence[str], add_special_tokens: bool | None = None) -> list[list[int]]:
+        if add_special_tokens is not None or not self.prefix_text:
+            return self._encode_raw(list(texts), add_special_tokens)
+        # A string that already starts with the BOS text must not get a second BOS.
+        out: list[list[int]] = [[] for _ in texts]
+        plain = [i for i, t in enumerate(texts) if not t.startswith(self.prefix_text)]
+        prefixed = [i for i, t in enumerate(texts) if t.startswith(self.prefix_text)]
+        for idx, special in ((plain, None), (prefixed, False)):
+            if idx:
+                for i, ids in zip(idx, self._encode_raw([texts[i] for i in idx], special), strict=True):
+                    out[i] = ids
+        return out
+
+    def encode_requests(self, requests: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+        """(context, continuation) strings -> (context tokens, continuation tokens)."""
+        split: list[tuple[str, str]] = []
+        for context, continuation in requests:
+            if context:
+                n_spaces = len(context) - len(context.rstrip())
+                if n_spaces > 0:
+                    continuation = context[-n_spaces:] + continuation
+                    context = context[:-n_spaces]
+            split.append((context, continuation))
+        # Contexts repeat across choices: encode each distinct string once, in one batch call.
+        wanted = sorted({c for c, _ in split if c} | {c + k for c, k in split if c})
+        ids = dict(zip(wanted, self.encode(wanted), strict=True))
+        empties = sorted({k for c, k in split if not c})
+        empty_ids = dict(zip(empties, self.encode(empties, add_special_tokens=False), strict=True)) if empties else {}
+        out: list[tuple[list[int], list[int]]] = []
+        for context, continuation in split:
+            if not context:
+                cont = empty_ids[continuation]
+                if cont and cont[0] == self.prefix_token_id:
+                    out.append((cont[:1], cont[1:]))
+                else:
+                    out.append(([self.prefix_token_id], cont))
+            else:
+                ctx = ids[context]
+                out.append((ctx, ids[context + continuation][len(ctx) :]))
+        return out
+
+    # ----- scoring -----
+    def loglikelihood(
+        self, requests: Sequence[tuple[str, str]], batch_size: int = 16, progress: bool = True
+    ) -> list[tuple[float, bool]]:
+        encoded = self.encode_requests(requests)
+        return self.loglikelihood_tokens(encoded, batch_size=batch_size, progress=progress)
+
+    def loglikelihood_tokens(
+        self, encoded: Sequence[tuple[list[int], list[int]]], batch_size: int = 16, progress: bool = True
+    ) -> list[tuple[float, bool]]:
+        items: dict[tuple[int, ...], _Item] = {}
+        for i, (ctx, cont) in enumerate(encoded):
+            if not ctx or not cont:
+                raise TokenmillError(f"request {i}: empty context or continuation after tokenization")
+            if len(cont) > self.max_length:
+                raise TokenmillError(f"request {i}: continuation of {len(cont)} tokens exceeds {self.max_length}")
+            inp = (ctx + cont)[-(self.max_length + 1) :][:-1]
+            item = items.setdefault(tuple(inp), _Item(inp, []))
+            item.users.append((i, cont))
+        # Longest first, as the harness orders them: padding stays small and any OOM comes early.
+        order = sorted(items.values(), key=lambda it: (-len(it.inp), tuple(it.inp)))
+        results: list[tuple[float, bool] | None] = [None] * len(encoded)
+        bar = tqdm(total=len(encoded), desc="loglikelihood", unit="req", disable=not progress, leave=False)
+        for start in range(0, len(order), max(1, batch_size)):
+            chunk = order[start : start + batch_size]
+            self._score_chunk(chunk, results)
+            bar.update(sum(len(it.users) for it in chunk))
+        bar.close()
+        assert all(r is not None for r in results)
+        return results  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def _score_chunk(self, chunk: list[_Item], results: list[tuple[float, bool] | None]) -> None:
+        width = len(chunk[0].inp)
+        inputs = torch.zeros((len(chunk), width), dtype=torch.long)  # right padding with 0s
+        keep = torch.zeros((len(chunk), width), dtype=torch.bool)
+        spans: list[tuple[int, int]] = []  # (offset into selected rows, number of positions)
+        offset = 0
+        for row, item in enumerate(chunk):
+            n = len(item.inp)
+            inputs[row, :n] = torch.tensor(item.inp, dtype=torch.long)
+            # The longest continuation among the requests that share this input decides the span.
+            span = min(max(len(c) for _, c in item.users), n)
+            keep[row, n - span : n] = True
+            spans.append((offset, span))
+            offset += span
+        logits = self._forward_selected(inputs.to(self.device), keep.to(self.device))
+        logprobs = F.log_softmax(logits.float(), dim=-1)
+        greedy = logprobs.argmax(dim=-1)
+        for item, (start, span) in zip(chunk, spans, strict=True):
+            for index, cont in item.users:
+                c = len(cont)
+                # Tokens past the truncated window were never scored by the harness either.
+                c_eff = min(c, span)
+                rows = slice(start + span - c_eff, start + span)
+                target = torch.tensor(cont[-c_eff:], dtype=torch.long, device=logprobs.device)
+                lp = logprobs[rows].gather(1, target[:, None]).sum()
+                results[index] = (float(lp), bool((greedy[rows] == target).all()))
+
+
+def resolve_max_length(config: object, tokenizer: object | None) -> int:
+    """The harness's rule: config n_positions / max_position_embeddings / n_ctx, then tokenizer."""
+    cfg = getattr(config, "text_config", None) or config
+    for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+        value = getattr(cfg, attr, None)
+        if value is not None:
+            return int(value)
+    limit = getattr(tokenizer, "model_max_length", None)
+    if limit is not None and limit != TOKENIZER_INFINITY:
+        return int(limit)
+    return DEFAULT_MAX_LENGTH
+
+
+class HFModel(TokenLM):
+    """A `transformers` causal LM directory with its tokenizer (loaded locally)."""
+
+    def __init__(
+        self, path: str | Path, device: str = "cpu", dtype: str = "float32", max_length: int | None = None
+    ) -> None:
+        try:
+            import transformers
+        except ImportError as error:  # pragma: no cover
+            raise TokenmillError("evaluating a transformers model needs `pip install transformers`") from error
+        path = Path(path)
+        torch_dtype = getattr(torch, dtype)
+        try:
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        except Exception as error:
+            raise TokenmillError(f"{path}: cannot load its tokenizer ({type(error).__name__}: {error})") from error
+        try:
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(
+                str(path), dtype=torch_dtype, local_files_only=True
+            )
+        except TypeError:  # transformers < 4.56 names it torch_dtype
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(
+                str(path), torch_dtype=torch_dtype, local_files_only=True
+            )
+        self.model.eval().to(device)
+        self.device = torch.device(device)
+        self.name = str(path)
+        self.max_length = max_length or resolve_max_length(self.model.config, self.tokenizer)
+        tok = self.tokenizer
+        prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        if prefix is None:
+            raise TokenmillError(f"{path}: the tokenizer has neither a BOS nor an EOS token")
+        self.prefix_token_id = int(prefix)
+        self.prefix_text = tok.decode(self.prefix_token_id)
+        self._keep_mode = self._detect_keep_mode()
+
+    def _detect_keep_mode(self) -> str:
+        """How to ask the model for logits at chosen positions only."""
+        import inspect
+
+        params = inspect.signature(self.model.forward).parameters
+        if "logits_to_keep" not in params:
+            return "all"
+        try:
+            from transformers.modeling_utils import slice_logits_to_keep  # noqa: F401  (>= 5.x: 2D masks)
+
+            return "mask"
+        except ImportError:
+            return "range"
+
+    def _encode_raw(self, texts: list[str], add_special_tokens: bool | None) -> list[list[int]]:
+        if not texts:
+            return []
+        kwargs = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
+        return [list(ids) for ids in self.tokenizer(texts, **kwargs)["input_ids"]]
+
+    def _forward_selected(self, inputs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        if self._keep_mode == "mask":
+            logits = self.model(inputs, logits_to_keep=keep).logits
+            return logits.reshape(-1, logits.shape[-1])
+        if self._keep_mode == "range":
+            cols = keep.any(dim=0).nonzero().flatten()
+            lo, hi = int(cols.min()), int(cols.max()) + 1
+            logits = self.model(inputs, logits_to_keep=torch.arange(lo, hi, device=inputs.device)).logits
+            return logits[keep[:, lo:hi]]
+        return self.model(inputs).logits[keep]
+
+
+class NativeModel(TokenLM):
+    """A tokenmill checkpoint or run directory, through `tokenmill.train.checkpoint`."""
+
+    def __init__(self, path: str | Path, device: str = "cpu", max_length: int | None = None) -> None:
+        try:
+            from tokenmill.train.checkpoint import load_for_inference
+        except ImportError as error:
+            raise TokenmillError(
+                f"{path} is a tokenmill checkpoint but tokenmill.train.checkpoint is not available ({error})"
+            ) from error
+        from tokenizers import Tokenizer
+
+        model, config, meta = load_for_inference(str(path), device=device)
+        self.model = model.eval()
+        self.config = config
+        self.device = torch.device(device)
+        self.name = str(path)
+        self.max_length = max_length or int(config.max_seq_len)
+        tokenizer_path = meta.get("tokenizer")
+        if not tokenizer_path or not Path(tokenizer_path).exists():
+            raise TokenmillError(f"{path}: checkpoint meta names no readable tokenizer ({tokenizer_path!r})")
+        self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        self.prefix_token_id = self._prefix_id(meta)
+        self.prefix_text = None  # the tokenizer adds no BOS of its own
+
+    def _prefix_id(self, meta: dict) -> int:
+        for key in ("eod_id", "eos_id", "bos_id"):
+            if isinstance(meta.get(key), int):
+                return int(meta[key])
+        for token in ("<|endoftext|>", "<eod>", "</s>", "<s>", "<|bos|>"):
+            tid = self.tokenizer.token_to_id(token)
+            if tid is not None:
+                return int(tid)
+        return 0
+
+    def _encode_raw(self, texts: list[str], add_special_tokens: bool | None) -> list[list[int]]:
+        special = True if add_special_tokens is None else add_special_tokens
+        return [enc.ids for enc in self.tokenizer.encode_batch(texts, add_special_tokens=special)]
+
+    def _forward_selected(self, inputs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        # GPT.forward returns hidden states when `output` is None (the pipeline-stage contract):
+        # project only the kept positions.
+        output = self.model.output
+        self.model.output = None
+        try:
+            hidden = self.model(inputs)
+        finally:
+            self.model.output = output
+        return output(hidden[keep])
+
+
+def is_hf_dir(path: Path) -> bool:
+    return (path / "config.json").is_file() and any(
+        (path / name).exists() for name in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
+    )
+
+
+def load_model(path: str | Path, device: str = "cpu", max_length: int | None = None) -> TokenLM:
+    """A transformers directory (config.json + weights) or a tokenmill run/checkpoint directory."""
+    p = Path(path)
+    if not p.exists():
+        raise TokenmillError(f"model path {p} does not exist")
+    if is_hf_dir(p):
+        return HFModel(p, device=device, max_length=max_length)
+    if (p / "meta.json").exists() or (p / "checkpoints").is_dir() or (p / "latest").exists():
+        return NativeModel(p, device=device, max_length=max_length)
+    raise TokenmillError(
+        f"{p} is neither a transformers model directory (config.json + model.safetensors) "
+        "nor a tokenmill run or checkpoint directory (meta.json, checkpoints/)"
+    )
+
+
+def model_fingerprint(path: str | Path) -> str:
+    """A short description of the model for results (config of a transformers directory)."""
+    p = Path(path)
+    cfg = p / "config.json"
+    if cfg.is_file():
+        data = json.loads(cfg.read_text())
+        return str(data.get("model_type", "?"))
+    return "tokenmill"
+
