@@ -1,0 +1,214 @@
+"""Benchmark decontamination: remove training documents that share a word n-gram (default 13,
+as GPT-3 and MT-NLG did) with the text of evaluation tasks.
+
+Eval tasks are JSONL files (any schema): `--task [NAME=]PATH[:FIELD,FIELD...]`; without fields
+every string value of a record is eval text. Each eval string is normalized like the documents
+(lower-case, punctuation to spaces, whitespace collapsed) and cut into n-grams, hashed with
+XXH64 into one sorted table (8 bytes per distinct n-gram: LAMBADA + PIQA + WinoGrande + BoolQ
+is a few MB). Workers build the table once per process from the files (so the files must be
+readable by the workers) and look up every n-gram of every document with a binary search.
+A document that matches is rejected as `contaminated:<task>` with the first matched n-gram in
+`matched_ngram`. Eval strings shorter than n words contribute nothing (counted in the stats),
+as in GPT-3's procedure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tokenmill.curate.dedup.hashing import shingle_hashes_batch
+from tokenmill.curate.dedup.pipeline import parse_normalization
+from tokenmill.curate.dedup.shingles import ShingleConfig, encode_batch
+from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
+from tokenmill.errors import ConfigError, TokenmillError
+
+HASH_SEED = 13
+
+
+@dataclass(frozen=True)
+class EvalTask:
+    name: str
+    path: str
+    fields: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, spec: str) -> "EvalTask":
+        """`[NAME=]PATH[:FIELD,FIELD...]`; NAME defaults to the file name without extensions."""
+        name = None
+        if "=" in spec:
+            name, spec = spec.split("=", 1)
+        fields: tuple[str, ...] = ()
+        path = spec
+        if ":" in spec and not Path(spec).exists():
+            path, field_list = spec.rsplit(":", 1)
+            fields = tuple(f.strip() for f in field_list.split(",") if f.strip())
+        if not Path(path).is_file():
+            raise TokenmillError(f"eval task file not found: {path}")
+        return cls(name or Path(path).name.split(".")[0], str(Path(path).resolve()), fields)
+
+    def texts(self) -> list[str]:
+        out: list[str] = []
+        with open(self.path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise TokenmillError(f"{self.path}:{number}: not valid JSON ({error})") from None
+                if not isinstance(record, dict):
+                    raise TokenmillError(f"{self.path}:{number}: a JSON object is expected")
+                if self.fields:
+                    missing = [f for f in self.fields if f not in record]
+                    if missing and number == 1:
+                        raise TokenmillError(f"{self.path}: field(s) {', '.join(missing)} not in the records (have {', '.join(record)})")
+                    values = [record.get(f) for f in self.fields]
+                else:
+                    values = list(record.values())
+                out.extend(v for v in values if isinstance(v, str) and v.strip())
+        return out
+
+
+def _ngram_config(ngram: int, normalize: str) -> ShingleConfig:
+    return ShingleConfig(ngram=ngram, mode="word", normalization=parse_normalization(normalize))
+
+
+def _long_enough(normalized: list[str], ngram: int) -> np.ndarray:
+    return np.array([bool(t) and t.count(" ") + 1 >= ngram for t in normalized], dtype=bool)
+
+
+@dataclass
+class NgramTable:
+    hashes: np.ndarray  # sorted unique uint64
+    task_of: np.ndarray  # int32, the first task (in the order given) holding each n-gram
+    task_names: list[str]
+    stats: dict[str, dict[str, int]]
+
+
+def build_table(tasks: tuple[EvalTask, ...], ngram: int, normalize: str) -> NgramTable:
+    config = _ngram_config(ngram, normalize)
+    all_hashes, all_tasks, stats = [], [], {}
+    for index, task in enumerate(tasks):
+        texts = task.texts()
+        batch = encode_batch(texts, config)
+        ok = _long_enough(batch.texts, ngram)
+        hashes, offsets, _, _ = shingle_hashes_batch(batch.buf, batch.offsets, batch.kinds, ngram, ngram, np.uint64(HASH_SEED))
+        keep = np.repeat(ok, np.diff(offsets))
+        unique = np.unique(hashes[keep])
+        all_hashes.append(unique)
+        all_tasks.append(np.full(unique.size, index, np.int32))
+        stats[task.name] = {"texts": len(texts), "too_short": int((~ok).sum()), "ngrams": int(unique.size)}
+    hashes = np.concatenate(all_hashes) if all_hashes else np.zeros(0, np.uint64)
+    task_of = np.concatenate(all_tasks) if all_tasks else np.zeros(0, np.int32)
+    # Stable sort by hash, first occurrence wins: an n-gram shared by tasks goes to the first.
+    order = np.argsort(hashes, kind="stable")
+    hashes, task_of = hashes[order], task_of[order]
+    first = np.ones(hashes.size, dtype=bool)
+    first[1:] = hashes[1:] != hashes[:-1]
+    return NgramTable(hashes[first], task_of[first], [t.name for t in tasks], stats)
+
+
+@lru_cache(maxsize=4)
+def _cached_table(tasks: tuple[EvalTask, ...], ngram: int, normalize: str) -> NgramTable:
+    return build_table(tasks, ngram, normalize)
+
+
+@dataclass
+class Decontaminate(DocumentStage):
+    tasks: tuple[EvalTask, ...] = ()
+    ngram: int = 13
+    normalize: str = "lower,punct"
+    name: str = field(default="decontaminate", init=False)
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise ConfigError("decontamination needs at least one eval task (--task PATH)")
+        if self.ngram < 1:
+            raise ConfigError(f"--ngram must be >= 1, got {self.ngram}")
+        parse_normalization(self.normalize)
+
+    def config(self) -> dict:
+        return {"tasks": [vars(t) | {"fields": list(t.fields)} for t in self.tasks], "ngram": self.ngram, "normalize": self.normalize}
+
+    def process(self, docs: pd.DataFrame) -> StageOutput:
+        table = _cached_table(self.tasks, self.ngram, self.normalize)
+        batch = encode_batch(docs["text"].fillna("").astype(str).tolist(), _ngram_config(self.ngram, self.normalize))
+        hashes, offsets, starts, ends = shingle_hashes_batch(
+            batch.buf, batch.offsets, batch.kinds, self.ngram, self.ngram, np.uint64(HASH_SEED))
+        long_enough = np.repeat(_long_enough(batch.texts, self.ngram), np.diff(offsets))
+        if table.hashes.size:
+            pos = np.searchsorted(table.hashes, hashes)
+            pos = np.minimum(pos, table.hashes.size - 1)
+            hit = (table.hashes[pos] == hashes) & long_enough
+        else:
+            pos, hit = np.zeros(hashes.size, np.int64), np.zeros(hashes.size, bool)
+        doc_of = np.repeat(np.arange(len(docs)), np.diff(offsets))
+        hit_idx = np.flatnonzero(hit)
+        # The first matching n-gram of each document.
+        first_docs, first_at = np.unique(doc_of[hit_idx], return_index=True)
+        matched = np.zeros(len(docs), dtype=bool)
+        matched[first_docs] = True
+        reasons = np.empty(len(docs), dtype=object)
+        ngrams = np.empty(len(docs), dtype=object)
+        buf = batch.buf.tobytes()
+        for d, k in zip(first_docs.tolist(), hit_idx[first_at].tolist()):
+            reasons[d] = f"contaminated:{table.task_names[table.task_of[pos[k]]]}"
+            ngrams[d] = buf[starts[k]:ends[k]].decode("utf-8")
+        rejected = reject(docs[matched], pd.Series(reasons[matched], index=docs.index[matched], dtype=object))
+        rejected["matched_ngram"] = ngrams[matched]
+        n_matches = np.bincount(doc_of[hit_idx], minlength=len(docs))
+        rejected["matched_ngrams"] = n_matches[matched]
+        return StageOutput(n_in=len(docs), kept=docs[~matched], rejected=rejected, stats={"ngrams_checked": int(long_enough.sum())})
+
+
+def run_decontaminate(input, output, tasks: list[str] | list[EvalTask], *, ngram: int = 13, normalize: str = "lower,punct",
+                      fields: list[str] | None = None, **runner) -> dict:
+    parsed = tuple(t if isinstance(t, EvalTask) else EvalTask.parse(t) for t in tasks)
+    if fields:
+        parsed = tuple(EvalTask(t.name, t.path, t.fields or tuple(fields)) for t in parsed)
+    names = [t.name for t in parsed]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"eval task names must be unique, got {names}; name them with NAME=PATH")
+    stage = Decontaminate(tasks=parsed, ngram=ngram, normalize=normalize)
+    table = build_table(parsed, ngram, normalize)  # fail early on bad task files, and record stats
+    manifest = run_stage(stage, input, output, **runner)
+    manifest["eval_tasks"] = table.stats
+    from tokenmill.curate.stage import write_manifest
+
+    write_manifest(Path(output), manifest)
+    return manifest
+
+
+def add_command(stages: argparse._SubParsersAction) -> None:
+    from tokenmill.curate.cli import add_stage_arguments
+
+    parser = stages.add_parser(
+        "decontaminate",
+        help="remove documents sharing a 13-gram with evaluation task text",
+        description="Reject documents that share a word n-gram with the text of eval tasks "
+        "(reason contaminated:<task>, matched n-gram in matched_ngram).",
+    )
+    add_stage_arguments(parser)
+    parser.add_argument("--task", action="append", required=True, metavar="[NAME=]PATH[:FIELD,...]",
+                        help="an eval JSONL file; repeat for several. Without fields, every string field is eval text")
+    parser.add_argument("--fields", default=None, help="comma list of fields for tasks that name none")
+    parser.add_argument("--ngram", type=int, default=13, help="words per n-gram (default 13)")
+    parser.add_argument("--normalize", default="lower,punct", help="comma list of lower, punct, nfkc, or none")
+    parser.set_defaults(func=_command)
+
+
+def _command(args: argparse.Namespace) -> int:
+    from tokenmill.curate.cli import print_summary, runner_options, stage_input
+
+    fields = [f for f in args.fields.split(",") if f] if args.fields else None
+    manifest = run_decontaminate(stage_input(args), args.output, args.task, ngram=args.ngram, normalize=args.normalize,
+                                 fields=fields, **runner_options(args))
+    print_summary(manifest, args.output)
+    return 0
