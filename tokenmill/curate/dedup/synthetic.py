@@ -95,17 +95,48 @@ def plant_near_duplicates(
 
 
 def all_true_pairs(documents: pd.DataFrame, threshold: float, shingles: ShingleConfig | None = None) -> set[tuple[str, str]]:
-    """Every pair of documents with true Jaccard >= threshold (brute force over candidates
-    sharing a shingle; fine for test-sized corpora)."""
+    """Every pair of documents with true Jaccard >= threshold: brute force up to 2,000
+    documents; above, candidates are pairs sharing one of their 64 smallest shingle hashes
+    (a bottom-k sketch, which two sets with Jaccard >= 0.5 share with near certainty)."""
     ids = documents["id"].tolist()
     sets = shingle_sets(documents["text"].tolist(), shingles or ShingleConfig())
-    owners: dict[int, list[int]] = {}
-    for i, s in enumerate(sets):
-        for h in s[:: max(1, len(s) // 64)][:64].tolist():  # sampled: pairs >= threshold share many shingles
-            owners.setdefault(h, []).append(i)
-    candidates = {(a, b) for group in owners.values() if len(group) > 1 for x, a in enumerate(group) for b in group[x + 1 :]}
+    if len(sets) <= 2000:
+        candidates = {(a, b) for a in range(len(sets)) for b in range(a + 1, len(sets))}
+    else:
+        owners: dict[int, list[int]] = {}
+        for i, s in enumerate(sets):
+            for h in s[:64].tolist():
+                owners.setdefault(h, []).append(i)
+        candidates = {(a, b) for group in owners.values() if 1 < len(group) <= 1000
+                      for x, a in enumerate(group) for b in group[x + 1 :]}
     out = set()
     for a, b in candidates:
+        # Cheap size bound first: J <= min/max.
+        small, large = sorted((sets[a].size, sets[b].size))
+        if large and small / large < threshold:
+            continue
         if jaccard(sets[a], sets[b]) >= threshold:
             out.add(tuple(sorted((ids[a], ids[b]))))
     return out
+
+
+def cluster_pairs(frame: pd.DataFrame) -> set[tuple[str, str]]:
+    """Every pair of documents that a dedup run put in the same cluster (kept + rejected rows
+    with their `cluster_id`)."""
+    pairs = set()
+    for _, group in frame.dropna(subset=["cluster_id"]).groupby("cluster_id"):
+        members = sorted(group["id"].tolist())
+        pairs.update((a, b) for i, a in enumerate(members) for b in members[i + 1 :])
+    return pairs
+
+
+def precision_recall(predicted: set, truth: set, truth_high: set) -> dict[str, float]:
+    """Pair precision against `truth`, recall against `truth` and against `truth_high`."""
+    hits = len(predicted & truth)
+    return {
+        "predicted_pairs": len(predicted),
+        "true_pairs": len(truth),
+        "precision": hits / len(predicted) if predicted else 1.0,
+        "recall": hits / len(truth) if truth else 1.0,
+        "recall_high": len(predicted & truth_high) / len(truth_high) if truth_high else 1.0,
+    }

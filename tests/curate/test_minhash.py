@@ -1,0 +1,126 @@
+"""MinHash signatures against datasketch on real documents; hash kernels against hashlib and
+xxhash; LSH parameters against datasketch's optimiser."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import numpy as np
+import pytest
+import xxhash
+from datasketch import MinHash
+from datasketch.lsh import _optimal_param
+
+from tokenmill.curate.dedup import LSHParams, MinHasher, ShingleConfig, jaccard, optimal_bands_rows, python_shingles, shingle_sets
+from tokenmill.curate.dedup.hashing import sha1_first4_le, xxh64
+from tokenmill.curate.dedup.shingles import TextNormalization
+from tokenmill.errors import ConfigError
+
+
+def real_documents(shared_data, limit: int) -> list[str]:
+    """Paragraphs of WikiText and speeches of Shakespeare, plus CJK and edge cases."""
+    docs = []
+    for name in ("wikitext2_valid.txt", "wikitext2_test.txt"):
+        docs += [p.strip() for p in (shared_data / "corpus" / name).read_text().split("\n") if len(p.split()) > 3]
+    docs += [s.strip() for s in (shared_data / "corpus" / "tinyshakespeare.txt").read_text().split("\n\n") if s.strip()]
+    docs = docs[:limit]
+    docs += ["机器学习是人工智能的一个分支，它使计算机能够从数据中学习。", "東京は日本の首都です。人口は約千四百万人です。",
+             "", "one", "two words", "Ünïcödé façade naïve — “quotes” ‘and’ dashes…", "a" * 300]
+    return docs
+
+
+@pytest.mark.parametrize("scheme", ["legacy", "affine32"])
+def test_signatures_equal_datasketch_on_real_documents(shared_data, scheme):
+    docs = real_documents(shared_data, 1500)
+    assert len(docs) >= 1000
+    hasher = MinHasher(num_perm=128, seed=1, scheme=scheme)
+    signatures = hasher.signatures(docs)
+    config = ShingleConfig()
+    mismatched = []
+    for i, doc in enumerate(docs):
+        reference = MinHash(num_perm=128, seed=1, scheme=scheme)
+        reference.update_batch([s.encode("utf-8") for s in python_shingles(doc, config)])
+        if not np.array_equal(reference.hashvalues.astype(np.uint64), signatures[i]):
+            mismatched.append(i)
+    assert mismatched == []
+
+
+def test_other_seed_and_num_perm_and_char_shingles_equal_datasketch(shared_data):
+    docs = real_documents(shared_data, 200)
+    config = ShingleConfig(ngram=3, char_ngram=4, mode="char")
+    hasher = MinHasher(num_perm=256, seed=42, shingles=config)
+    signatures = hasher.signatures(docs)
+    for i, doc in enumerate(docs):
+        reference = MinHash(num_perm=256, seed=42, scheme="legacy")
+        reference.update_batch([s.encode("utf-8") for s in python_shingles(doc, config)])
+        assert np.array_equal(reference.hashvalues, signatures[i]), i
+
+
+def test_hash_kernels_match_hashlib_and_xxhash():
+    rng = np.random.default_rng(0)
+    block, state = np.empty(64, np.uint8), np.empty(5, np.uint64)
+    for length in [0, 1, 3, 4, 7, 8, 31, 32, 55, 56, 63, 64, 65, 127, 128, 200, 1000]:
+        data = rng.integers(0, 256, length, dtype=np.uint8).tobytes()
+        buf = np.frombuffer(data + b"\0", dtype=np.uint8)
+        assert sha1_first4_le(buf, 0, length, block, state) == struct.unpack("<I", hashlib.sha1(data).digest()[:4])[0]
+        assert xxh64(buf, 0, length, np.uint64(5)) == xxhash.xxh64_intdigest(data, 5)
+
+
+@pytest.mark.parametrize("threshold,num_perm", [(0.5, 128), (0.7, 128), (0.8, 128), (0.9, 128), (0.8, 256), (0.85, 64)])
+def test_bands_rows_follow_datasketch(threshold, num_perm):
+    assert optimal_bands_rows(threshold, num_perm) == _optimal_param(threshold, num_perm, 0.5, 0.5)
+
+
+def test_reference_bands_rows_and_explicit_params():
+    assert optimal_bands_rows(0.8, 128) == (9, 13)
+    assert optimal_bands_rows(0.7, 128) == (14, 9)
+    assert LSHParams.resolve(128, 0.8, 16, 8) == LSHParams(16, 8)
+    with pytest.raises(ConfigError):
+        LSHParams.resolve(128, 0.8, 16, None)
+    with pytest.raises(ConfigError):
+        LSHParams.resolve(128, 0.8, 20, 8)
+
+
+def test_fast_scheme_estimates_jaccard(shared_data):
+    docs = [p for p in real_documents(shared_data, 400) if len(p.split()) > 40][:50]
+    rng = np.random.default_rng(1)
+    edited = []
+    for doc in docs:
+        words = doc.split()
+        for k in rng.choice(len(words), size=len(words) // 10, replace=False):
+            words[k] = "zzz"
+        edited.append(" ".join(words))
+    fast = MinHasher(num_perm=256, scheme="fast")
+    a, b = fast.signatures(docs), fast.signatures(edited)
+    sets_a, sets_b = shingle_sets(docs, ShingleConfig()), shingle_sets(edited, ShingleConfig())
+    errors = [abs(np.mean(a[i] == b[i]) - jaccard(sets_a[i], sets_b[i])) for i in range(len(docs))]
+    # Standard error of the estimator is sqrt(J(1-J)/256) <= 0.031.
+    assert np.mean(errors) < 0.03 and max(errors) < 0.15
+
+
+def test_kernel_shingles_are_the_python_shingles(shared_data):
+    docs = real_documents(shared_data, 300)
+    config = ShingleConfig()
+    sets = shingle_sets(docs, config)
+    for doc, hashes in zip(docs, sets):
+        expected = {xxhash.xxh64_intdigest(s.encode(), 0) for s in python_shingles(doc, config)}
+        assert set(hashes.tolist()) == expected
+
+
+def test_cjk_documents_get_character_shingles():
+    config = ShingleConfig()
+    shingles = python_shingles("机器学习 是人工智能", config)
+    assert shingles[0] == "机器学习是" and len(shingles) == 5
+    assert python_shingles("Hello, World! again and again here", config)[0] == "hello world again and again"
+    raw = ShingleConfig(normalization=TextNormalization(lowercase=False, strip_punctuation=False))
+    assert python_shingles("Hello, World!", raw) == ["Hello, World!"]
+
+
+def test_bad_parameters_are_clear_errors():
+    with pytest.raises(ConfigError, match="scheme"):
+        MinHasher(scheme="md5")
+    with pytest.raises(ConfigError, match="num_perm"):
+        MinHasher(num_perm=1)
+    with pytest.raises(ConfigError, match="n-gram"):
+        ShingleConfig(ngram=0)
