@@ -100,14 +100,15 @@ def load_task_data(
             if task.find_file(pool_role, Path(data_dir)) is None:
                 continue
             data.pool, pool_path = task.load_local(pool_role, Path(data_dir))
-            files.append(str(pool_path))
+            if str(pool_path) not in files:
+                files.append(str(pool_path))
         data.pool_split = task.harness_splits.get(pool_role) or pool_role
         if pool_role != roles[0]:
+            # The harness (with the full datasets) would draw from the train split.
             log.warning(
-                "%s: few-shot examples come from the %s split: %s",
-                task.name,
+                "few-shot examples come from the %s split (%s)",
                 pool_role,
-                task.missing_message(roles[0], Path(data_dir)) if data_dir is not None else "",
+                task.missing_message(roles[0], Path(data_dir)) if data_dir is not None else "no train split",
             )
         return data
     raise MissingDataError(task.missing_message(roles[0], Path(data_dir or ".")))
@@ -127,7 +128,7 @@ def evaluate_task(
     start = time.perf_counter()
     per_doc = build_requests(task, data.docs, shots, data.pool, seed=seed)
     flat = [(r.context, r.continuation) for reqs in per_doc for r in reqs]
-    answers = model.loglikelihood(flat, batch_size=batch_size, progress=progress)
+    answers = model.loglikelihood(flat, batch_size=batch_size, progress=progress, desc=f"{task.name} {shots}-shot")
     samples: list[Sample] = []
     values: dict[str, list[float]] = {m: [] for m in task.metrics}
     pos = 0

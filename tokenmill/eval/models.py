@@ -43,7 +43,11 @@ class EvalModel(Protocol):
     def encode(self, texts: Sequence[str], add_special_tokens: bool | None = None) -> list[list[int]]: ...
 
     def loglikelihood(
-        self, requests: Sequence[tuple[str, str]], batch_size: int = 16, progress: bool = True
+        self,
+        requests: Sequence[tuple[str, str]],
+        batch_size: int = 16,
+        progress: bool = True,
+        desc: str = "loglikelihood",
     ) -> list[tuple[float, bool]]: ...
 
 
@@ -118,13 +122,22 @@ class TokenLM:
 
     # ----- scoring -----
     def loglikelihood(
-        self, requests: Sequence[tuple[str, str]], batch_size: int = 16, progress: bool = True
+        self,
+        requests: Sequence[tuple[str, str]],
+        batch_size: int = 16,
+        progress: bool = True,
+        desc: str = "loglikelihood",
     ) -> list[tuple[float, bool]]:
+        """(log P(continuation | context), is_greedy) for each (context, continuation)."""
         encoded = self.encode_requests(requests)
-        return self.loglikelihood_tokens(encoded, batch_size=batch_size, progress=progress)
+        return self.loglikelihood_tokens(encoded, batch_size=batch_size, progress=progress, desc=desc)
 
     def loglikelihood_tokens(
-        self, encoded: Sequence[tuple[list[int], list[int]]], batch_size: int = 16, progress: bool = True
+        self,
+        encoded: Sequence[tuple[list[int], list[int]]],
+        batch_size: int = 16,
+        progress: bool = True,
+        desc: str = "loglikelihood",
     ) -> list[tuple[float, bool]]:
         items: dict[tuple[int, ...], _Item] = {}
         for i, (ctx, cont) in enumerate(encoded):
@@ -138,7 +151,7 @@ class TokenLM:
         # Longest first, as the harness orders them: padding stays small and any OOM comes early.
         order = sorted(items.values(), key=lambda it: (-len(it.inp), tuple(it.inp)))
         results: list[tuple[float, bool] | None] = [None] * len(encoded)
-        bar = tqdm(total=len(encoded), desc="loglikelihood", unit="req", disable=not progress, leave=False)
+        bar = tqdm(total=len(encoded), desc=desc, unit="req", disable=not progress)
         for start in range(0, len(order), max(1, batch_size)):
             chunk = order[start : start + batch_size]
             self._score_chunk(chunk, results)

@@ -1,0 +1,172 @@
+"""Tasks read original-format files and render the harness's prompts, choices and golds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokenmill.errors import TokenmillError
+from tokenmill.eval.evaluator import load_task_data
+from tokenmill.eval.tasks import TASKS, MissingDataError, get_task, resolve_task_names
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def original_files(tmp_path: Path) -> Path:
+    """One or two rows of every benchmark in its original public layout."""
+    write_jsonl(tmp_path / "hellaswag_val.jsonl", [
+        {"ind": 24, "activity_label": "Roof shingle removal", "ctx_a": "A man is sitting on a roof.",
+         "ctx_b": "he", "endings": ["is using wrap to wrap a pair of skis.", "is ripping level tiles off.",
+                                    "is holding a rubik's cube.", "starts pulling up roofing on a roof."],
+         "label": 3, "split": "val", "split_type": "indomain", "source_id": "activitynet~v_-JhWjGDPHMY"},
+        {"ind": 92, "activity_label": "Clean and jerk", "ctx_a": "A lady walks to a barbell. She bends down "
+         "and grabs the pole.", "ctx_b": "the lady", "endings": ["swings and lands in her arms.",
+         "pulls the barbell forward.", "pulls a rope attached to the barbell.", "stands and lifts the weight "
+         "over her head. [title] Do it."], "label": 3, "split": "val", "split_type": "zeroshot",
+         "source_id": "activitynet~v_-lJS58hyo1c"},
+    ])
+    race_dir = tmp_path / "RACE" / "test" / "high"
+    race_dir.mkdir(parents=True)
+    (race_dir / "10.txt").write_text(json.dumps({
+        "answers": ["B", "C"], "options": [["a", "b", "c", "d"], ["e", "f", "g", "h"]],
+        "questions": ["The writer thinks  _  .", "What is the best title?"],
+        "article": "Second article.", "id": "high10.txt"}))
+    (race_dir / "2.txt").write_text(json.dumps({
+        "answers": ["A"], "options": [["w", "x", "y", "z"]], "questions": ["Why?"],
+        "article": "First article.", "id": "high2.txt"}))
+    write_jsonl(tmp_path / "anli_v1.0" / "R2" / "test.jsonl", [
+        {"uid": "u1", "premise": "A cat sat.", "hypothesis": "An animal sat.", "label": "e", "reason": ""},
+        {"uid": "u2", "premise": "A cat sat.", "hypothesis": "A dog sat.", "label": "c", "reason": ""},
+    ])
+    write_jsonl(tmp_path / "anli_v1.0" / "R2" / "train.jsonl", [
+        {"uid": "t1", "premise": "It rained.", "hypothesis": "It was wet.", "label": "n", "reason": ""},
+    ])
+    write_jsonl(tmp_path / "WiC" / "val.jsonl", [
+        {"word": "place", "sentence1": "Do you want to come over to my place later?",
+         "sentence2": "A political system with no place for the less prominent groups.", "idx": 0,
+         "label": False, "start1": 31, "start2": 27, "end1": 36, "end2": 32, "version": 1.1},
+    ])
+    return tmp_path
+
+
+def test_names_resolve_and_bad_names_list_valid_ones() -> None:
+    assert resolve_task_names("piqa, lambada,anli") == ["piqa", "lambada_openai", "anli_r1", "anli_r2", "anli_r3"]
+    with pytest.raises(TokenmillError) as info:
+        resolve_task_names("piqa,hellaswagg")
+    message = str(info.value)
+    assert "hellaswagg" in message
+    assert all(name in message for name in TASKS)
+
+
+def test_missing_file_names_the_file_and_where(tmp_path: Path) -> None:
+    with pytest.raises(MissingDataError) as info:
+        load_task_data(get_task("piqa"), tmp_path)
+    assert str(tmp_path / "piqa_valid.jsonl") in str(info.value)
+    assert "validation" in str(info.value)
+
+
+def test_piqa_labels_from_lst(eval_dir: Path) -> None:
+    task = get_task("piqa")
+    data = load_task_data(task, eval_dir, limit=3)
+    labels = (eval_dir / "piqa_valid-labels.lst").read_text().split()[:3]
+    assert [task.gold(d) for d in data.docs] == [int(x) for x in labels]
+    assert task.doc_to_text(data.docs[1]) == "Question: dresser\nAnswer:"
+    assert task.doc_to_choice(data.docs[1]) == ["replace drawer with bobby pin ", "finish, woodgrain with  bobby pin "]
+
+
+def test_piqa_label_count_mismatch_is_reported(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "piqa_valid.jsonl", [{"goal": "g", "sol1": "a", "sol2": "b"}] * 2)
+    (tmp_path / "piqa_valid-labels.lst").write_text("0\n")
+    with pytest.raises(TokenmillError, match="2 rows .* but 1 labels"):
+        load_task_data(get_task("piqa"), tmp_path)
+
+
+def test_boolq_winogrande_lambada_real_rows(eval_dir: Path) -> None:
+    boolq = get_task("boolq")
+    docs = load_task_data(boolq, eval_dir, limit=2).docs
+    assert [boolq.gold(d) for d in docs] == [0, 1]  # answers false, true
+    assert boolq.doc_to_text(docs[0]).endswith("\nQuestion: does ethanol take more energy make that produces?\nAnswer:")
+
+    wino = get_task("winogrande")
+    data = load_task_data(wino, eval_dir, limit=1, need_pool=True)
+    doc = data.docs[0]
+    assert wino.doc_to_choice(doc) == [
+        "Sarah was a much better surgeon than Maria so Sarah",
+        "Sarah was a much better surgeon than Maria so Maria",
+    ]
+    assert wino.doc_to_target(doc) == "always got the easier cases."
+    assert wino.gold(doc) == 1
+    assert data.pool_split == "train" and len(data.pool or []) == 160
+
+    lam = get_task("lambada_openai")
+    doc = load_task_data(lam, eval_dir, limit=1).docs[0]
+    assert lam.doc_to_target(doc) == " signs"
+    assert lam.doc_to_text(doc) + lam.doc_to_target(doc) == doc["text"]
+
+
+def test_hellaswag_race_anli_wic_from_original_layouts(original_files: Path) -> None:
+    hs = get_task("hellaswag")
+    docs = load_task_data(hs, original_files).docs
+    assert hs.doc_to_text(docs[0]) == "Roof shingle removal: A man is sitting on a roof. He"
+    assert hs.doc_to_choice(docs[1])[3] == "stands and lifts the weight over her head.. Do it."
+    assert hs.gold(docs[0]) == 3
+
+    race = get_task("race")
+    docs = load_task_data(race, original_files).docs
+    assert [d["article"] for d in docs] == ["First article.", "Second article."]  # numeric file order
+    assert race.doc_to_text(docs[1]) == "Article: Second article.\n\nThe writer thinks  b\nWhat is the best title?"
+    assert race.doc_to_choice(docs[1]) == ["e", "f", "g", "h"] and race.gold(docs[1]) == 2
+
+    anli = get_task("anli_r2")
+    data = load_task_data(anli, original_files, need_pool=True)
+    assert anli.doc_to_text(data.docs[0]) == "A cat sat.\nQuestion: An animal sat. True, False, or Neither?\nAnswer:"
+    assert [anli.gold(d) for d in data.docs] == [0, 2]
+    assert data.eval_split == "test_r2" and data.pool_split == "train_r2"
+    assert anli.fewshot_answer(data.pool[0]) == (anli.doc_to_text(data.pool[0]), "Neither")
+
+    wic = get_task("wic")
+    doc = load_task_data(wic, original_files).docs[0]
+    assert "Is the word 'place' used in the same way" in wic.doc_to_text(doc)
+    assert wic.gold(doc) == 0
+
+
+def test_prompts_equal_harness_functions(original_files: Path, eval_dir: Path) -> None:
+    """Where the harness defines a task in Python or Jinja, render the same doc with its code."""
+    lm_eval = pytest.importorskip("lm_eval")
+    import yaml
+    from lm_eval.tasks.hellaswag import utils as hs_utils
+    from lm_eval.tasks.race import preprocess_race
+    from lm_eval.utils import apply_template
+
+    hs = get_task("hellaswag")
+    raw = [json.loads(line) for line in (original_files / "hellaswag_val.jsonl").read_text().splitlines()]
+    for doc, ours in zip(raw, load_task_data(hs, original_files).docs):
+        ctx = doc["ctx_a"] + " " + doc["ctx_b"].capitalize()
+        assert hs.doc_to_text(ours) == hs_utils.preprocess(doc["activity_label"] + ": " + ctx)
+        assert hs.doc_to_choice(ours) == [hs_utils.preprocess(e) for e in doc["endings"]]
+
+    race = get_task("race")
+    for doc in load_task_data(race, original_files).docs:
+        assert race.doc_to_text(doc) == preprocess_race.doc_to_text(doc)
+        assert race.doc_to_choice(doc) == preprocess_race.doc_to_choice(doc)
+        assert race.doc_to_target(doc) == preprocess_race.doc_to_target(doc)
+
+    root = Path(lm_eval.__file__).parent / "tasks"
+    cases = {
+        "piqa": ("piqa/piqa.yaml", eval_dir),
+        "boolq": ("super_glue/boolq/default.yaml", eval_dir),
+        "wic": ("super_glue/wic/default.yaml", original_files),
+        "anli_r2": ("anli/anli_r1.yaml", original_files),
+    }
+    for name, (yaml_rel, data_dir) in cases.items():
+        config = yaml.safe_load((root / yaml_rel).read_text())
+        task = get_task(name)
+        for doc in load_task_data(task, data_dir, limit=3).docs:
+            assert task.doc_to_text(doc) == apply_template(config["doc_to_text"], doc)
