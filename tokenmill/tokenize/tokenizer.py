@@ -54,7 +54,7 @@ def _sample_ids(files: list[Path], sample_docs: int) -> set[str]:
     keyed: list[tuple[int, str]] = []
     for path in files:
         ids = pq.read_table(path, columns=["id"]).column("id").to_pylist()
-        keyed.extend((xxhash.xxh64_intdigest(str(i)), str(i)) for i in ids)
+        keyed.extend((xxhash.xxh64_intdigest(str(i).encode()), str(i)) for i in ids)
     keyed.sort()
     return {i for _, i in keyed[:sample_docs]}
 
