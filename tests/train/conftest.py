@@ -1,11 +1,9 @@
-"""Fixtures for the trainer tests: real-text token shards, one thread, the loader."""
+"""Fixtures for the trainer tests: real-text token shards (Megatron format), one thread."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import struct
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,15 +11,6 @@ import pytest
 import torch
 
 torch.set_num_threads(1)
-
-try:
-    importlib.import_module("tokenmill.tokenize.loader")
-except ModuleNotFoundError:
-    # The real loader is developed at the same time; until it lands, use a stand-in with its API.
-    sys.path.insert(0, str(Path(__file__).parent))
-    import standin_loader  # noqa: E402
-
-    sys.modules["tokenmill.tokenize.loader"] = standin_loader
 
 EOD = 256
 

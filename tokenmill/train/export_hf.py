@@ -37,7 +37,8 @@ def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
         out[h + "ln_2.weight"] = sd[p + "ffn_norm.weight"]
         out[h + "ln_2.bias"] = sd[p + "ffn_norm.bias"]
         qkv_w = torch.cat([sd[p + f"attention.{n}.weight"] for n in ("wq", "wk", "wv")], dim=0)
-        qkv_b = torch.cat([sd[p + f"attention.{n}.bias"] for n in ("wq", "wk", "wv")], dim=0)
+        q_b, v_b = sd[p + "attention.wq.bias"], sd[p + "attention.wv.bias"]
+        qkv_b = torch.cat([q_b, torch.zeros_like(v_b), v_b], dim=0)  # we have no key bias
         out[h + "attn.c_attn.weight"] = qkv_w.t()
         out[h + "attn.c_attn.bias"] = qkv_b
         out[h + "attn.c_proj.weight"] = sd[p + "attention.wo.weight"].t()

@@ -25,6 +25,7 @@ from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.train.checkpoint import (
     list_checkpoints,
     load_checkpoint,
+    read_meta,
     resolve_checkpoint,
     rng_state,
     save_checkpoint,
@@ -50,45 +51,14 @@ class TrainResult:
 # ---------------------------------------------------------------------------- data
 
 
-def data_prefixes(data: str) -> list[str]:
-    """The shard prefixes behind ``data``: the prefix itself, or those named in a blend file."""
-    path = Path(data)
-    if path.is_file() and path.suffix in (".json", ".yaml", ".yml"):
-        try:
-            blend = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as error:
-            raise ConfigError(f"data: blend file {path} is not valid YAML/JSON: {error}") from None
-        found: list[str] = []
-
-        def walk(node: Any) -> None:
-            if isinstance(node, dict):
-                for key in ("prefix", "path"):
-                    if isinstance(node.get(key), str):
-                        found.append(node[key])
-                for value in node.values():
-                    if isinstance(value, (dict, list)):
-                        walk(value)
-            elif isinstance(node, list):
-                for item in node:
-                    walk(item)
-
-        walk(blend)
-        return [p if Path(p).is_absolute() or Path(f"{p}.bin").exists() else str(path.parent / p) for p in found]
-    return [data]
-
-
 def check_data(data: str | None) -> list[str]:
+    """The shard prefixes behind ``data`` (a prefix or a blend file), checked to exist."""
     if not data:
         raise ConfigError("data: no training data given; set `data:` in the config or pass --data PREFIX")
-    prefixes = data_prefixes(data)
-    for prefix in prefixes:
-        missing = [ext for ext in (".bin", ".idx") if not Path(f"{prefix}{ext}").is_file()]
-        if missing:
-            raise TokenmillError(
-                f"data: shard {prefix} not found (missing {', '.join(prefix + e for e in missing)}); "
-                "give the prefix without extension, as written by `tokenmill tokenize`"
-            )
-    return prefixes
+    from tokenmill.tokenize.loader import resolve_blend
+
+    resolved = resolve_blend(data)  # raises a TokenmillError naming a missing shard or blend file
+    return [resolved] if isinstance(resolved, str) else [entry.prefix for entry in resolved]
 
 
 def data_metadata(prefixes: list[str]) -> dict[str, Any]:
@@ -176,10 +146,16 @@ def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine
     engine = engine or build_engine(cfg)
     step, consumed = 0, 0
     if ckpt_path is not None:
-        state = engine.state_dict_for_checkpoint()
-        meta = load_checkpoint(ckpt_path, state)
+        meta = read_meta(ckpt_path)  # verifies sizes and checksums first
         if meta.get("model") != cfg.model.to_dict():
-            raise ConfigError(f"model: the config's model differs from the checkpoint's ({ckpt_path / 'meta.json'})")
+            diff = {k: (v, meta.get("model", {}).get(k)) for k, v in cfg.model.to_dict().items()
+                    if meta.get("model", {}).get(k) != v}
+            raise ConfigError(
+                f"model: the config's model differs from the checkpoint's ({ckpt_path / 'meta.json'}): "
+                + ", ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in diff.items())
+            )
+        state = engine.state_dict_for_checkpoint()
+        load_checkpoint(ckpt_path, state, verify=False)
         engine.load_state_dict_from_checkpoint(state)
         step, consumed = int(meta["step"]), int(meta["consumed_samples"])
         if "rng" in meta:

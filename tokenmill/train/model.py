@@ -91,7 +91,7 @@ class ModelConfig:
         assert f is not None and self.n_kv_heads is not None
         kv = self.n_kv_heads * self.head_dim
         if self.flavour == "gpt2":
-            attn = (h * h + h) + 2 * (h * kv + kv) + (h * h + h)
+            attn = (h * h + h) + h * kv + (h * kv + kv) + (h * h + h)  # no key bias
             mlp = (h * f + f) + (f * h + h)
             norms = 2 * 2 * h
             final_norm = 2 * h
@@ -206,7 +206,10 @@ class Attention(nn.Module):
         self.use_rope = cfg.flavour == "llama"
         self.dropout = cfg.dropout
         self.wq = nn.Linear(cfg.hidden, cfg.n_heads * cfg.head_dim, bias=bias)
-        self.wk = nn.Linear(cfg.hidden, cfg.n_kv_heads * cfg.head_dim, bias=bias)
+        # No key bias even in gpt2: q.(k + b) shifts every score of a query by q.b, which the
+        # softmax cancels, so its gradient is pure rounding noise that Adam would amplify into
+        # irreproducible updates. Exported to GPT-2 as zeros (the same function).
+        self.wk = nn.Linear(cfg.hidden, cfg.n_kv_heads * cfg.head_dim, bias=False)
         self.wv = nn.Linear(cfg.hidden, cfg.n_kv_heads * cfg.head_dim, bias=bias)
         self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.hidden, bias=bias)
 

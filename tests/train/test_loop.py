@@ -1,0 +1,112 @@
+"""The loop end to end on real text: exact resume, checkpoints, corruption, metrics, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.train.checkpoint import CheckpointError, list_checkpoints, load_for_inference
+from tokenmill.train.config import TrainConfig
+from tokenmill.train.loop import train
+from tokenmill.train.metrics import read_metrics
+from tokenmill.train.model import preset
+
+
+def tiny_config(shard: Path, out: Path, **kw) -> TrainConfig:
+    base = dict(
+        model=preset("tiny", max_seq_len=32), data=str(shard), out=str(out), seq_len=32, steps=6,
+        global_batch_size=8, micro_batch_size=4, lr=3e-3, min_lr=3e-4, lr_warmup_steps=2, device="cpu",
+        tensorboard=False, progress=False, log_interval=1,
+    )
+    base.update(kw)
+    return TrainConfig(**base).validate()
+
+
+def test_exact_resume_bitwise(shakespeare_shard: Path, tmp_path: Path) -> None:
+    """Stop at step 3 and resume to 7: the same losses, bit for bit, as one run to 7 (with a
+    batch ramp-up, gradient accumulation and dropout, so every piece of state matters)."""
+    kw = dict(steps=7, rampup_batch_size=[4, 4, 12], model=preset("tiny", max_seq_len=32, dropout=0.1))
+    full = train(tiny_config(shakespeare_shard, tmp_path / "full", **kw))
+    part = train(tiny_config(shakespeare_shard, tmp_path / "part", **dict(kw, steps=3)))
+    assert part.step == 3
+    resumed = train(tiny_config(shakespeare_shard, tmp_path / "part", **kw), resume=True)
+    assert resumed.step == 7 and resumed.consumed_samples == full.consumed_samples
+    assert [full.losses[s] for s in range(4, 8)] == [resumed.losses[s] for s in range(4, 8)]
+    logged = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "part")}
+    assert logged == full.losses  # metrics.jsonl continues across the resume
+    assert [r["batch_size"] for r in read_metrics(tmp_path / "full")] == [4, 4, 4, 8, 8, 8, 8]
+    a, _, _ = load_for_inference(tmp_path / "full")
+    b, _, _ = load_for_inference(tmp_path / "part")
+    for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(pa, pb), name
+
+
+def test_checkpoints_keep_last_and_latest(shakespeare_shard: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    result = train(tiny_config(shakespeare_shard, run, save_interval=2, keep_last=2, eval_interval=3, eval_iters=1))
+    names = [p.name for p in list_checkpoints(run)]
+    assert names == ["step_4", "step_6"]
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step_6"
+    meta = json.loads((run / "checkpoints" / "step_6" / "meta.json").read_text())
+    assert meta["step"] == 6 and meta["consumed_samples"] == 48 and meta["model"]["n_layers"] == 2
+    records = read_metrics(run)
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert {"loss", "lr", "grad_norm", "batch_size", "tokens_per_s", "memory_gib"} <= set(records[0])
+    assert "val_loss" in records[2] and "val_loss" in records[5]
+    assert result.losses[6] < result.losses[1]
+    # The loaded model reproduces the saved validation loss.
+    model, cfg, meta = load_for_inference(run)
+    assert cfg == preset("tiny", max_seq_len=32)
+
+
+def test_corrupted_checkpoint_is_reported_and_previous_still_loads(shakespeare_shard: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(tiny_config(shakespeare_shard, run, steps=4, save_interval=2))
+    data_file = next((run / "checkpoints" / "step_4").glob("*.distcp"))
+    data_file.write_bytes(data_file.read_bytes()[: data_file.stat().st_size // 2])  # truncate
+    with pytest.raises(CheckpointError) as info:
+        train(tiny_config(shakespeare_shard, run, steps=6), resume=True)
+    message = str(info.value)
+    assert "step_4 is truncated or corrupted" in message and "previous checkpoint" in message and "step_2" in message
+    with pytest.raises(CheckpointError, match="truncated"):
+        load_for_inference(run)
+    model, _, meta = load_for_inference(run / "checkpoints" / "step_2")
+    assert meta["step"] == 2
+    resumed = train(tiny_config(shakespeare_shard, run, steps=6), resume=run / "checkpoints" / "step_2")
+    assert resumed.step == 6
+
+    # A flipped byte with the right size is caught by the checksum.
+    step6 = next((run / "checkpoints" / "step_6").glob("*.distcp"))
+    raw = bytearray(step6.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    step6.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match="sha256"):
+        load_for_inference(run)
+
+
+def test_interrupted_save_leaves_previous_checkpoint(shakespeare_shard: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(tiny_config(shakespeare_shard, run, steps=2))
+    # A crash mid-save leaves only a temporary directory, which is never picked up.
+    (run / "checkpoints" / ".tmp_step_4").mkdir()
+    (run / "checkpoints" / ".tmp_step_4" / "__0_0.distcp").write_bytes(b"partial")
+    assert [p.name for p in list_checkpoints(run)] == ["step_2"]
+    _, _, meta = load_for_inference(run)
+    assert meta["step"] == 2
+
+
+def test_data_and_vocab_errors(shakespeare_shard: Path, tmp_path: Path) -> None:
+    with pytest.raises(TokenmillError, match="not found"):
+        train(tiny_config(tmp_path / "missing", tmp_path / "run"))
+    with pytest.raises(ConfigError, match="no training data"):
+        train(tiny_config(shakespeare_shard, tmp_path / "run", data=None))
+    with pytest.raises(ConfigError, match="model.vocab_size: 100 is smaller than the data's vocabulary"):
+        train(tiny_config(shakespeare_shard, tmp_path / "run", model=preset("tiny", vocab_size=100, max_seq_len=32)))
+    train(tiny_config(shakespeare_shard, tmp_path / "run", steps=1))
+    with pytest.raises(ConfigError, match="differs from the checkpoint"):
+        train(tiny_config(shakespeare_shard, tmp_path / "run", steps=2, model=preset("tiny", max_seq_len=32, n_layers=3)),
+              resume=True)
