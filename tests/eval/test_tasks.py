@@ -121,7 +121,7 @@ def test_hellaswag_race_anli_wic_from_original_layouts(original_files: Path) -> 
     race = get_task("race")
     docs = load_task_data(race, original_files).docs
     assert [d["article"] for d in docs] == ["First article.", "Second article."]  # numeric file order
-    assert race.doc_to_text(docs[1]) == "Article: Second article.\n\nThe writer thinks  b\nWhat is the best title?"
+    assert race.doc_to_text(docs[1]) == "Article: Second article.\n\nThe writer thinks b\nWhat is the best title?"
     assert race.doc_to_choice(docs[1]) == ["e", "f", "g", "h"] and race.gold(docs[1]) == 2
 
     anli = get_task("anli_r2")
