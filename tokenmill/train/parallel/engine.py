@@ -24,6 +24,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor.placement_types import _StridedShard
 from torch.distributed.tensor.parallel import loss_parallel
 
 from tokenmill.train.config import TrainConfig
@@ -176,7 +177,8 @@ class ParallelEngine:
             copies = ranks_per_stage
             if isinstance(g, DTensor):
                 for dim, placement in enumerate(g.placements):
-                    if isinstance(placement, Shard):
+                    # FSDP over a tensor-parallel dim shards with _StridedShard (not a Shard subclass).
+                    if isinstance(placement, (Shard, _StridedShard)):
                         copies //= g.device_mesh.size(dim)
             total += local(g).double().pow(2).sum() / copies
         dist.all_reduce(total)
