@@ -1,0 +1,51 @@
+"""`tokenmill eval` end to end: results JSON, Markdown table, printed table, user errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenmill.cli import main
+from tokenmill.eval.evaluator import evaluate
+
+
+def test_eval_command_writes_json_and_table(tiny_model_dir: Path, eval_dir: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "results.json"
+    code = main([
+        "eval", "--model", str(tiny_model_dir), "--tasks", "piqa,lambada_openai", "--shots", "0,1",
+        "--data-dir", str(eval_dir), "--limit", "6", "--batch-size", "4", "--output", str(out),
+        "--bootstrap-iters", "1000",
+    ])
+    assert code == 0
+    printed = capsys.readouterr().out
+    payload = json.loads(out.read_text())
+    rows = payload["results"]
+    assert [(r["task"], r["shots"], r["metric"]) for r in rows] == [
+        ("piqa", 0, "acc"), ("piqa", 0, "acc_norm"), ("piqa", 1, "acc"), ("piqa", 1, "acc_norm"),
+        ("lambada_openai", 0, "perplexity"), ("lambada_openai", 0, "acc"),
+        ("lambada_openai", 1, "perplexity"), ("lambada_openai", 1, "acc"),
+    ]
+    for r in rows:
+        assert r["n"] == 6 and r["model"] == str(tiny_model_dir) and len(r["data_hash"]) == 16
+        assert r["stderr"] is not None and r["value"] >= 0
+    table = out.with_suffix(".md").read_text()
+    assert table.splitlines()[0] == "| task | shots | n | metric | value | ± stderr |"
+    assert "| piqa | 1 | 6 | acc_norm |" in table and table in printed
+    assert payload["config"]["fewshot_seed"] == 1234
+
+
+def test_api_matches_cli_and_is_deterministic(tiny_model_dir: Path, eval_dir: Path) -> None:
+    a = evaluate(tiny_model_dir, ["boolq"], [0], eval_dir, limit=5, batch_size=2, bootstrap_iters=0, progress=False)
+    b = evaluate(tiny_model_dir, "boolq", "0", eval_dir, limit=5, batch_size=8, bootstrap_iters=0, progress=False)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    assert strip(a) == strip(b)
+
+
+def test_user_errors_are_one_line(tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
+    assert main(["eval", "--model", str(tiny_model_dir), "--tasks", "piqa,nope", "--data-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "unknown task 'nope'" in err and "winogrande" in err
+    assert main(["eval", "--model", str(tiny_model_dir), "--tasks", "boolq", "--data-dir", str(tmp_path)]) == 1
+    assert str(tmp_path / "boolq_dev.jsonl") in capsys.readouterr().err
+    assert main(["eval", "--model", str(tiny_model_dir), "--tasks", "boolq", "--shots", "0,x"]) == 1
+    assert "--shots" in capsys.readouterr().err
