@@ -293,17 +293,20 @@ class NativeModel(TokenLM):
             raise TokenmillError(f"{path}: checkpoint meta names no readable tokenizer ({tokenizer_path!r})")
         self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
         self.prefix_token_id = self._prefix_id(meta)
-        self.prefix_text = None  # the tokenizer adds no BOS of its own
+        # As tok_encode does for transformers tokenizers: text that already starts with the
+        # prefix token is encoded without special tokens.
+        self.prefix_text = self.tokenizer.decode([self.prefix_token_id], skip_special_tokens=False) or None
 
     def _prefix_id(self, meta: dict) -> int:
+        """The EOD token, which `export-hf` writes as both BOS and EOS (as GPT-2 does)."""
         for key in ("eod_id", "eos_id", "bos_id"):
             if isinstance(meta.get(key), int):
                 return int(meta[key])
-        for token in ("<|endoftext|>", "<eod>", "</s>", "<s>", "<|bos|>"):
+        for token in ("<|endoftext|>", "</s>", "<eos>", "<|eod|>", "[EOS]"):
             tid = self.tokenizer.token_to_id(token)
             if tid is not None:
                 return int(tid)
-        return 0
+        raise TokenmillError(f"{self.name}: the tokenizer has no end-of-document token to use as prefix")
 
     def _encode_raw(self, texts: list[str], add_special_tokens: bool | None) -> list[list[int]]:
         special = True if add_special_tokens is None else add_special_tokens

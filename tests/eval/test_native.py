@@ -1,0 +1,57 @@
+"""A tokenmill checkpoint is evaluated natively with the numbers of its `export-hf` copy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+checkpoint = pytest.importorskip("tokenmill.train.checkpoint", reason="tokenmill.train.checkpoint not available")
+
+from tokenmill.eval.evaluator import evaluate_task, load_task_data  # noqa: E402
+from tokenmill.eval.models import HFModel, NativeModel, load_model  # noqa: E402
+from tokenmill.eval.tasks import get_task  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def native_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tokenizers import Tokenizer
+
+    from tokenmill.train.config import TrainConfig
+    from tokenmill.train.engine import SingleProcessEngine
+    from tokenmill.train.model import GPT, preset
+
+    tokenizer = tiny_model_dir / "tokenizer.json"
+    cfg = preset("tiny", vocab_size=Tokenizer.from_file(str(tokenizer)).get_vocab_size(), max_seq_len=128)
+    torch.manual_seed(1)
+    model = GPT(cfg)
+    with torch.no_grad():  # spread the logits so that choices differ clearly
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    run = tmp_path_factory.mktemp("native") / "run"
+    engine = SingleProcessEngine(model, TrainConfig(model=cfg, device="cpu"))
+    checkpoint.save_checkpoint(
+        run, 3, engine.state_dict_for_checkpoint(),
+        {"model": cfg.to_dict(), "consumed_samples": 0, "tokenizer": str(tokenizer)},
+    )
+    return run
+
+
+def test_native_equals_exported_transformers_model(native_run: Path, eval_dir: Path, tmp_path: Path) -> None:
+    from tokenmill.train.export_hf import export_hf
+
+    native = load_model(native_run)
+    assert isinstance(native, NativeModel) and native.max_length == 128
+    exported = load_model(export_hf(native_run, tmp_path / "hf"))
+    assert isinstance(exported, HFModel) and exported.prefix_token_id == native.prefix_token_id
+    for name, shots in (("piqa", 1), ("lambada_openai", 0), ("winogrande", 2)):
+        task = get_task(name)
+        data = load_task_data(task, eval_dir, limit=6, need_pool=shots > 0)
+        a = evaluate_task(native, task, shots, data, batch_size=4, progress=False, bootstrap_iters=0)
+        b = evaluate_task(exported, task, shots, data, batch_size=4, progress=False, bootstrap_iters=0)
+        for sa, sb in zip(a.samples, b.samples, strict=True):
+            assert sa.requests == sb.requests
+            assert sa.loglikelihoods == pytest.approx(sb.loglikelihoods, abs=1e-4)
+            assert sa.is_greedy == sb.is_greedy
+        assert [r["value"] for r in a.rows] == pytest.approx([r["value"] for r in b.rows], rel=1e-5)
