@@ -33,6 +33,8 @@ class StubTokenizer:
         self.vocab_size = vocab_size
         self.eod = eod
         self.pad = pad
+        # Megatron folds this into the cache key of every dataset it builds.
+        self.unique_identifiers = {"class": "StubTokenizer", "vocab_size": vocab_size, "eod": eod, "pad": pad}
 
 
 def main() -> None:
