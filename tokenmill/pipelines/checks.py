@@ -13,12 +13,12 @@ from tokenmill.pipelines.recipe import Problems, Recipe, suggest
 from tokenmill.pipelines.stages import STAGES
 
 
-def _check_path(recipe: Recipe, problems: Problems, loc: tuple[Any, ...], value: str, *, check: bool) -> None:
+def _check_path(recipe: Recipe, problems: Problems, loc: tuple[Any, ...], value: str, *, check: bool | str) -> None:
     if check and not recipe.resolve(value).exists():
-        problems.add(loc, f"path not found: {recipe.resolve(value)}")
+        (problems.warn if check == "warn" else problems.add)(loc, f"path not found: {recipe.resolve(value)}")
 
 
-def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool = True) -> None:
+def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool | str = True) -> None:
     names = [s.name for s in recipe.sources]
     seen: set[str] = set()
     for i, source in enumerate(recipe.sources):

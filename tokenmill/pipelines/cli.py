@@ -66,7 +66,9 @@ def _run_command(args: argparse.Namespace) -> int:
     from tokenmill.pipelines.recipe import load_recipe
     from tokenmill.pipelines.runner import default_workdir
 
-    recipe = load_recipe(args.recipe, check_paths=True)
+    recipe = load_recipe(args.recipe, check_paths="warn" if args.dry_run else True)
+    for warning in recipe.warnings:
+        print(f"warning: {warning}")
     workdir = Path(args.workdir).resolve() if args.workdir else default_workdir(recipe)
     return _run_recipe(recipe, workdir, args)
 

@@ -29,7 +29,13 @@ def describe_layout(recipe: Recipe) -> list[str]:
         from tokenmill.train.plan import Hardware, Layout, Shape, bubble_fraction, estimate, parse_bytes
     except ImportError as error:
         return [*lines, f"(no memory estimate: the trainer's planner is not installed: {error})"]
-    model = model_config_from(raw.get("model", {"preset": "tiny"}))
+    model_spec = raw.get("model", {"preset": "tiny"})
+    if isinstance(model_spec, str):
+        model_spec = {"preset": model_spec}
+    if isinstance(model_spec, dict) and "vocab_size" not in model_spec and recipe.tokenize is not None:
+        # What the run will use: the tokenizer's vocabulary padded to a multiple of 64.
+        model_spec = {**model_spec, "vocab_size": 64 * -(-recipe.tokenize.vocab_size // 64)}
+    model = model_config_from(model_spec)
     seq = int(raw.get("seq_len") or model.max_seq_len)
     global_batch = int(raw.get("global_batch_size", 8))
     micro = int(raw.get("micro_batch_size") or max(1, global_batch // spec.dp))

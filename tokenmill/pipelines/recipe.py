@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
 
@@ -142,6 +142,12 @@ class Recipe(_Strict):
 
     # Set by `load_recipe`: the recipe file's directory, against which relative paths resolve.
     base_dir: Path = Field(default=Path("."), exclude=True)
+    # Problems that do not stop a dry run (input paths of a template that do not exist here).
+    _warnings: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        return self._warnings
 
     def resolve(self, path: str) -> Path:
         p = Path(path).expanduser()
@@ -210,6 +216,11 @@ class Problems:
     def __init__(self, lines: dict[tuple[Any, ...], int]) -> None:
         self.lines = lines
         self.items: list[str] = []
+        self.warnings: list[str] = []
+
+    def warn(self, loc: tuple[Any, ...], message: str) -> None:
+        self.add(loc, message)
+        self.warnings.append(self.items.pop())
 
     def add(self, loc: tuple[Any, ...], message: str) -> None:
         line = None
@@ -264,7 +275,7 @@ def pydantic_problems(error: ValidationError, problems: Problems, model: type[Ba
             problems.add(loc, f"{item['msg']} (got {item.get('input')!r})")
 
 
-def load_recipe(path: str | Path, *, check_paths: bool = True) -> Recipe:
+def load_recipe(path: str | Path, *, check_paths: bool | str = True) -> Recipe:
     """Parse and validate a recipe file; raise `RecipeError` listing every problem."""
     path = Path(path)
     if not path.exists():
@@ -278,10 +289,12 @@ def parse_recipe(
     origin: str,
     base_dir: Path,
     overrides: dict[str, Any] | None = None,
-    check_paths: bool = True,
+    check_paths: bool | str = True,
 ) -> Recipe:
     """Validate recipe text. `overrides` (top-level keys) replace the file's values before
-    validation, so they are checked like the rest (the demo sets `eval` this way)."""
+    validation, so they are checked like the rest (the demo sets `eval` this way).
+    `check_paths`: True (missing paths are errors), "warn" (listed in `recipe.warnings`, for
+    dry runs of templates), False (not checked)."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -300,4 +313,5 @@ def parse_recipe(
     check_recipe(recipe, problems, check_paths=check_paths)
     if problems.items:
         raise RecipeError(origin, problems.items)
+    recipe._warnings.extend(problems.warnings)
     return recipe

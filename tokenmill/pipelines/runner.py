@@ -59,7 +59,7 @@ class Context:
     """What steps share during one run: the recipe, the work directory, one Dask client."""
 
     def __init__(self, recipe: Recipe, workdir: Path, steps: list[Step], *, scheduler: str | None, workers: int | None,
-                 progress: bool) -> None:
+                 progress: bool, client: Any = None) -> None:
         self.recipe = recipe
         self.workdir = workdir
         self.steps = {s.name: s for s in steps}
@@ -67,7 +67,8 @@ class Context:
         self.workers = workers
         self.progress = progress
         self._client_stack: ExitStack | None = None
-        self._client: Any = None
+        self._client: Any = client
+        self._own_client = client is None
 
     def client(self) -> Any:
         """The Dask client every curation and encoding step shares, opened on first use."""
@@ -80,6 +81,8 @@ class Context:
 
     def close_client(self) -> None:
         """Closed before training, so the trainer's processes get the cores."""
+        if not self._own_client:
+            return
         if self._client_stack is not None:
             self._client_stack.close()
         self._client_stack = None
@@ -345,7 +348,11 @@ def run_recipe(
     workers: int | None = None,
     progress: bool = True,
     report: bool = True,
+    client: Any = None,
 ) -> RunResult:
+    """Run the steps of `recipe` that are selected and out of date; write the report.
+    `client`: an existing Dask client for the curation and encoding steps (else one is opened
+    from `scheduler`/`workers`, or the recipe's, and closed before training)."""
     started = time.time()
     workdir = Path(workdir or default_workdir(recipe)).resolve()
     steps = build_plan(recipe, workdir)
@@ -355,7 +362,7 @@ def run_recipe(
     # The recipe as run, for the report and for whoever opens the directory later.
     (workdir / "recipe.json").write_text(recipe.model_dump_json(indent=2) + "\n")
     ctx = Context(recipe, workdir, steps, scheduler=scheduler or recipe.scheduler, workers=workers or recipe.workers,
-                  progress=progress)
+                  progress=progress, client=client)
     result = RunResult(workdir)
     try:
         for index, step in enumerate(steps, start=1):

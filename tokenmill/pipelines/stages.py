@@ -36,6 +36,13 @@ class StageKind:
     help: str
     # Options whose value is a path, resolved against the recipe's directory.
     path_options: tuple[str, ...] = ()
+    # "module:Class" whose dataclass fields are the options (minus `exclude`), when the
+    # implementation takes a config object rather than keyword options.
+    options_from: str | None = None
+    exclude: tuple[str, ...] = ()
+    # A function of this module that calls the implementation (when its signature is not the
+    # plain `fn(input, output, **options)`).
+    adapter: str | None = None
 
     def load(self) -> Any:
         try:
@@ -57,6 +64,8 @@ class StageKind:
 
     def run(self, options: dict[str, Any], input: Any, output: Path, *, client: Any, progress: bool) -> dict[str, Any]:
         impl = self.load()
+        if self.adapter:
+            return globals()[self.adapter](options, input, output, client=client, progress=progress)
         if inspect.isclass(impl):
             from tokenmill.curate.stage import run_stage
 
@@ -85,16 +94,21 @@ STAGES: dict[str, StageKind] = {
             "fastText quality classifier (GPT-3 / MT-NLG)", ("model",),
         ),
         StageKind(
-            "exact_dedup", "tokenmill.curate.dedup", ("exact_dedup", "ExactDedupStage"),
-            "exact duplicates by normalized-text hash",
+            "exact_dedup", "tokenmill.curate.dedup", ("run_dedup",), "exact duplicates by normalized-text hash",
+            options_from="tokenmill.curate.dedup:DedupConfig",
+            exclude=("method", "threshold", "num_perm", "seed", "scheme", "bands", "rows", "ngram", "char_ngram",
+                     "shingle", "verify", "all_pairs_limit", "index", "update_index", "work_dir", "keep_work"),
+            adapter="_exact_dedup",
         ),
         StageKind(
-            "fuzzy_dedup", "tokenmill.curate.dedup", ("fuzzy_dedup", "FuzzyDedupStage"),
-            "near duplicates by MinHash LSH", ("index",),
+            "fuzzy_dedup", "tokenmill.curate.dedup", ("run_dedup",), "near duplicates by MinHash LSH", ("index",),
+            options_from="tokenmill.curate.dedup:DedupConfig", exclude=("method", "work_dir", "keep_work"),
+            adapter="_fuzzy_dedup",
         ),
         StageKind(
-            "decontaminate", "tokenmill.curate.decontaminate", ("decontaminate", "DecontaminateStage"),
-            "n-gram overlap with evaluation tasks", ("tasks", "task_files", "data_dir"),
+            "decontaminate", "tokenmill.curate.decontaminate", ("run_decontaminate",),
+            "13-gram overlap with evaluation tasks", ("tasks", "data_dir"), adapter="_decontaminate",
+            options_from="tokenmill.pipelines.stages:DecontaminateOptions",
         ),
     )
 }
@@ -111,11 +125,59 @@ def _annotations(impl: Any) -> dict[str, Any]:
         return {}
 
 
+@dataclass
+class DecontaminateOptions:
+    """Recipe options of `decontaminate`: task files (JSONL, `[NAME=]PATH[:FIELD,...]`) and/or a
+    directory whose every `.jsonl` file is a task (the benchmark data directory of `eval`)."""
+
+    tasks: list[str] | None = None
+    data_dir: str | None = None
+    ngram: int = 13
+    normalize: str = "lower,punct"
+    fields: list[str] | None = None
+
+
+def _exact_dedup(options: dict[str, Any], input: Any, output: Path, *, client: Any, progress: bool) -> dict[str, Any]:
+    from tokenmill.curate.dedup import DedupConfig, run_dedup
+
+    return run_dedup(input, output, DedupConfig(method="exact", **options), client=client, progress=progress)
+
+
+def _fuzzy_dedup(options: dict[str, Any], input: Any, output: Path, *, client: Any, progress: bool) -> dict[str, Any]:
+    from tokenmill.curate.dedup import DedupConfig, run_dedup
+
+    return run_dedup(input, output, DedupConfig(method="fuzzy", **options), client=client, progress=progress)
+
+
+def decontamination_tasks(tasks: list[str] | None, data_dir: str | None) -> list[str]:
+    out = list(tasks or [])
+    if data_dir:
+        out += [str(p) for p in sorted(Path(data_dir).glob("*.jsonl"))]
+    if not out:
+        raise ConfigError("decontaminate needs `tasks` (JSONL files) or a `data_dir` holding .jsonl task files")
+    return out
+
+
+def _decontaminate(options: dict[str, Any], input: Any, output: Path, *, client: Any, progress: bool) -> dict[str, Any]:
+    from tokenmill.curate.decontaminate import run_decontaminate
+
+    options = dict(options)
+    tasks = decontamination_tasks(options.pop("tasks", None), options.pop("data_dir", None))
+    return run_decontaminate(input, output, tasks, client=client, progress=progress, **options)
+
+
+def _class(spec: str) -> Any:
+    module, attr = spec.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 @cache
 def _options_model(kind: StageKind) -> type[BaseModel]:
     """A strict pydantic model of a stage's options, built from its dataclass fields or its
     function signature, so recipes get the same unknown-key and type errors as the stage."""
     impl = kind.load()
+    if kind.options_from:
+        impl = _class(kind.options_from)
     hints = _annotations(impl)
     fields: dict[str, Any] = {}
     factory = getattr(impl, "from_options", None) if inspect.isclass(impl) else None
@@ -124,7 +186,7 @@ def _options_model(kind: StageKind) -> type[BaseModel]:
         impl = factory
     if inspect.isclass(impl) and dataclasses.is_dataclass(impl):
         for f in dataclasses.fields(impl):
-            if not f.init or f.name in RUNNER_ARGS:
+            if not f.init or f.name in RUNNER_ARGS or f.name in kind.exclude:
                 continue
             has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
             fields[f.name] = (hints.get(f.name, Any), None if has_default else ...)

@@ -1,0 +1,179 @@
+"""Recipes: validation with located errors, the step plan, selection, fingerprints (no Dask)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tokenmill.errors import TokenmillError
+from tokenmill.pipelines.plan import build_plan, select
+from tokenmill.pipelines.recipe import RecipeError, load_recipe, parse_recipe
+from tokenmill.pipelines.runner import blend_weights, format_plan
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str, name: str = "recipe.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    data = tmp_path / "a.jsonl"
+    data.write_text(json.dumps({"text": "hello world " * 20}) + "\n")
+    return data
+
+
+GOOD = """
+name: t
+sources:
+  - {name: a, path: a.jsonl}
+  - {name: b, path: a.jsonl}
+curate:
+  - stage: normalize
+  - stage: langid
+    sources: [a]
+    options: {languages: [en], min_score: 0.5}
+tokenize: {vocab_size: 300}
+blend:
+  - {source: a, weight: 2}
+  - {source: b, epochs: 1.5}
+"""
+
+
+def problems_of(tmp_path: Path, text: str) -> str:
+    with pytest.raises(RecipeError) as info:
+        load_recipe(write(tmp_path, text))
+    return str(info.value)
+
+
+def test_good_recipe_plans_every_step(tmp_path, corpus):
+    recipe = load_recipe(write(tmp_path, GOOD))
+    steps = build_plan(recipe, tmp_path / "work")
+    assert [s.name for s in steps] == [
+        "ingest.a", "curate.a.normalize", "curate.a.langid", "ingest.b", "curate.b.normalize",
+        "tokenize.tokenizer", "tokenize.encode.a", "tokenize.encode.b", "tokenize.blend",
+    ]
+    by = {s.name: s for s in steps}
+    assert by["tokenize.encode.a"].deps == ["curate.a.langid", "tokenize.tokenizer"]
+    assert by["tokenize.encode.b"].deps == ["curate.b.normalize", "tokenize.tokenizer"]
+    assert by["ingest.a"].config["paths"] == [str(corpus)]
+
+
+def test_unknown_option_names_key_line_and_suggestion(tmp_path, corpus):
+    text = GOOD.replace("min_score: 0.5", "min_scor: 0.5")
+    message = problems_of(tmp_path, text)
+    assert "curate[1].options.min_scor (line 10)" in message
+    assert "did you mean `min_score`?" in message
+
+
+def test_unknown_top_level_and_nested_keys(tmp_path, corpus):
+    text = GOOD.replace("tokenize: {vocab_size: 300}", "tokenise: {vocab_size: 300}").replace("name: t", "name: t\nsoruces_extra: 1")
+    message = problems_of(tmp_path, text)
+    assert "unknown key `tokenise` (did you mean `tokenize`?)" in message
+    assert "soruces_extra" in message
+    # All problems are reported at once: the blend now lacks its tokenize section too.
+    assert message.count("\n  - ") >= 2
+
+
+def test_wrong_type_and_bad_value(tmp_path, corpus):
+    message = problems_of(tmp_path, GOOD.replace("vocab_size: 300", "vocab_size: lots"))
+    assert "tokenize.vocab_size (line 11)" in message and "valid integer" in message and "'lots'" in message
+    message = problems_of(tmp_path, GOOD.replace("min_score: 0.5", "min_score: high"))
+    assert "curate[1].options.min_score (line 10)" in message and "'high'" in message
+
+
+def test_unknown_stage_and_source_names(tmp_path, corpus):
+    text = GOOD.replace("stage: normalize", "stage: normalise").replace("sources: [a]", "sources: [c]").replace(
+        "{source: b, epochs: 1.5}", "{source: bb, epochs: 1.5}")
+    message = problems_of(tmp_path, text)
+    assert "curate[0].stage (line 7): unknown stage `normalise` (did you mean `normalize`?)" in message
+    assert "curate[1].sources[0]" in message and "no source named `c`" in message
+    assert "blend[1].source" in message and "no source named `bb` (did you mean `b`?)" in message
+
+
+def test_missing_path_is_an_error_before_anything_runs(tmp_path):
+    message = problems_of(tmp_path, GOOD)  # a.jsonl was not created
+    assert "sources[0].path (line 4): path not found" in message
+    # ... and only a warning for a dry run of a template
+    recipe = load_recipe(tmp_path / "recipe.yaml", check_paths="warn")
+    assert any("sources[0].path" in w for w in recipe.warnings)
+
+
+def test_blend_needs_exactly_one_of_weight_or_epochs(tmp_path, corpus):
+    message = problems_of(tmp_path, GOOD.replace("{source: a, weight: 2}", "{source: a, weight: 2, epochs: 1}"))
+    assert "blend[0]" in message and "exactly one of `weight` or `epochs`" in message
+
+
+def test_train_config_checked_by_the_trainer_schema(tmp_path, corpus):
+    pytest.importorskip("tokenmill.train.config")
+    text = GOOD + "train:\n  config: {stepz: 3}\n"
+    message = problems_of(tmp_path, text)
+    assert "train.config" in message and "stepz" in message
+
+
+def test_selection_from_until_force(tmp_path, corpus):
+    steps = build_plan(load_recipe(write(tmp_path, GOOD)), tmp_path / "work")
+    everything = {s.name for s in steps}
+    sel = select(steps, None, ["curate"], None)
+    assert sel.runnable == {"ingest.a", "curate.a.normalize", "curate.a.langid", "ingest.b", "curate.b.normalize"}
+    sel = select(steps, ["langid"], None, None)
+    assert sel.forced == sel.runnable == {"curate.a.langid", "tokenize.tokenizer", "tokenize.encode.a", "tokenize.encode.b", "tokenize.blend"}
+    sel = select(steps, None, None, ["tokenize.encode.b"])
+    assert sel.runnable == everything and sel.forced == {"tokenize.encode.b", "tokenize.blend"}
+    with pytest.raises(TokenmillError, match="did you mean `langid`"):
+        select(steps, ["langidd"], None, None)
+
+
+def test_fingerprint_changes_reach_exactly_the_dependents(tmp_path, corpus):
+    before = {s.name: s.fingerprint for s in build_plan(load_recipe(write(tmp_path, GOOD)), tmp_path / "w")}
+    again = {s.name: s.fingerprint for s in build_plan(load_recipe(write(tmp_path, GOOD)), tmp_path / "w")}
+    assert before == again
+    changed = GOOD.replace("min_score: 0.5", "min_score: 0.6")
+    after = {s.name: s.fingerprint for s in build_plan(load_recipe(write(tmp_path, changed)), tmp_path / "w")}
+    differ = {name for name in before if before[name] != after[name]}
+    assert differ == {"curate.a.langid", "tokenize.tokenizer", "tokenize.encode.a", "tokenize.encode.b", "tokenize.blend"}
+
+
+def test_blend_weights_from_weights_and_epochs():
+    tokens = {"a": 100, "b": 300}
+    assert blend_weights([{"source": "a", "weight": 3}, {"source": "b", "weight": 1}], tokens) == {"a": 0.75, "b": 0.25}
+    # epochs: shares proportional to epochs x tokens
+    w = blend_weights([{"source": "a", "epochs": 3}, {"source": "b", "epochs": 1}], tokens)
+    assert w == pytest.approx({"a": 0.5, "b": 0.5})
+
+
+def test_demo_recipe_validates_with_and_without_eval_data(tmp_path, shared_data):
+    from tokenmill.pipelines.cli import demo_overrides, demo_recipe_text
+
+    recipe = parse_recipe(demo_recipe_text(), origin="demo.yaml", base_dir=tmp_path, overrides=demo_overrides(None))
+    assert recipe.eval.tasks == [] and all(c.stage != "decontaminate" for c in recipe.curate)
+    recipe = parse_recipe(demo_recipe_text(), origin="demo.yaml", base_dir=tmp_path,
+                          overrides=demo_overrides(str(shared_data / "eval")))
+    assert recipe.train.dp == 2 and recipe.eval.tasks and recipe.eval.skip_missing
+    assert any(c.stage == "decontaminate" for c in recipe.curate)
+
+
+def test_mtnlg_dry_run_prints_the_plan_and_layout(tmp_path, capsys):
+    pytest.importorskip("tokenmill.train.plan")
+    from tokenmill.cli import main
+
+    assert main(["run", str(REPO / "recipes" / "mtnlg.yaml"), "--workdir", str(tmp_path / "w"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: sources[0].path" in out  # the template's corpora are not on this machine
+    assert "ingest.books3" in out and "curate.cc_2020_50.fuzzy_dedup" in out and "tokenize.blend" in out
+    assert "tp=8 x pp=35 x dp=16 = 4480 process(es)" in out
+    assert "105 layers x hidden 20480 x 128 heads" in out
+    assert "planner estimate on 4480 GPU(s)" in out and "bubble" in out
+    assert not (tmp_path / "w").exists()  # a dry run writes nothing
+
+
+def test_dry_run_plan_marks_up_to_date_steps(tmp_path, corpus):
+    recipe = load_recipe(write(tmp_path, GOOD))
+    plan = format_plan(recipe, tmp_path / "work", None, ["ingest.a"], None)
+    assert "ingest.a  [will run]" in plan and "curate.a.normalize  [not selected]" in plan
