@@ -15,6 +15,7 @@ from tokenmill.errors import TokenmillError
 
 # Where the eval package's entry point may live (the first found is used).
 EVALUATE_CANDIDATES = (
+    ("tokenmill.eval.evaluator", "evaluate"),
     ("tokenmill.eval.evaluate", "evaluate"),
     ("tokenmill.eval.runner", "evaluate"),
     ("tokenmill.eval.harness", "evaluate"),
@@ -46,10 +47,11 @@ def heldout_perplexity(run_dir: Path) -> dict[str, Any] | None:
             "stderr": None, "n": None, "step": last.get("step"), "split": "valid", "loss": last["val_loss"]}
 
 
-def _call_evaluate(fn: Callable[..., Any], model: str, task: str, shots: int, spec: Any, data_dir: str | None) -> list[dict[str, Any]]:
+def _call_evaluate(fn: Callable[..., Any], model: Any, task: str, shots: int, spec: Any, data_dir: str | None,
+                   progress: bool) -> list[dict[str, Any]]:
     params = inspect.signature(fn).parameters
     kwargs: dict[str, Any] = {}
-    for name, value in (("data_dir", data_dir), ("limit", spec.limit), ("batch_size", spec.batch_size), ("progress", True)):
+    for name, value in (("data_dir", data_dir), ("limit", spec.limit), ("batch_size", spec.batch_size), ("progress", progress)):
         if name in params:
             kwargs[name] = value
     out = fn(model, [task], [shots], **kwargs)
@@ -77,11 +79,18 @@ def run_eval(ctx: Any, step: Any, spec: Any) -> dict[str, Any]:
             from tokenmill.eval.tasks import MissingDataError
         except ImportError:  # pragma: no cover - the eval package ships both
             MissingDataError = TokenmillError  # type: ignore[misc,assignment]
+        model: Any = str(run_dir)
+        try:  # load the checkpoint once for every task, when the eval package allows it
+            from tokenmill.eval.models import load_model
+
+            model = load_model(run_dir)
+        except ImportError:
+            pass
         for task in spec.tasks:
             for shots in spec.shots:
                 print(f"  eval {task} {shots}-shot", flush=True)
                 try:
-                    results.extend(_call_evaluate(fn, str(run_dir), task, shots, spec, data_dir))
+                    results.extend(_call_evaluate(fn, model, task, shots, spec, data_dir, ctx.progress))
                 except MissingDataError as error:
                     if not spec.skip_missing:
                         raise

@@ -89,6 +89,41 @@ class Context:
         self._client = None
 
 
+def _remove_leftovers(step: Step) -> None:
+    """Temporary directories a killed run left beside this step's output (the stages write to
+    `.NAME.tmp-*` and rename when done), so they do not pile up over resumes."""
+    if step.output.parent.is_dir():
+        for leftover in step.output.parent.glob(f".{step.output.name}.tmp*"):
+            shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+
+
+class WorkdirLock:
+    """One run per work directory at a time: two runs would publish over each other."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.path = workdir / STATE_DIR / "lock"
+        self.handle: Any = None
+
+    def __enter__(self) -> "WorkdirLock":
+        import fcntl
+
+        self.handle = self.path.open("w")
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.close()
+            raise TokenmillError(f"another tokenmill run is using {self.path.parent.parent}; wait for it or use another --workdir") from None
+        self.handle.write(str(os.getpid()))
+        self.handle.flush()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import fcntl
+
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
 def _log(message: str) -> None:
     print(message, flush=True)
 
@@ -364,6 +399,7 @@ def run_recipe(
     ctx = Context(recipe, workdir, steps, scheduler=scheduler or recipe.scheduler, workers=workers or recipe.workers,
                   progress=progress, client=client)
     result = RunResult(workdir)
+    lock = WorkdirLock(workdir).__enter__()
     try:
         for index, step in enumerate(steps, start=1):
             tag = f"[{index}/{len(steps)}] {step.name}"
@@ -388,6 +424,7 @@ def run_recipe(
                 continue
             _log(f"{tag}: {step.description}")
             state_path(workdir, step).unlink(missing_ok=True)
+            _remove_leftovers(step)
             t0 = time.time()
             outcome = RUNNERS[step.kind](ctx, step)
             seconds = time.time() - t0
@@ -401,6 +438,7 @@ def run_recipe(
             result.steps.append(StepResult(step.name, "ran", seconds, summary))
     finally:
         ctx.close_client()
+        lock.__exit__()
         if report:
             from tokenmill.pipelines.report import write_report
 

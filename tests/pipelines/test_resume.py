@@ -1,0 +1,163 @@
+"""A run killed during curation, and again during training, then started again, ends with the
+same outputs as an uninterrupted run: documents, tokenizer, shards, losses, evaluation."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("tokenmill.tokenize.encode")
+pytest.importorskip("tokenmill.train.loop")
+
+pytestmark = pytest.mark.slow
+
+RECIPE = """
+name: resume
+sources:
+  - name: wiki
+    path: {corpus}/wikitext2_valid.txt
+    format: text
+    separator: '^(?= = [^=])'
+  - name: plays
+    path: {corpus}/tinyshakespeare.txt
+    format: text
+    separator: '\\n\\n'
+curate:
+  - stage: normalize
+  - stage: langid
+    options: {{languages: [en], min_score: 0.3}}
+  - stage: exact_dedup
+tokenize: {{vocab_size: 320}}
+blend:
+  - {{source: wiki, weight: 0.5}}
+  - {{source: plays, weight: 0.5}}
+train:
+  config:
+    model: {{preset: tiny, max_seq_len: 32}}
+    seq_len: 32
+    split: "90,10,0"
+    steps: 16
+    global_batch_size: 4
+    lr: 3.0e-3
+    lr_warmup_steps: 2
+    log_interval: 1
+    eval_interval: 8
+    eval_iters: 1
+    save_interval: 4
+    keep_last: 5
+    precision: fp32
+    tensorboard: false
+eval:
+  perplexity: true
+"""
+
+
+def _command(recipe: Path, workdir: Path) -> list[str]:
+    return [sys.executable, "-m", "tokenmill.cli", "run", str(recipe), "--workdir", str(workdir), "--no-progress",
+            "--workers", "2"]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def run_to_end(recipe: Path, workdir: Path) -> str:
+    done = subprocess.run(_command(recipe, workdir), capture_output=True, text=True, env=_env(), timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def run_and_kill(recipe: Path, workdir: Path, *, when_line: str | None = None, when_path: Path | None = None) -> None:
+    """Start a run in its own process group and SIGKILL the whole group (runner, Dask workers,
+    trainer) as soon as a step starts (`when_line` printed) or a file appears (`when_path`)."""
+    process = subprocess.Popen(_command(recipe, workdir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=_env(), start_new_session=True)
+    seen: list[str] = []
+    try:
+        deadline = time.time() + 600
+        if when_line is not None:
+            assert process.stdout is not None
+            for line in process.stdout:
+                seen.append(line)
+                if when_line in line:
+                    break
+            else:
+                pytest.fail("the run ended before the step to kill started:\n" + "".join(seen[-40:]))
+        else:
+            assert when_path is not None
+            while not when_path.exists():
+                assert process.poll() is None, "the run ended before it could be killed"
+                assert time.time() < deadline
+                time.sleep(0.2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+
+
+def documents(stage_dir: Path) -> list[tuple[str, str]]:
+    rows = []
+    for path in sorted((stage_dir / "kept").glob("*.parquet")):
+        table = pq.read_table(path, columns=["id", "text"])
+        rows += list(zip(table["id"].to_pylist(), table["text"].to_pylist()))
+    return sorted(rows)
+
+
+def losses(workdir: Path) -> dict[int, tuple[float, float | None]]:
+    from tokenmill.pipelines.runner import read_metrics
+
+    return {m["step"]: (m["loss"], m.get("val_loss")) for m in read_metrics(workdir / "train" / "run")}
+
+
+def test_killed_during_curation_and_training_resumes_to_the_same_outputs(tmp_path, shared_data):
+    recipe = tmp_path / "resume.yaml"
+    recipe.write_text(textwrap.dedent(RECIPE.format(corpus=shared_data / "corpus")))
+    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+    run_to_end(recipe, reference)
+
+    # 1. Killed while a curation stage runs: that stage has no state and no published output.
+    run_and_kill(recipe, resumed, when_line="] curate.plays.langid: langid")
+    assert (resumed / ".state" / "curate.wiki.langid.json").exists()
+    assert not (resumed / ".state" / "curate.plays.langid.json").exists()
+    assert not (resumed / ".state" / "train.json").exists()
+
+    # 2. Killed during training, after its first checkpoint.
+    run_and_kill(recipe, resumed, when_path=resumed / "train" / "run" / "checkpoints" / "step_4")
+    assert (resumed / ".state" / "tokenize.blend.json").exists()
+    assert not (resumed / ".state" / "train.json").exists()
+
+    out = run_to_end(recipe, resumed)
+    assert "resuming from the latest checkpoint" in out
+    assert "curate.plays.langid: up to date" in out  # finished before the second kill; not redone
+
+    for source in ("wiki", "plays"):
+        for stage in ("00-ingest", "01-normalize", "02-langid", "03-exact_dedup"):
+            a, b = reference / "curate" / source / stage, resumed / "curate" / source / stage
+            assert documents(a) == documents(b), f"{source}/{stage} differs"
+            counts = [json.loads((d / "manifest.json").read_text())["counts"] for d in (a, b)]
+            assert counts[0] == counts[1]
+        assert not list((resumed / "curate" / source).glob(".*tmp*"))  # no leftovers of the kill
+        for ext in (".bin", ".idx"):
+            name = f"{source}{ext}"
+            assert (reference / "shards" / source / name).read_bytes() == (resumed / "shards" / source / name).read_bytes()
+    assert (reference / "tokenizer" / "tokenizer.json").read_bytes() == (resumed / "tokenizer" / "tokenizer.json").read_bytes()
+
+    ref_losses, res_losses = losses(reference), losses(resumed)
+    assert sorted(ref_losses) == list(range(1, 17))
+    assert sorted(res_losses) == sorted(ref_losses)
+    for step in ref_losses:
+        assert res_losses[step][0] == pytest.approx(ref_losses[step][0], rel=1e-6, abs=1e-7), step
+        if ref_losses[step][1] is not None:
+            assert res_losses[step][1] == pytest.approx(ref_losses[step][1], rel=1e-6), step
+    ref_eval = json.loads((reference / "eval" / "results.json").read_text())["results"]
+    res_eval = json.loads((resumed / "eval" / "results.json").read_text())["results"]
+    assert [r["value"] for r in res_eval] == pytest.approx([r["value"] for r in ref_eval], rel=1e-6)
+    assert (resumed / "report.html").exists()
