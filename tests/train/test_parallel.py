@@ -153,6 +153,30 @@ def test_layout_equals_single_process(runs: Path, name: str) -> None:
         torch.testing.assert_close(got["params"][key], value, rtol=1e-4, atol=2e-5, msg=key)
 
 
+@pytest.mark.distributed
+def test_two_launchers_train_together(tmp_path: Path) -> None:
+    """The multi-node path: two `torchrun --nnodes 2` launchers meet at a c10d rendezvous on
+    127.0.0.1 and train dp=2 (ZeRO-3) across them, equal to one process."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    port = free_port()
+    launchers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
+             "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=tokenmill-test",
+             __file__, str(tmp_path), "dp2_zero3"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for _ in range(2)
+    ]
+    for proc in launchers:
+        output, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, output[-6000:]
+    got, want = merged(tmp_path, "dp2_zero3", 2), single_process("dp2_zero3")
+    assert got["losses"] == pytest.approx(want["losses"], rel=1e-5)
+    for key, value in want["params"].items():
+        torch.testing.assert_close(got["params"][key], value, rtol=1e-4, atol=2e-5, msg=key)
+
+
 def test_impossible_layouts_are_clear_errors() -> None:
     from tokenmill.errors import ConfigError
     from tokenmill.train.model import ModelConfig

@@ -108,13 +108,27 @@ class ParallelEngine:
         stack.enter_context(autocast_context(self.cfg, self.device))
         return stack
 
+    def _pipeline_microbatches(self, local_batch: int, n_micro: int) -> int:
+        """The schedule's micro-batch count: the configured one, or pp when fewer (a pipeline
+        needs one per stage; equal smaller micro-batches give the same mean gradient)."""
+        pp = self.dims.pp
+        n = n_micro
+        if n < pp:
+            if local_batch % pp:
+                raise ValueError(
+                    f"local batch {local_batch} gives {n_micro} micro-batch(es) for {pp} pipeline stages and "
+                    f"cannot be split into {pp}; raise global_batch_size or lower micro_batch_size"
+                )
+            n = pp
+        if self.dims.pp_schedule == "interleaved" and n % max(1, n // pp):
+            raise ValueError(
+                f"the interleaved schedule needs the micro-batch count ({n}) to be a multiple of "
+                f"{max(1, n // pp)} (micro-batches // pp); choose micro_batch_size so that it is a multiple of pp"
+            )
+        return n
+
     def _schedule(self, n_micro: int):
         if n_micro not in self._schedules:
-            if n_micro < self.dims.pp:
-                raise ValueError(
-                    f"{n_micro} micro-batches for {self.dims.pp} pipeline stages: the pipeline needs at least "
-                    f"pp micro-batches per step (lower micro_batch_size)"
-                )
             self._schedules[n_micro] = build_schedule(
                 self.model_parts, self.stage_ids, self.dims.num_stages, self.device, self.pp_group,
                 n_micro, self.dims.pp_schedule, cross_entropy,
@@ -142,7 +156,7 @@ class ParallelEngine:
         x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
         if self.dims.pp > 1:
             # Micro-batches are the pipeline's: the schedule accumulates (and averages) them.
-            schedule = self._schedule(n_micro)
+            schedule = self._schedule(self._pipeline_microbatches(tokens.shape[0], n_micro))
             losses: list[torch.Tensor] = []
             last = self.pp_rank == self.dims.pp - 1
             with self._context():

@@ -1,0 +1,180 @@
+"""Tokens/s per rank of each parallel layout on the CPU (gloo), and the pipeline bubble
+measured against the schedule's theoretical (p-1)/(m+p-1) ((p-1)/(v*m+p-1) interleaved).
+
+Measured bubble = 1 - busy / step time, where busy is m times the time this rank's stage(s)
+take for one micro-batch's forward + backward run alone (no communication, no waiting).
+
+    python bench/parallel_throughput.py [--steps 4] [--device cpu|cuda]
+
+On the CPU two processes share the machine's cores: tokens/s per rank compares layouts with
+each other, not with a GPU. With --device cuda (one GPU) only the single-device layout runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULT = ROOT / "bench" / "results" / "parallel_throughput.txt"
+
+GLOBAL_BATCH, MICRO_BATCH, SEQ = 16, 2, 128
+LAYOUTS: dict[str, dict] = {
+    "tp2": {"tp": 2},
+    "tp2_sp": {"tp": 2, "sequence_parallel": True},
+    "pp2_gpipe": {"pp": 2, "pp_schedule": "gpipe"},
+    "pp2_1f1b": {"pp": 2, "pp_schedule": "1f1b"},
+    "pp2_interleaved_v2": {"pp": 2, "pp_schedule": "interleaved", "virtual_stages": 2},
+    "dp2_zero0": {"dp": 2, "zero": 0},
+    "dp2_zero1": {"dp": 2, "zero": 1},
+    "dp2_zero2": {"dp": 2, "zero": 2},
+    "dp2_zero3": {"dp": 2, "zero": 3},
+}
+
+
+def config(layout: dict, device: str = "cpu"):
+    from tokenmill.train.config import TrainConfig
+    from tokenmill.train.model import ModelConfig
+
+    model = ModelConfig("gpt2", 8192, 4, 256, 8, max_seq_len=SEQ)
+    return TrainConfig(model=model, seq_len=SEQ, global_batch_size=GLOBAL_BATCH, micro_batch_size=MICRO_BATCH,
+                       progress=False, tensorboard=False, device=device, **layout).validate()
+
+
+def stage_busy_time(engine, repeats: int = 3) -> float:
+    """Seconds this rank's stages spend on one micro-batch's forward + backward, alone."""
+    import torch
+
+    cfg = engine.cfg
+    total = 0.0
+    for part, sid in zip(engine.model_parts, engine.stage_ids):
+        if sid == 0:
+            make = lambda: torch.randint(0, cfg.model.vocab_size, (MICRO_BATCH, SEQ))  # noqa: E731
+        else:
+            make = lambda: torch.randn(MICRO_BATCH, SEQ, cfg.model.hidden, requires_grad=True)  # noqa: E731
+        times = []
+        for _ in range(repeats + 1):
+            x = make()
+            t0 = time.perf_counter()
+            out = part(x)
+            out.backward(torch.ones_like(out) / out.numel())
+            times.append(time.perf_counter() - t0)
+        part.zero_grad(set_to_none=True)
+        total += min(times[1:])
+    return total
+
+
+def worker(out: Path, names: list[str], steps: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from tokenmill.train.parallel.engine import build_parallel_engine
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    results = {}
+    for name in names:
+        cfg = config(LAYOUTS[name] if name in LAYOUTS else {})
+        torch.manual_seed(0)
+        engine = build_parallel_engine(cfg.model, cfg)
+        local = GLOBAL_BATCH // engine.dp_size
+        tokens = torch.randint(0, cfg.model.vocab_size, (local, SEQ + 1))
+        times = []
+        for _ in range(steps + 1):  # the first step warms up (shape inference, allocations)
+            dist.barrier()
+            t0 = time.perf_counter()
+            engine.train_step(tokens, MICRO_BATCH)
+            engine.clip_grad_norm(1.0)
+            engine.optimizer_step(1e-4)
+            times.append(time.perf_counter() - t0)
+        step = sorted(times[1:])[len(times[1:]) // 2]
+        row = {"step_s": step, "tokens_per_s_per_rank": GLOBAL_BATCH * SEQ / step / dist.get_world_size()}
+        if cfg.pp > 1:
+            n_micro = local // MICRO_BATCH
+            row["bubble"] = 1 - n_micro * stage_busy_time(engine) / step
+            v = cfg.virtual_stages if cfg.pp_schedule == "interleaved" else 1
+            row["bubble_theory"] = (cfg.pp - 1) / (v * n_micro + cfg.pp - 1)
+            row["m"] = n_micro
+        every: list[dict] = [{}] * dist.get_world_size()
+        dist.all_gather_object(every, row)
+        merged = dict(every[0])
+        if "bubble" in merged:
+            merged["bubble"] = sum(r["bubble"] for r in every) / len(every)
+        results[name] = merged
+    if dist.get_rank() == 0:
+        out.write_text(repr(results))
+    dist.destroy_process_group()
+
+
+def single_device(steps: int, device: str) -> dict:
+    import torch
+
+    from tokenmill.train.engine import SingleProcessEngine
+    from tokenmill.train.model import GPT
+
+    torch.set_num_threads(1 if device == "cpu" else torch.get_num_threads())
+    cfg = config({}, device)
+    torch.manual_seed(0)
+    engine = SingleProcessEngine(GPT(cfg.model), cfg, torch.device(device))
+    tokens = torch.randint(0, cfg.model.vocab_size, (GLOBAL_BATCH, SEQ + 1))
+    times = []
+    for _ in range(steps + 1):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        engine.train_step(tokens, MICRO_BATCH)
+        engine.clip_grad_norm(1.0)
+        engine.optimizer_step(1e-4)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    step = sorted(times[1:])[len(times[1:]) // 2]
+    return {"step_s": step, "tokens_per_s_per_rank": GLOBAL_BATCH * SEQ / step}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    results = {"one (1 process, 1 thread)": single_device(args.steps, args.device)}
+    if args.device == "cpu":
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "rows.txt"
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+            subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+                            f"--master-port={port}", "--master-addr=127.0.0.1", __file__, "--worker", str(out),
+                            str(args.steps), *LAYOUTS], env=env, check=True, stdout=subprocess.DEVNULL)
+            results.update(ast.literal_eval(out.read_text()))
+    lines = [
+        f"Parallel throughput on {args.device} (gpt2, 4 layers, hidden 256, vocab 8192, seq {SEQ}, global batch "
+        f"{GLOBAL_BATCH}, micro-batch {MICRO_BATCH}; 1 thread per rank; median of {args.steps} steps)",
+        "",
+        f"{'layout':<28} {'step s':>8} {'tokens/s/rank':>14} {'m':>3} {'bubble':>8} {'theory':>8}",
+    ]
+    for name, r in results.items():
+        bubble = f"{r['bubble']:8.1%} {r['bubble_theory']:8.1%}" if "bubble" in r else f"{'':>8} {'':>8}"
+        m = f"{r['m']:>3}" if "m" in r else "   "
+        lines.append(f"{name:<28} {r['step_s']:8.3f} {r['tokens_per_s_per_rank']:14.0f} {m} {bubble}")
+    text = "\n".join(lines)
+    print(text)
+    target = RESULT if args.device == "cpu" else RESULT.with_name(f"parallel_throughput_{args.device}.txt")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 3 and sys.argv[1] == "--worker":
+        worker(Path(sys.argv[2]), sys.argv[4:], int(sys.argv[3]))
+    else:
+        main()
