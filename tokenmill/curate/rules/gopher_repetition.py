@@ -2,14 +2,20 @@
 paragraphs split at 2+ newlines, lines at 1+ newlines; fractions of characters are over the
 whole text; a top n-gram's share is len(" ".join(gram)) * count; duplicated n-grams are
 counted greedily left to right (an n-gram seen before adds its characters, joined without
-spaces, and the scan jumps past it)."""
+spaces, and the scan jumps past it). Two n-grams are equal when their words are equal
+(datatrove compares the words joined without spaces, which also equates rare different splits
+such as `ab|c` and `a|bc`). The n-gram work is done in NumPy, one level of n at a time, and
+stops at the first rule that fires."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
 from dataclasses import dataclass
+from itertools import count
 from typing import ClassVar
+
+import numpy as np
 
 from tokenmill.curate.rules.base import Doc, RuleFamily
 
@@ -26,36 +32,92 @@ def duplicates(items: list[str]) -> tuple[int, int]:
     return len(items) - len(unique), sum(map(len, items)) - sum(map(len, unique))
 
 
+class NgramLevels:
+    """n-gram statistics of a word list, level by level (n = 2, 3, ...), in NumPy.
+
+    Words get integer ids (the index of their first occurrence); the n-gram starting at i gets
+    the code of the (n-1)-gram at i combined with the id of word i+n-1, renumbered as the
+    position of its first occurrence. Two n-grams are the same when their words are the same."""
+
+    def __init__(self, words: list[str]):
+        self.n_words = len(words)
+        vocab: dict[str, int] = {}
+        self.ids = np.fromiter(map(vocab.setdefault, words, count()), dtype=np.int64, count=self.n_words)
+        lengths = np.fromiter(map(len, words), dtype=np.int64, count=self.n_words)
+        self.cumulative = np.concatenate(([0], np.cumsum(lengths)))
+        self.n = 1
+        self.codes = self.ids
+        self.counts = None
+
+    def advance(self) -> bool:
+        """Move to the next n; False when there are fewer than n words."""
+        n = self.n + 1
+        m = self.n_words - n + 1
+        if m <= 0:
+            return False
+        key = self.codes[:m] * (self.n_words + 1) + self.ids[n - 1 : n - 1 + m]
+        # code of an n-gram = position of its first occurrence (a dict keeps the first)
+        first: dict[int, int] = {}
+        self.codes = np.fromiter(map(first.setdefault, key.tolist(), count()), dtype=np.int64, count=m)
+        self.counts = np.bincount(self.codes, minlength=m)
+        self.n = n
+        return True
+
+    def chars(self, start: int) -> int:
+        """Characters of the current n-gram at `start`, its words joined without spaces."""
+        return int(self.cumulative[start + self.n] - self.cumulative[start])
+
+    def top_chars(self) -> int:
+        """len(" ".join(gram)) * count for the most frequent n-gram (earliest first on a tie)."""
+        top = self.counts.max()
+        start = int(np.argmax(self.counts == top))
+        return (self.chars(start) + self.n - 1) * int(top)
+
+    def has_repeats(self) -> bool:
+        return bool(self.counts.max() > 1)
+
+    def duplicated_chars(self) -> int:
+        """Characters in n-grams equal to an earlier visited one, scanning left to right and
+        jumping n words past each repeat (positions jumped over are not visited)."""
+        if not self.has_repeats():
+            return 0
+        n = self.n
+        # only positions whose n-gram occurs more than once can branch; between them every
+        # position is visited one by one
+        events = np.flatnonzero(self.counts[self.codes] > 1)
+        grams = self.codes[events].tolist()
+        lengths = (self.cumulative[events + n] - self.cumulative[events]).tolist()
+        seen: set[int] = set()
+        repeated = 0
+        next_visit = 0
+        for position, gram, length in zip(events.tolist(), grams, lengths):
+            if position < next_visit:
+                continue
+            if gram in seen:
+                repeated += length
+                next_visit = position + n
+            else:
+                seen.add(gram)
+                next_visit = position + 1
+        return repeated
+
+
 def top_ngram_chars(words: list[str], n: int) -> int:
-    """Characters covered by the most frequent n-gram: len(" ".join(gram)) * count (the first
-    one seen wins a tie)."""
-    if len(words) < n:
-        return 0
-    gram, count = Counter(zip(*(words[i:] for i in range(n)))).most_common(1)[0]
-    return (sum(map(len, gram)) + n - 1) * count
+    """Characters covered by the most frequent n-gram (see `NgramLevels.top_chars`)."""
+    levels = NgramLevels(words)
+    while levels.n < n:
+        if not levels.advance():
+            return 0
+    return levels.top_chars()
 
 
 def duplicated_ngram_chars(words: list[str], n: int) -> int:
-    """Characters (n-grams joined without spaces) in n-grams that repeat an earlier one,
-    scanning left to right and jumping past each repeat."""
-    if len(words) < n:
-        return 0
-    grams = list(map("".join, zip(*(words[i:] for i in range(n)))))
-    if len(set(grams)) == len(grams):  # the common case: nothing repeats
-        return 0
-    seen: set[str] = set()
-    repeated = 0
-    index = 0
-    end = len(grams)
-    while index < end:
-        gram = grams[index]
-        if gram in seen:
-            repeated += len(gram)
-            index += n
-        else:
-            seen.add(gram)
-            index += 1
-    return repeated
+    """Characters in repeated n-grams (see `NgramLevels.duplicated_chars`)."""
+    levels = NgramLevels(words)
+    while levels.n < n:
+        if not levels.advance():
+            return 0
+    return levels.duplicated_chars()
 
 
 @dataclass
@@ -106,13 +168,23 @@ class GopherRepetition(RuleFamily):
                 return "gopher_repetition.dup_line_frac"
             if self.max_dup_line_char_frac is not None and dup_chars / n_chars > self.max_dup_line_char_frac:
                 return "gopher_repetition.dup_line_char_frac"
-        words = doc.words
-        for n in TOP_NGRAMS:
-            limit = getattr(self, f"max_top_{n}_gram")
-            if limit is not None and top_ngram_chars(words, n) / n_chars > limit:
-                return f"gopher_repetition.top_{n}_gram"
-        for n in DUP_NGRAMS:
-            limit = getattr(self, f"max_dup_{n}_gram")
-            if limit is not None and duplicated_ngram_chars(words, n) / n_chars > limit:
-                return f"gopher_repetition.dup_{n}_gram"
+        top_limits = [getattr(self, f"max_top_{n}_gram") for n in TOP_NGRAMS]
+        dup_limits = [getattr(self, f"max_dup_{n}_gram") for n in DUP_NGRAMS]
+        if all(limit is None for limit in (*top_limits, *dup_limits)):
+            return None
+        last = max(n for n, limit in zip((*TOP_NGRAMS, *DUP_NGRAMS), (*top_limits, *dup_limits)) if limit is not None)
+        levels = NgramLevels(doc.words)
+        while levels.n < last and levels.advance():
+            n = levels.n
+            if n in TOP_NGRAMS:
+                limit = top_limits[n - TOP_NGRAMS[0]]
+                if limit is not None and levels.top_chars() / n_chars > limit:
+                    return f"gopher_repetition.top_{n}_gram"
+            else:
+                if not levels.has_repeats():
+                    # no repeated n-gram: none for any larger n either
+                    break
+                limit = dup_limits[n - DUP_NGRAMS[0]]
+                if limit is not None and levels.duplicated_chars() / n_chars > limit:
+                    return f"gopher_repetition.dup_{n}_gram"
         return None
