@@ -3,7 +3,6 @@ sources, stages that must exist, options that must fit the stage, paths that mus
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError

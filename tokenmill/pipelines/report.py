@@ -186,7 +186,6 @@ def _blend(workdir: Path, steps: list[Step], section: Section) -> None:
     requested = {e["source"]: e for e in info["requested"]}
     realised = weights
     samples = None
-    train_state = next((read_state(workdir, s) for s in steps if s.kind == "train"), None)
     config_path = workdir / "train" / "config.yaml"
     seq_len = None
     if config_path.exists():
@@ -223,7 +222,6 @@ def _blend(workdir: Path, steps: list[Step], section: Section) -> None:
     section.table(["source", "requested", "tokens", "requested share", "realised share", "epochs seen"], rows)
     section.chart(bar_chart("Blend: requested vs realised share", names, {"requested": weights, "realised": realised}, "share"),
                   "blend requested vs realised")
-    del train_state
 
 
 def _training(workdir: Path, section: Section) -> None:

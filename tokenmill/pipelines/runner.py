@@ -453,6 +453,12 @@ def run_recipe(
     _log(f"tokenmill run: {len(ran)} step(s) ran, {len(skipped)} up to date, in {result.seconds:.1f}s; work directory {workdir}")
     for s in ran:
         _log(f"  {s.name:<32} {s.seconds:7.1f}s  {s.summary}")
+    results_path = workdir / "eval" / "results.json"
+    if any(s.name == "eval" for s in ran) and results_path.exists():
+        from tokenmill.pipelines.evaluate import results_table
+
+        _log("")
+        _log(results_table(json.loads(results_path.read_text())["results"]))
     if result.report_html:
         _log(f"report: {result.report_html} (and {result.report_md.name})")
     return result
