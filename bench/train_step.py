@@ -1,0 +1,176 @@
+"""Tokens/s of tokenmill's training loop against a plain nanoGPT-style loop, same model and batch.
+
+    python bench/train_step.py [--steps 30] [--repeats 3] [--device cpu] [--preset NAME]
+
+"Ours" is the full `tokenmill.train.loop.train` (Megatron sample index over a real-text shard,
+ramp-up/LR schedule, gradient accumulation, clipping, metrics.jsonl); its tokens/s is
+measured between logged steps after a warm-up, so dataset building and the final checkpoint
+are not counted. "Plain" is the loop as nanoGPT writes it: the same GPT module and AdamW
+groups, batches pre-built as tensors, `loss / accum; backward; clip; step; zero_grad`.
+Each run is its own subprocess (so peak memory is per loop); runs alternate and the median
+is reported. Prints the ratio ours / plain (aim: >= 0.95).
+"""
+
+from __future__ import annotations
+
+import sys
+
+# bench/tokenize.py would shadow the standard library's `tokenize` (which torch needs) when
+# this script's folder is sys.path[0]: drop that entry before importing anything else.
+if sys.path and sys.path[0] and __file__.startswith(sys.path[0]):
+    sys.path.pop(0)
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
+WARMUP = 5
+
+
+def make_shard(prefix: Path) -> None:
+    """Byte-level tokens of real text (tinyshakespeare) in Megatron .bin/.idx form."""
+    sys.path.insert(0, str(ROOT / "tests" / "train"))
+    from conftest import text_documents, write_shard  # the test suite's shard writer
+
+    write_shard(prefix, text_documents(SHARED / "corpus" / "tinyshakespeare.txt", max_bytes=1_100_000))
+
+
+def bench_config(args, shard: Path, out: Path):
+    from tokenmill.train.config import TrainConfig
+    from tokenmill.train.model import preset
+
+    model = preset(args.preset, vocab_size=512, max_seq_len=args.seq_len, n_layers=args.layers,
+                   hidden=args.hidden, n_heads=args.hidden // 64)
+    return TrainConfig(
+        model=model, data=str(shard), out=str(out), seq_len=args.seq_len, steps=WARMUP + args.steps,
+        global_batch_size=args.batch, micro_batch_size=args.micro_batch, lr=1e-3, min_lr=1e-4, lr_warmup_steps=2,
+        device=args.device, precision=args.precision, tensorboard=False, progress=False, log_interval=WARMUP,
+        keep_last=1,
+    ).validate()
+
+
+def run_ours(args, shard: Path) -> dict:
+    from tokenmill.train.loop import train
+    from tokenmill.train.metrics import peak_memory_bytes, read_metrics
+
+    with tempfile.TemporaryDirectory() as out:
+        cfg = bench_config(args, shard, Path(out))
+        cfg.log_interval = 1  # every step logged: per-step timings, and the logging cost counted
+        result = train(cfg)
+        records = read_metrics(out)
+        import torch
+
+        device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+        timed = [r for r in records if r["step"] > WARMUP]
+        tokens = sum(r["batch_size"] * cfg.sequence_length for r in timed)
+        seconds = sum(r["batch_size"] * cfg.sequence_length / r["tokens_per_s"] for r in timed)
+        return {"tokens_per_s": tokens / seconds, "peak_bytes": peak_memory_bytes(device),
+                "final_loss": result.losses[cfg.steps]}
+
+
+def run_plain(args, shard: Path) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from tokenmill.tokenize.loader import SampleStream, build_dataset
+    from tokenmill.train.metrics import peak_memory_bytes
+    from tokenmill.train.model import GPT
+
+    with tempfile.TemporaryDirectory() as out:
+        cfg = bench_config(args, shard, Path(out))
+    device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.manual_seed(cfg.seed)
+    model = GPT(cfg.model).to(device)
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=1e-3, betas=(0.9, 0.95), fused=device.type == "cuda" or None)
+    dataset = build_dataset(str(shard), seq_len=cfg.sequence_length, num_samples=cfg.steps * cfg.global_batch_size,
+                            seed=cfg.seed)
+    stream = SampleStream(dataset, dp_rank=0, dp_size=1)
+    batches = [stream.next_global_batch(cfg.global_batch_size).to(device) for _ in range(cfg.steps)]
+    accum = cfg.global_batch_size // cfg.local_micro_batch_size
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
+    start = 0.0
+    for step, batch in enumerate(batches):
+        if step == WARMUP:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+        total = 0.0
+        for micro in batch.split(cfg.local_micro_batch_size):
+            x, y = micro[:, :-1], micro[:, 1:]
+            with autocast:
+                logits = model(x)
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.reshape(-1)) / accum
+            loss.backward()
+            total += loss.item()  # nanoGPT reads the loss every step too
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    tokens = (len(batches) - WARMUP) * cfg.global_batch_size * cfg.sequence_length
+    return {"tokens_per_s": tokens / seconds, "peak_bytes": peak_memory_bytes(device), "final_loss": total}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=20, help="timed steps (after 5 warm-up steps)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--micro-batch", type=int, default=8)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run (the machine is shared)")
+    parser.add_argument("--which", choices=["ours", "plain"], help=argparse.SUPPRESS)
+    parser.add_argument("--shard", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.which:  # a child run
+        import torch
+
+        torch.set_num_threads(args.threads)
+        result = (run_ours if args.which == "ours" else run_plain)(args, Path(args.shard))
+        print(json.dumps(result))
+        return
+
+    with tempfile.TemporaryDirectory() as tmp:
+        shard = Path(tmp) / "shakespeare"
+        make_shard(shard)
+        results: dict[str, list[dict]] = {"ours": [], "plain": []}
+        child = [a for a in sys.argv[1:]]
+        for _ in range(args.repeats):
+            for which in ("plain", "ours"):
+                env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(ROOT))
+                done = subprocess.run([sys.executable, __file__, *child, "--which", which, "--shard", str(shard)],
+                                      capture_output=True, text=True, env=env)
+                if done.returncode:
+                    sys.exit(done.stderr)
+                results[which].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    ours = statistics.median(r["tokens_per_s"] for r in results["ours"])
+    plain = statistics.median(r["tokens_per_s"] for r in results["plain"])
+    print(f"model: {args.preset} layers={args.layers} hidden={args.hidden} seq={args.seq_len} "
+          f"batch={args.batch} micro={args.micro_batch} {args.precision} on {args.device}, {args.threads} thread(s)")
+    for name, median in (("plain (nanoGPT-style)", plain), ("tokenmill loop", ours)):
+        key = "plain" if name.startswith("plain") else "ours"
+        runs = ", ".join(f"{r['tokens_per_s']:.0f}" for r in results[key])
+        peak = max(r["peak_bytes"] for r in results[key]) / 2**20
+        print(f"{name:22s} median {median:9.0f} tokens/s  (runs: {runs})  peak memory {peak:.0f} MiB")
+    print(f"ratio ours / plain: {ours / plain:.3f}  (aim >= 0.95)")
+
+
+if __name__ == "__main__":
+    main()
