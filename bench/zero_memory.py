@@ -17,10 +17,15 @@ Measured per rank (the most loaded rank is printed):
 
 from __future__ import annotations
 
+import sys
+
+# bench/ holds a script named tokenize.py: keep this directory off sys.path so the standard
+# library's tokenize (imported by torch) is not shadowed when this file runs as a script.
+sys.path[:] = [p for p in sys.path if p not in ("", __file__.rsplit("/", 1)[0])]
+
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,7 +118,8 @@ def main() -> None:
             rows = ast.literal_eval(out.read_text())
         for zero, dp_, m in rows:
             fw, fg, fo = formula(zero, dp_, m["psi"])
-            total = m["weights"] + m["grads"] + m["optim"]
+            # Weights at their peak (gathered through backward under ZeRO-2), as the formula counts them.
+            total = max(m["weights"], m["weights_fwd"]) + m["grads"] + m["optim"]
             lines.append(
                 f"{zero:>4} {dp_:>3} {m['weights'] / 1e6:8.2f} {m['weights_fwd'] / 1e6:8.2f} {m['grads'] / 1e6:8.2f} "
                 f"{m['optim'] / 1e6:8.2f} {total / 1e6:8.2f} | {(fw + fg + fo) / 1e6:8.2f} {fw / 1e6:7.2f} "
@@ -122,7 +128,7 @@ def main() -> None:
     psi = rows[0][2]["psi"]
     lines += ["", f"Psi = {psi:,} parameters (gpt2, 4 layers, hidden 256, vocab 4096).",
               "weights = stored between steps; w@fwd = resident at the end of forward (ZeRO-2 keeps the gathered",
-              "weights for backward, ZeRO-3 frees them). ZeRO-1 shards the optimizer by whole parameters, so its",
+              "weights for backward, ZeRO-3 frees them); total = the larger of the two + grads + optim. ZeRO-1 shards the optimizer by whole parameters, so its",
               "most loaded rank sits slightly above K*Psi/Nd."]
     text = "\n".join(lines)
     print(text)
