@@ -13,6 +13,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -303,6 +304,14 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
     _log(f"  $ {' '.join(argv[2:])}")
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     process = subprocess.Popen(argv, env=env)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # so the trainer below is stopped with us, not orphaned
+
+    import threading
+
+    in_main = threading.current_thread() is threading.main_thread()  # signal handlers live there only
+    previous = signal.signal(signal.SIGTERM, on_sigterm) if in_main else None
     try:
         rc = process.wait()
     except BaseException:
@@ -312,6 +321,9 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             process.kill()
         raise
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
     if rc != 0:
         raise TokenmillError(f"training failed (exit status {rc}); fix the cause and re-run: it resumes from the last checkpoint")
     metrics = read_metrics(run_dir)
