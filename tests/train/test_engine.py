@@ -1,0 +1,60 @@
+"""The single-process engine: activation checkpointing, bf16 autocast with fp32 masters, MFU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tokenmill.train.config import TrainConfig
+from tokenmill.train.engine import Engine, SingleProcessEngine
+from tokenmill.train.loop import train
+from tokenmill.train.metrics import read_metrics
+from tokenmill.train.model import GPT, preset
+
+
+def engine_for(cfg: TrainConfig, state=None) -> SingleProcessEngine:
+    torch.manual_seed(0)
+    model = GPT(cfg.model)
+    if state is not None:
+        model.load_state_dict(state)
+    return SingleProcessEngine(model, cfg)
+
+
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_activation_checkpointing_gives_the_same_gradients(mode: str) -> None:
+    model_cfg = preset("tiny-llama", n_layers=3)
+    plain = engine_for(TrainConfig(model=model_cfg, device="cpu").validate())
+    ckpt = engine_for(TrainConfig(model=model_cfg, device="cpu", activation_checkpointing=mode).validate(),
+                      plain.model.state_dict())
+    tokens = torch.randint(0, 512, (4, 33))
+    assert plain.train_step(tokens, 2) == ckpt.train_step(tokens, 2)
+    for (name, a), b in zip(plain.model.named_parameters(), ckpt.model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-8, msg=name)
+    # Names are unchanged (checkpoints and parallel plans address parameters by name).
+    assert [n for n, _ in plain.model.named_parameters()] == [n for n, _ in ckpt.model.named_parameters()]
+
+
+def test_bf16_autocast_keeps_fp32_master_weights() -> None:
+    cfg = TrainConfig(model=preset("tiny"), device="cpu", precision="bf16").validate()
+    engine = engine_for(cfg)
+    fp32 = engine_for(TrainConfig(model=preset("tiny"), device="cpu").validate(), engine.model.state_dict())
+    tokens = torch.randint(0, 512, (4, 33))
+    loss, ref = engine.train_step(tokens, 4), fp32.train_step(tokens, 4)
+    assert loss == pytest.approx(ref, rel=2e-2) and loss != ref  # bf16 matmuls, close to fp32
+    engine.clip_grad_norm(1.0)
+    engine.optimizer_step(1e-3)
+    assert all(p.dtype == torch.float32 for p in engine.parameters())
+    assert all(s["exp_avg"].dtype == torch.float32 for s in engine.optimizer.state.values())
+
+
+def test_engine_protocol_and_mfu(shakespeare_shard: Path, tmp_path: Path) -> None:
+    cfg = TrainConfig(model=preset("tiny", max_seq_len=32), data=str(shakespeare_shard), out=str(tmp_path), seq_len=32,
+                      steps=2, global_batch_size=4, device="cpu", tensorboard=False, progress=False,
+                      peak_tflops=0.1).validate()
+    assert isinstance(engine_for(cfg), Engine)
+    train(cfg)
+    record = read_metrics(tmp_path)[-1]
+    expected = cfg.model.flops_per_token(32) * record["tokens_per_s"] / 0.1e12
+    assert record["mfu"] == pytest.approx(expected)
