@@ -1,0 +1,352 @@
+"""The model-based quality filter of GPT-3 and MT-NLG: a fastText classifier trained on
+reference-quality documents (positives, `__label__hq`) against raw documents (negatives,
+`__label__lq`), then used to score every document and keep it by a threshold or by GPT-3's
+Pareto rule.
+
+    train_classifier(["wiki/"], ["crawl/"], "quality.bin")      # writes quality.bin + quality.json
+    run_stage(ClassifyStage("quality.bin", pareto_alpha=9), "filtered/", "classified/")
+
+Training holds out a fraction of each class (chosen by a hash of the document id, so the split
+does not depend on file order) and reports the held-out accuracy, stored in `MODEL.json`
+beside the model together with the settings and the text preprocessing, which `classify`
+reuses. The fastText model is loaded lazily once per worker process and never pickled.
+
+Pareto rule (GPT-3, appendix A): keep a document when `pareto(alpha) > 1 - score`. The Pareto
+draw of each document comes from its id: `u = xxh64(id, seed)` mapped to (0, 1], and
+`u ** (-1 / alpha) - 1` (the inverse CDF of the Lomax distribution that `np.random.pareto`
+samples), so a document's fate is the same on every run, worker count and partitioning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import xxhash
+
+from tokenmill.curate.documents import read_documents, resolve_input_files
+from tokenmill.curate.stage import DocumentStage, StageOutput, reject
+from tokenmill.curate.text import single_line
+from tokenmill.errors import ConfigError, TokenmillError
+
+LABEL_HQ = "__label__hq"
+LABEL_LQ = "__label__lq"
+
+
+def preprocess(text: str, lowercase: bool = True) -> str:
+    """One line of text for fastText: whitespace runs (newlines included) become one space."""
+    line = single_line(text)
+    return line.lower() if lowercase else line
+
+
+def metadata_path(model_path: str | Path) -> Path:
+    return Path(model_path).with_suffix(".json")
+
+
+def _id_hash(doc_id: str, seed: int) -> int:
+    return xxhash.xxh64_intdigest(str(doc_id).encode("utf-8"), seed=seed)
+
+
+def _read_texts(inputs: list[str | Path], max_docs: int | None, seed: int) -> tuple[list[str], list[str]]:
+    """(ids, texts) of every document in `inputs`; with `max_docs`, the documents whose id hash
+    is smallest (a deterministic sample that does not depend on file order)."""
+    ids: list[str] = []
+    texts: list[str] = []
+    for path in resolve_input_files(list(inputs)):
+        frame = read_documents(path, columns=["id", "text"])
+        keep = frame["text"].map(lambda t: isinstance(t, str) and bool(t.strip()))
+        ids.extend(frame["id"][keep].astype(str).tolist())
+        texts.extend(frame["text"][keep].tolist())
+    if max_docs is not None and len(ids) > max_docs:
+        order = np.argsort(np.array([_id_hash(i, seed) for i in ids], dtype=np.uint64), kind="stable")[:max_docs]
+        order.sort()
+        ids = [ids[i] for i in order]
+        texts = [texts[i] for i in order]
+    return ids, texts
+
+
+def _load_fasttext():
+    try:
+        import fasttext
+    except ImportError:  # pragma: no cover - a dependency of the package
+        raise TokenmillError("fastText is not installed (pip install fasttext-numpy2)") from None
+    # fastText prints a warning on load_model; keep worker logs quiet
+    fasttext.FastText.eprint = lambda *args, **kwargs: None
+    return fasttext
+
+
+def predict_hq(model, lines: list[str]) -> np.ndarray:
+    """Probability of `__label__hq` for each one-line text."""
+    if not lines:
+        return np.zeros(0, dtype=np.float64)
+    labels, probs = model.predict(lines, k=-1)
+    scores = np.empty(len(lines), dtype=np.float64)
+    for i, (doc_labels, doc_probs) in enumerate(zip(labels, probs)):
+        score = None
+        for label, prob in zip(doc_labels, doc_probs):
+            if label == LABEL_HQ:
+                score = float(prob)
+                break
+        if score is None:  # only the other label came back
+            score = 1.0 - float(doc_probs[0]) if len(doc_probs) else 0.0
+        scores[i] = min(1.0, max(0.0, score))
+    return scores
+
+
+def train_classifier(
+    positive: str | Path | list,
+    negative: str | Path | list,
+    output: str | Path,
+    *,
+    holdout: float = 0.1,
+    epoch: int = 5,
+    lr: float = 0.5,
+    word_ngrams: int = 2,
+    dim: int = 64,
+    min_count: int = 1,
+    bucket: int = 200_000,
+    seed: int = 0,
+    max_docs: int | None = None,
+    lowercase: bool = True,
+    threads: int = 1,
+) -> dict[str, Any]:
+    """Train the quality classifier; write `output` (fastText .bin) and `output` with a .json
+    suffix (settings, counts, held-out accuracy). Returns that metadata."""
+    if not 0 <= holdout < 1:
+        raise ConfigError(f"--holdout must be in [0, 1), got {holdout}")
+    fasttext = _load_fasttext()
+    started = time.time()
+    positive = positive if isinstance(positive, (list, tuple)) else [positive]
+    negative = negative if isinstance(negative, (list, tuple)) else [negative]
+    classes = {}
+    for label, inputs in ((LABEL_HQ, positive), (LABEL_LQ, negative)):
+        ids, texts = _read_texts(inputs, max_docs, seed)
+        if not texts:
+            raise TokenmillError(f"no documents with text in {', '.join(map(str, inputs))}")
+        held = np.array([_id_hash(i, seed + 1) % 1_000_000 < holdout * 1_000_000 for i in ids], dtype=bool)
+        lines = [f"{label} {preprocess(t, lowercase)}" for t in texts]
+        classes[label] = (lines, held)
+
+    train_lines = [line for lines, held in classes.values() for line, h in zip(lines, held) if not h]
+    test_items = [(label, line) for label, (lines, held) in classes.items() for line, h in zip(lines, held) if h]
+    if not train_lines:
+        raise TokenmillError("no training documents left after the hold-out split")
+    # fastText reads its file in order; shuffle so that the classes are interleaved
+    rng = np.random.default_rng(seed)
+    train_lines = [train_lines[i] for i in rng.permutation(len(train_lines))]
+
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as tmp:
+        train_file = Path(tmp) / "train.txt"
+        train_file.write_text("\n".join(train_lines) + "\n", encoding="utf-8")
+        model = fasttext.train_supervised(
+            input=str(train_file), epoch=epoch, lr=lr, wordNgrams=word_ngrams, dim=dim, minCount=min_count,
+            bucket=bucket, seed=seed, thread=threads, verbose=0, loss="softmax",
+        )
+        tmp_model = Path(tmp) / "model.bin"
+        model.save_model(str(tmp_model))
+        os.replace(tmp_model, output)
+
+    metrics: dict[str, Any] = {"n": len(test_items)}
+    if test_items:
+        scores = predict_hq(model, [line.split(" ", 1)[1] for _, line in test_items])
+        truth = np.array([label == LABEL_HQ for label, _ in test_items])
+        predicted = scores >= 0.5
+        metrics.update(
+            accuracy=float(np.mean(predicted == truth)),
+            hq_recall=float(np.mean(predicted[truth])) if truth.any() else None,
+            lq_recall=float(np.mean(~predicted[~truth])) if (~truth).any() else None,
+            mean_score_hq=float(scores[truth].mean()) if truth.any() else None,
+            mean_score_lq=float(scores[~truth].mean()) if (~truth).any() else None,
+        )
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        fasttext_version = version("fasttext-numpy2")
+    except PackageNotFoundError:  # pragma: no cover
+        fasttext_version = "unknown"
+    metadata = {
+        "model": str(output.name),
+        "labels": {"positive": LABEL_HQ, "negative": LABEL_LQ},
+        "positive": [str(p) for p in positive],
+        "negative": [str(p) for p in negative],
+        "counts": {
+            "positive": len(classes[LABEL_HQ][0]),
+            "negative": len(classes[LABEL_LQ][0]),
+            "train": len(train_lines),
+            "holdout": len(test_items),
+        },
+        "holdout": metrics,
+        "holdout_accuracy": metrics.get("accuracy"),
+        "preprocess": {"single_line": True, "lowercase": lowercase},
+        "config": {
+            "holdout": holdout, "epoch": epoch, "lr": lr, "word_ngrams": word_ngrams, "dim": dim,
+            "min_count": min_count, "bucket": bucket, "seed": seed, "max_docs": max_docs, "threads": threads,
+        },
+        "versions": {"fasttext-numpy2": fasttext_version},
+        "seconds": round(time.time() - started, 3),
+    }
+    metadata_path(output).write_text(json.dumps(metadata, indent=2) + "\n")
+    return metadata
+
+
+# One loaded model per worker process, keyed by path and modification time.
+_MODELS: dict[tuple[str, float], Any] = {}
+
+
+def load_model(path: str | Path):
+    path = Path(path)
+    if not path.exists():
+        raise TokenmillError(f"quality model not found: {path}")
+    key = (str(path.resolve()), path.stat().st_mtime)
+    model = _MODELS.get(key)
+    if model is None:
+        model = _load_fasttext().load_model(str(path))
+        labels = set(model.get_labels())
+        if LABEL_HQ not in labels:
+            raise TokenmillError(f"{path} is not a quality model: its labels are {sorted(labels)}, not {LABEL_HQ}/{LABEL_LQ}")
+        _MODELS.clear()
+        _MODELS[key] = model
+    return model
+
+
+def pareto_draws(ids: list[str], alpha: float, seed: int = 0) -> np.ndarray:
+    """One Lomax(alpha) draw per document id (the distribution of `np.random.pareto(alpha)`),
+    a pure function of the id and `seed`."""
+    hashes = np.fromiter((_id_hash(i, seed) for i in ids), dtype=np.uint64, count=len(ids))
+    # the top 53 bits, mapped to (0, 1]
+    uniform = ((hashes >> np.uint64(11)).astype(np.float64) + 1.0) / float(1 << 53)
+    return uniform ** (-1.0 / alpha) - 1.0
+
+
+@dataclass
+class ClassifyStage(DocumentStage):
+    """Add `quality_score` (probability of high quality) and keep by threshold or Pareto rule.
+
+    Exactly one of `threshold` and `pareto_alpha`; with neither, `threshold=0.5`."""
+
+    model: str = ""
+    threshold: float | None = None
+    pareto_alpha: float | None = None
+    seed: int = 0
+    lowercase: bool | None = None  # None: as the model was trained (from MODEL.json)
+
+    name = "classify"
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ConfigError("classify needs --model MODEL.bin (train one with `tokenmill curate train-classifier`)")
+        if self.threshold is not None and self.pareto_alpha is not None:
+            raise ConfigError("give either --threshold or --pareto-alpha, not both")
+        if self.threshold is None and self.pareto_alpha is None:
+            self.threshold = 0.5
+        if self.pareto_alpha is not None and self.pareto_alpha <= 0:
+            raise ConfigError(f"--pareto-alpha must be positive, got {self.pareto_alpha}")
+        self.model = str(Path(self.model).resolve())
+        if self.lowercase is None:
+            meta = metadata_path(self.model)
+            self.lowercase = True
+            if meta.exists():
+                self.lowercase = bool(json.loads(meta.read_text()).get("preprocess", {}).get("lowercase", True))
+
+    def versions(self) -> dict[str, str]:
+        meta = metadata_path(self.model)
+        info = {"quality_model": self.model}
+        if meta.exists():
+            data = json.loads(meta.read_text())
+            info["quality_model_holdout_accuracy"] = str(data.get("holdout_accuracy"))
+        return info
+
+    def score(self, texts: list[Any]) -> np.ndarray:
+        model = load_model(self.model)
+        lines = [preprocess(t, self.lowercase) if isinstance(t, str) else "" for t in texts]
+        return predict_hq(model, lines)
+
+    def process(self, docs: pd.DataFrame) -> StageOutput:
+        scores = self.score(docs["text"].tolist())
+        docs = docs.assign(quality_score=scores)
+        if self.pareto_alpha is not None:
+            keep = pareto_draws(docs["id"].astype(str).tolist(), self.pareto_alpha, self.seed) > 1.0 - scores
+            reason = "classify.pareto"
+        else:
+            keep = scores >= self.threshold
+            reason = "classify.below_threshold"
+        stats: dict[str, int] = {}
+        bins = np.minimum((scores * 10).astype(int), 9)
+        for b, n in zip(*np.unique(bins, return_counts=True)):
+            stats[f"quality_score.{b / 10:.1f}-{(b + 1) / 10:.1f}"] = int(n)
+        return StageOutput(n_in=len(docs), kept=docs[keep], rejected=reject(docs[~keep], reason), stats=stats)
+
+
+def add_command(stages: argparse._SubParsersAction) -> None:
+    from tokenmill.curate.cli import add_stage_arguments, print_summary, runner_options, stage_input
+    from tokenmill.curate.stage import run_stage
+
+    train = stages.add_parser(
+        "train-classifier",
+        help="train the fastText quality classifier (positives vs negatives); prints held-out accuracy",
+    )
+    train.add_argument("--positive", required=True, nargs="+", help="reference-quality documents (stage dirs / Parquet)")
+    train.add_argument("--negative", required=True, nargs="+", help="raw documents (stage dirs / Parquet)")
+    train.add_argument("--output", required=True, help="the model file, MODEL.bin (MODEL.json is written beside it)")
+    train.add_argument("--holdout", type=float, default=0.1, help="fraction of each class held out (default 0.1)")
+    train.add_argument("--epoch", type=int, default=5)
+    train.add_argument("--lr", type=float, default=0.5)
+    train.add_argument("--word-ngrams", type=int, default=2)
+    train.add_argument("--dim", type=int, default=64)
+    train.add_argument("--min-count", type=int, default=1)
+    train.add_argument("--bucket", type=int, default=200_000, help="hash buckets for word n-grams (model size)")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--max-docs", type=int, default=None, help="at most this many documents per class (a hash sample)")
+    train.add_argument("--threads", type=int, default=1, help="fastText threads (1 = reproducible)")
+    train.add_argument("--keep-case", action="store_true", help="do not lowercase the text")
+
+    def run_train(args: argparse.Namespace) -> int:
+        meta = train_classifier(
+            args.positive, args.negative, args.output, holdout=args.holdout, epoch=args.epoch, lr=args.lr,
+            word_ngrams=args.word_ngrams, dim=args.dim, min_count=args.min_count, bucket=args.bucket, seed=args.seed,
+            max_docs=args.max_docs, lowercase=not args.keep_case, threads=args.threads,
+        )
+        counts = meta["counts"]
+        accuracy = meta["holdout_accuracy"]
+        print(
+            f"train-classifier: {counts['positive']} positive, {counts['negative']} negative documents; "
+            f"trained on {counts['train']}, held out {counts['holdout']} in {meta['seconds']:.1f}s -> {args.output}"
+        )
+        if accuracy is None:
+            print("  held-out accuracy: n/a (--holdout 0)")
+        else:
+            print(f"  held-out accuracy: {accuracy:.4f} (written to {metadata_path(args.output)})")
+        return 0
+
+    train.set_defaults(func=run_train)
+
+    classify = stages.add_parser(
+        "classify", help="score documents with the quality classifier; keep by --threshold or --pareto-alpha",
+    )
+    add_stage_arguments(classify)
+    classify.add_argument("--model", required=True, help="MODEL.bin from train-classifier")
+    rule = classify.add_mutually_exclusive_group()
+    rule.add_argument("--threshold", type=float, default=None, help="keep quality_score >= T (default 0.5)")
+    rule.add_argument(
+        "--pareto-alpha", type=float, default=None,
+        help="GPT-3's rule: keep when pareto(alpha) > 1 - quality_score (alpha 9 in GPT-3), drawn per document id",
+    )
+    classify.add_argument("--seed", type=int, default=0, help="seed of the per-document Pareto draws")
+
+    def run_classify(args: argparse.Namespace) -> int:
+        stage = ClassifyStage(model=args.model, threshold=args.threshold, pareto_alpha=args.pareto_alpha, seed=args.seed)
+        manifest = run_stage(stage, stage_input(args), args.output, **runner_options(args))
+        print_summary(manifest, args.output)
+        return 0
+
+    classify.set_defaults(func=run_classify)
