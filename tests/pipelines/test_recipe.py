@@ -177,3 +177,8 @@ def test_dry_run_plan_marks_up_to_date_steps(tmp_path, corpus):
     recipe = load_recipe(write(tmp_path, GOOD))
     plan = format_plan(recipe, tmp_path / "work", None, ["ingest.a"], None)
     assert "ingest.a  [will run]" in plan and "curate.a.normalize  [not selected]" in plan
+
+
+def test_bad_choice_suggests_the_nearest(tmp_path, corpus):
+    message = problems_of(tmp_path, GOOD.replace("{name: a, path: a.jsonl}", "{name: a, path: a.jsonl, format: jsnol}"))
+    assert "sources[0].format (line 4)" in message and "(did you mean `jsonl`?)" in message

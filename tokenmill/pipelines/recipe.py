@@ -271,6 +271,11 @@ def pydantic_problems(error: ValidationError, problems: Problems, model: type[Ba
             problems.add(loc, f"unknown key `{loc[-1]}`{suggest(loc[-1], valid)}")
         elif item["type"] == "missing":
             problems.add(loc, "required key is missing")
+        elif item["type"] == "literal_error" and isinstance(item.get("input"), str):
+            import re
+
+            choices = re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", "")))
+            problems.add(loc, f"{item['msg']} (got {item['input']!r}){suggest(item['input'], choices)}")
         else:
             problems.add(loc, f"{item['msg']} (got {item.get('input')!r})")
 
