@@ -13,6 +13,7 @@ import pytest
 from tokenmill.train.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
+RECIPE = str(ROOT / "recipes" / "train-tiny.yaml")
 
 
 def tokenmill(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
@@ -30,7 +31,7 @@ def main(*args: str) -> int:
 def test_train_tiny_recipe_then_resume_then_export(shakespeare_shard: Path, tmp_path: Path, capsys) -> None:
     """The smoke recipe in-process (shortened): checkpoints, metrics, --resume, export-hf."""
     run = tmp_path / "run"
-    assert main("train", "recipes/train-tiny.yaml", "--data", str(shakespeare_shard), "--out", str(run),
+    assert main("train", RECIPE, "--data", str(shakespeare_shard), "--out", str(run),
                 "--steps", "12", "--no-progress") == 0
     records = read_metrics(run)
     assert [r["step"] for r in records] == [5, 10, 12] and records[-1]["loss"] < records[0]["loss"] - 0.5
@@ -38,7 +39,7 @@ def test_train_tiny_recipe_then_resume_then_export(shakespeare_shard: Path, tmp_
     assert (run / "checkpoints" / "latest").read_text().strip() == "step_12"
     assert list((run / "tensorboard").iterdir())
     # --steps extends the same run from its latest checkpoint.
-    assert main("train", "recipes/train-tiny.yaml", "--data", str(shakespeare_shard), "--out", str(run),
+    assert main("train", RECIPE, "--data", str(shakespeare_shard), "--out", str(run),
                 "--steps", "14", "--resume", "--no-progress") == 0
     assert [r["step"] for r in read_metrics(run)] == [5, 10, 12, 14]
     assert main("export-hf", str(run), str(tmp_path / "hf")) == 0
@@ -50,7 +51,7 @@ def test_cli_errors_are_one_line(shakespeare_shard: Path, tmp_path: Path, capsys
     bad.write_text("model: tiny\nmicro_batch: 4\n")
     assert main("train", str(bad), "--data", str(shakespeare_shard)) == 1
     assert "unknown key 'micro_batch'; did you mean 'micro_batch_size'?" in capsys.readouterr().err
-    assert main("train", "recipes/train-tiny.yaml", "--data", str(tmp_path / "nothing"), "--out", str(tmp_path / "r")) == 1
+    assert main("train", RECIPE, "--data", str(tmp_path / "nothing"), "--out", str(tmp_path / "r")) == 1
     assert "not found" in capsys.readouterr().err
     assert main("export-hf", str(tmp_path / "nowhere"), str(tmp_path / "hf")) == 1
     assert "no checkpoint at" in capsys.readouterr().err
