@@ -67,6 +67,9 @@ class EncodeSettings:
     eod_id: int
     dtype: str
     parts_dir: str
+    # Whether the tokenizer may use its own Rust thread pool inside a task. With one worker
+    # process per core, extra threads only contend (and spin) for the same cores.
+    rust_threads: bool = True
 
 
 def _file_fingerprint(path: Path) -> str:
@@ -147,6 +150,7 @@ def encode_partition(partition: EncodePartition, settings: EncodeSettings) -> di
     except Exception as error:  # pyarrow raises several types for a corrupt file
         raise TokenmillError(f"cannot read Parquet file {partition.path}: {error}") from None
     texts_all = table.column("text").slice(partition.start, partition.stop - partition.start).to_pylist()
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if settings.rust_threads else "false"
     tokenizer = _worker_tokenizer(settings)
     dtype = np.dtype(settings.dtype)
     eod = settings.eod_id
@@ -247,12 +251,15 @@ def encode_documents(
         raise TokenmillError(f"--output-prefix {output_prefix} should not carry an extension (PREFIX.bin/.idx/.json are written)")
     parts_dir = work_dir_for(prefix)
     parts_dir.mkdir(parents=True, exist_ok=True)
-    settings = EncodeSettings(str(tokenizer_path), tokenizer_hash(tokenizer_path), eod, dtype.name, str(parts_dir))
     partitions = plan_partitions(files, rows_per_partition)
 
     results: dict[int, dict[str, Any]] = {}
     errors: list[BaseException] = []
     with client_or_new(client, scheduler, workers) as dask:
+        n_workers = len(dask.scheduler_info(n_workers=-1).get("workers", {}))
+        settings = EncodeSettings(
+            str(tokenizer_path), tokenizer_hash(tokenizer_path), eod, dtype.name, str(parts_dir), rust_threads=n_workers <= 1
+        )
         futures = {
             dask.submit(encode_partition, partition, settings, pure=False, key=f"encode-{partition.name}-{os.urandom(3).hex()}"): partition
             for partition in partitions

@@ -1,0 +1,265 @@
+"""Encode throughput: `tokenmill tokenize encode` against its ceiling and against datatrove.
+
+- ceiling: the same texts, already in memory, through `tokenizers`' batched Rust encoder in one
+  process (all cores): what encoding costs with no reading, writing or scheduling;
+- ours: `encode_documents` on a LocalCluster of --workers processes, reading Parquet and writing
+  the Megatron shard (warm: a cluster already up, as in a pipeline; cold: including its start);
+- datatrove: `DocumentTokenizer` (datatrove's ParquetReader -> DocumentTokenizer, no shuffle) on
+  the same files with the same tokenizer and workers, run in its own virtual environment
+  (`.venv-bench/`, skipped when absent).
+Each line prints tokens/s, the ratio to the ceiling, and the peak resident memory of the
+process tree. Corpora: WikiText-2 (valid + test) and Tiny Shakespeare from ../shared/data, one
+document per paragraph, repeated --repeat times (ids made unique) to make the run long enough
+to time.
+
+Usage: python bench/tokenize.py [--repeat 4] [--workers 2] [--vocab-size 8192]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Run as `python bench/tokenize.py`, this file's folder comes first on sys.path and this file
+# would shadow the standard library's `tokenize` (which pandas and inspect import): drop it.
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)
+
+import argparse
+import json
+import re
+import subprocess
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("TOKENMILL_SHARED_DATA", REPO.parent / "shared" / "data"))
+BENCH_PYTHON = REPO / ".venv-bench" / "bin" / "python"
+
+
+class ProcessTreeMeter:
+    """Peak total RSS and CPU seconds of a process and its descendants, sampled every 20 ms.
+
+    CPU time matters here because the benchmark machine may be shared: wall time then measures
+    the neighbours too, CPU seconds per token does not."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        import psutil
+
+        self.root = psutil.Process(pid or os.getpid())
+        self.peak = 0
+        self._cpu_start: dict[int, float] = {}
+        self._cpu_last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self, first: bool = False) -> None:
+        import psutil
+
+        total = 0
+        try:
+            procs = [self.root, *self.root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for proc in procs:
+            try:
+                with proc.oneshot():
+                    total += proc.memory_info().rss
+                    times = proc.cpu_times()
+                    cpu = times.user + times.system
+            except psutil.Error:
+                continue
+            key = (proc.pid, proc.create_time())
+            if first:
+                self._cpu_start[key] = cpu
+            self._cpu_last[key] = cpu
+        self.peak = max(self.peak, total)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(0.02)
+
+    def __enter__(self) -> "ProcessTreeMeter":
+        self._sample(first=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    @property
+    def mib(self) -> float:
+        return self.peak / 2**20
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(last - self._cpu_start.get(key, 0.0) for key, last in self._cpu_last.items())
+
+
+def paragraphs(path: Path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    blocks = re.split(r"\n\s*\n", text) if "shakespeare" in path.name else text.split("\n")
+    return [b.strip() for b in blocks if b.strip() and not re.fullmatch(r"=.*=", b.strip())]
+
+
+def write_corpus(out: Path, repeat: int, files: int) -> tuple[int, int]:
+    import pandas as pd
+
+    from tokenmill.curate.documents import write_documents
+
+    rows = []
+    for name in ("wikitext2_valid.txt", "wikitext2_test.txt", "tinyshakespeare.txt"):
+        docs = paragraphs(DATA / "corpus" / name)
+        for r in range(repeat):
+            rows.extend((f"{Path(name).stem}-{r}-{i}", text, Path(name).stem) for i, text in enumerate(docs))
+    frame = pd.DataFrame(rows, columns=["id", "text", "source"])
+    per_file = -(-len(frame) // files)
+    for f in range(files):
+        write_documents(frame.iloc[f * per_file : (f + 1) * per_file], out / f"docs-{f:03d}.parquet")
+    return len(frame), int(frame["text"].str.len().sum())
+
+
+DATATROVE_SCRIPT = textwrap.dedent(
+    """
+    import sys, time, json
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.readers import ParquetReader
+    from datatrove.pipeline.tokens import DocumentTokenizer
+    docs, tokenizer, out, workers, files = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    if __name__ == "__main__":
+        started = time.perf_counter()
+        LocalPipelineExecutor(
+            pipeline=[
+                ParquetReader(docs, text_key="text", id_key="id"),
+                DocumentTokenizer(out, tokenizer_name_or_path=tokenizer, eos_token="<|endoftext|>", shuffle_documents=False),
+            ],
+            tasks=files, workers=workers, logging_dir=out + "/logs", skip_completed=False,
+        ).run()
+        print(json.dumps({"seconds": time.perf_counter() - started}))
+    """
+)
+
+
+def run_datatrove(docs: Path, tokenizer: Path, work: Path, workers: int, files: int) -> dict | None:
+    if not BENCH_PYTHON.exists():
+        return None
+    script = work / "datatrove_run.py"
+    script.write_text(DATATROVE_SCRIPT)
+    out = work / "datatrove_out"
+    proc = subprocess.Popen(
+        [str(BENCH_PYTHON), str(script), str(docs), str(tokenizer), str(out), str(workers), str(files)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with ProcessTreeMeter(proc.pid) as meter:
+        stdout, stderr = proc.communicate(timeout=1800)
+    if proc.returncode != 0:
+        print(stderr[-3000:], file=sys.stderr)
+        return {"error": f"datatrove exited with {proc.returncode}"}
+    seconds = json.loads(stdout.strip().splitlines()[-1])["seconds"]
+    token_bytes = sum(p.stat().st_size for p in out.rglob("*.ds"))
+    return {"seconds": seconds, "tokens": token_bytes // 2, "meter": meter}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--vocab-size", type=int, default=8192)
+    parser.add_argument("--output", default=str(REPO / "bench" / "results" / "tokenize.txt"))
+    args = parser.parse_args()
+
+    import pyarrow.parquet as pq
+
+    from tokenmill.curate.cluster import dask_client
+    from tokenmill.tokenize.encode import encode_documents
+    from tokenmill.tokenize.tokenizer import load_tokenizer, train_tokenizer
+
+    lines: list[str] = []
+
+    def report(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    with tempfile.TemporaryDirectory(prefix="tokenmill-bench-") as tmp:
+        work = Path(tmp)
+        n_docs, n_chars = write_corpus(work / "docs", args.repeat, args.files)
+        tokenizer_path = train_tokenizer(work / "docs", args.vocab_size, work / "tokenizer.json", sample_docs=20000)
+        report(
+            f"corpus: WikiText-2 valid+test + Tiny Shakespeare, paragraphs x{args.repeat}: {n_docs} documents, "
+            f"{n_chars / 1e6:.1f} M characters in {args.files} Parquet files; byte-level BPE vocab {args.vocab_size}; "
+            f"{os.cpu_count()} cores, {args.workers} workers"
+        )
+
+        # Ceiling: in-memory batched Rust encoding of the same texts (all cores).
+        texts = [t for f in sorted((work / "docs").glob("*.parquet")) for t in pq.read_table(f).column("text").to_pylist()]
+        tokenizer = load_tokenizer(tokenizer_path)
+        tokenizer.encode_batch_fast(texts[:2000], add_special_tokens=False)  # warm the thread pool
+        with ProcessTreeMeter() as meter:
+            started = time.perf_counter()
+            ceiling_tokens = sum(len(e) + 1 for e in tokenizer.encode_batch_fast(texts, add_special_tokens=False))
+            ceiling_seconds = time.perf_counter() - started
+        ceiling, ceiling_cpu = ceiling_tokens / ceiling_seconds, ceiling_tokens / meter.cpu_seconds
+        report(
+            f"ceiling   tokenizers.encode_batch_fast, texts in memory: {ceiling_tokens} tokens in {ceiling_seconds:.2f}s wall"
+            f" = {ceiling:,.0f} tokens/s; {ceiling_cpu:,.0f} tokens per CPU-second; peak {meter.mib:,.0f} MiB"
+        )
+        del texts
+
+        def line(name: str, tokens: int, seconds: float, meter: ProcessTreeMeter) -> tuple[float, float]:
+            rate, cpu_rate = tokens / seconds, tokens / meter.cpu_seconds
+            report(
+                f"{name}: {tokens} tokens in {seconds:.2f}s wall = {rate:,.0f} tokens/s (x{rate / ceiling:.2f} of ceiling); "
+                f"{cpu_rate:,.0f} tokens per CPU-second (x{cpu_rate / ceiling_cpu:.2f} of ceiling); peak {meter.mib:,.0f} MiB"
+            )
+            return rate, cpu_rate
+
+        # Ours, warm cluster (the steady state of a pipeline) and cold (one command, cluster start included).
+        with dask_client(workers=args.workers) as client:
+            encode_documents(work / "docs", tokenizer_path, work / "warmup", client=client, progress=False)
+            with ProcessTreeMeter() as meter:
+                started = time.perf_counter()
+                meta = encode_documents(work / "docs", tokenizer_path, work / "ours", client=client, progress=False)
+                warm_seconds = time.perf_counter() - started
+        assert meta["tokens"] == ceiling_tokens, (meta["tokens"], ceiling_tokens)
+        warm = line(f"tokenmill encode, warm {args.workers}-worker LocalCluster (Parquet -> .bin/.idx/.json)", meta["tokens"], warm_seconds, meter)
+        with ProcessTreeMeter() as meter:
+            started = time.perf_counter()
+            meta = encode_documents(work / "docs", tokenizer_path, work / "cold", workers=args.workers, progress=False)
+            cold_seconds = time.perf_counter() - started
+        cold = line("tokenmill encode, cold (cluster start included)", meta["tokens"], cold_seconds, meter)
+
+        result = run_datatrove(work / "docs", tokenizer_path, work, args.workers, args.files)
+        if result is None:
+            report(f"datatrove: skipped (no environment at {BENCH_PYTHON})")
+        elif "error" in result:
+            report(f"datatrove: {result['error']}")
+        else:
+            theirs = line(
+                f"datatrove DocumentTokenizer, {args.workers} workers x {args.files} tasks, no shuffle",
+                result["tokens"], result["seconds"], result["meter"],
+            )
+            report(
+                f"ours/datatrove: warm x{warm[0] / theirs[0]:.2f} wall, x{warm[1] / theirs[1]:.2f} per CPU-second; "
+                f"cold x{cold[0] / theirs[0]:.2f} wall, x{cold[1] / theirs[1]:.2f} per CPU-second"
+            )
+            if result["tokens"] != ceiling_tokens:
+                report(f"  note: datatrove wrote {result['tokens']} tokens, the ceiling counted {ceiling_tokens}")
+
+    load = os.getloadavg()
+    report(f"load average during the run: {load[0]:.1f} (1 min), {load[1]:.1f} (5 min) on {os.cpu_count()} cores")
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text("\n".join(lines) + "\n")
+    print(f"-> {args.output}")
+
+
+if __name__ == "__main__":
+    main()
