@@ -1,0 +1,162 @@
+"""Bench: `tokenmill eval` examples/s against lm-evaluation-harness 0.4.x, same model, task, batch size.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/eval.py [--limit 100] [--batch-size 16] [--threads 1]
+        [--out bench/results/eval.txt]
+
+Model: a randomly initialised GPT-2 (transformers; no weights can be downloaded here) with a
+byte-level BPE trained on the shared WikiText-2 + Shakespeare text, both saved to a local
+directory that both tools load in float32 on the CPU. Tasks: the shared benchmark files
+(../shared/data/eval), the first `--limit` documents, zero- and few-shot. The harness runs
+in-process through `lm_eval.simple_evaluate` on an `HFLM` and a `TaskManager` built once (not
+timed), on
+its own task YAMLs pointed at the same local files (tests/eval/harness_ref.py); its dataset
+cache is warmed first. Each side is timed from reading the task data to the aggregated metrics
+(both compute the bootstrap perplexity stderr with the harness's 100,000 replicates). Scores of
+both are printed next to each other: they must be equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("DISABLE_MULTIPROC", "1")  # the harness's bootstrap: one process, like ours
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
+sys.path.insert(0, str(ROOT / "tests" / "eval"))
+
+CASES = [("piqa", 0), ("piqa", 5), ("boolq", 0), ("winogrande", 5), ("lambada_openai", 0)]
+
+
+def build_model(out: Path, vocab: int, hidden: int, layers: int, heads: int) -> Path:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    if (out / "model.safetensors").exists():
+        return out
+    corpus = SHARED / "corpus"
+    texts = [(corpus / n).read_text(encoding="utf-8") for n in ("wikitext2_valid.txt", "wikitext2_test.txt", "tinyshakespeare.txt")]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=vocab, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>").save_pretrained(out)
+    torch.manual_seed(0)
+    cfg = GPT2Config(
+        vocab_size=tok.get_vocab_size(), n_positions=1024, n_embd=hidden, n_layer=layers, n_head=heads,
+        bos_token_id=0, eos_token_id=0,
+    )
+    GPT2LMHeadModel(cfg).save_pretrained(out)
+    return out
+
+
+def run_ours(model, task_name: str, shots: int, limit: int, batch_size: int) -> tuple[float, dict[str, float], int]:
+    from tokenmill.eval.evaluator import evaluate_task, load_task_data
+    from tokenmill.eval.tasks import get_task
+
+    start = time.perf_counter()
+    task = get_task(task_name)
+    data = load_task_data(task, SHARED / "eval", limit, need_pool=shots > 0)
+    result = evaluate_task(model, task, shots, data, batch_size=batch_size, progress=False)
+    seconds = time.perf_counter() - start
+    return seconds, {r["metric"]: r["value"] for r in result.rows}, len(data.docs)
+
+
+def run_harness(lm, task_manager, task_name: str, shots: int, limit: int) -> tuple[float, dict[str, float]]:
+    import lm_eval
+
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        out = lm_eval.simple_evaluate(
+            model=lm, tasks=[f"tm_{task_name}"], num_fewshot=shots, limit=limit,
+            task_manager=task_manager, log_samples=False,
+        )
+    seconds = time.perf_counter() - start
+    res = out["results"][f"tm_{task_name}"]
+    return seconds, {k.split(",")[0]: v for k, v in res.items() if "," in k and "stderr" not in k}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--limit", type=int, default=100)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--vocab", type=int, default=16384)
+    parser.add_argument("--hidden", type=int, default=384)
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--heads", type=int, default=6)
+    parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "results" / "tmp" / "eval")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "eval.txt")
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    logging.disable(logging.WARNING)
+    from harness_ref import write_reference_tasks
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    from tokenmill.eval.models import load_model
+
+    model_dir = build_model(args.workdir / f"gpt2-{args.hidden}x{args.layers}-v{args.vocab}", args.vocab, args.hidden, args.layers, args.heads)
+    task_dir = args.workdir / "harness_tasks"
+    write_reference_tasks(SHARED / "eval", task_dir)
+    ours_model = load_model(model_dir)
+    with contextlib.redirect_stderr(io.StringIO()):
+        lm = HFLM(pretrained=str(model_dir), dtype="float32", batch_size=args.batch_size, device="cpu")
+    # The task index (a scan of every harness YAML) is built once, outside the timings.
+    task_manager = TaskManager(include_path=str(task_dir))
+    for name, _ in CASES:  # warm the harness's dataset cache (json -> arrow) before timing
+        run_harness(lm, task_manager, name, 0, 1)
+
+    n_params = sum(p.numel() for p in ours_model.model.parameters())
+    lines = [
+        f"model: random GPT-2, hidden {args.hidden}, {args.layers} layers, vocab {ours_model.model.config.vocab_size}, "
+        f"{n_params / 1e6:.1f}M params, float32, CPU, {args.threads} thread(s); batch size {args.batch_size}; "
+        f"first {args.limit} docs",
+        f"{'task':<16}{'shots':>5}{'ours ex/s':>11}{'lm-eval ex/s':>14}{'ratio':>7}  scores (ours | lm-eval)",
+    ]
+    print("\n".join(lines), flush=True)
+    total_ours = total_theirs = 0.0
+    for name, shots in CASES:
+        t_ours, s_ours, n = run_ours(ours_model, name, shots, args.limit, args.batch_size)
+        t_theirs, s_theirs = run_harness(lm, task_manager, name, shots, args.limit)
+        total_ours += t_ours
+        total_theirs += t_theirs
+        fmt = lambda s: " ".join(f"{k}={v:.6g}" for k, v in sorted(s.items()))  # noqa: E731
+        line = (
+            f"{name:<16}{shots:>5}{n / t_ours:>11.2f}{n / t_theirs:>14.2f}{t_theirs / t_ours:>6.2f}x  "
+            f"{fmt(s_ours)} | {fmt(s_theirs)}"
+        )
+        print(line, flush=True)
+        lines.append(line)
+    summary = (
+        f"overall: ours {total_ours:.1f} s, lm-eval {total_theirs:.1f} s, ratio {total_theirs / total_ours:.2f}x "
+        f"(load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
+    )
+    print(summary)
+    lines.append(summary)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
