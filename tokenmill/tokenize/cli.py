@@ -93,5 +93,9 @@ def _inspect_command(args: argparse.Namespace) -> int:
     for i in range(min(args.docs, len(dataset))):
         ids = dataset[i].tolist()
         text = tokenizer.decode(ids, skip_special_tokens=False) if tokenizer else " ".join(map(str, ids))
-        print(f"  [{i}] {len(ids)} tokens: {text[: args.chars]!r}")
+        if len(text) > args.chars:
+            # Head and tail, so the end-of-document token shows.
+            half = args.chars // 2
+            text = f"{text[:half]} ... {text[-half:]}"
+        print(f"  [{i}] {len(ids)} tokens: {text!r}")
     return 0

@@ -1,0 +1,45 @@
+"""The `tokenize` commands end to end on real text, as a user runs them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from tokenmill.errors import TokenmillError
+from tokenmill.tokenize import cli
+from tokenmill.tokenize.indexed import IndexedDataset
+from tokenmill.tokenize.loader import build_dataset
+
+
+def run(argv: list[str]) -> int:
+    # The tokenize commands on their own parser: the same `register` the top-level CLI calls.
+    parser = argparse.ArgumentParser(prog="tokenmill")
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_train_encode_inspect_and_load(small_wiki_docs, tmp_path, capsys):
+    tokenizer = tmp_path / "tokenizer.json"
+    assert run(["tokenize", "train-tokenizer", "--input", str(small_wiki_docs), "--vocab-size", "512", "--output", str(tokenizer)]) == 0
+    assert "vocab 512, eod id 0, pad id 1" in capsys.readouterr().out
+    prefix = tmp_path / "shards" / "wiki"
+    assert run(["tokenize", "encode", "--input", str(small_wiki_docs), "--tokenizer", str(tokenizer), "--output-prefix", str(prefix), "--workers", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    meta = json.loads((tmp_path / "shards" / "wiki.json").read_text())
+    assert f"encode: 300 documents, {meta['tokens']} tokens (uint16)" in out
+    assert run(["tokenize", "inspect", str(prefix), "--docs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "300 documents" in out and "[0]" in out and "<|endoftext|>" in out
+    # The shard feeds the trainer's dataset directly.
+    dataset = build_dataset(str(prefix), seq_len=32, num_samples=50, seed=0, split_ratios="98,2,0")
+    assert dataset[0].shape == (33,) and dataset[0].dtype == np.int64
+    assert len(IndexedDataset(prefix)) == 300
+
+
+def test_errors_name_the_problem(tmp_path):
+    with pytest.raises(TokenmillError, match="input not found"):
+        run(["tokenize", "encode", "--input", str(tmp_path / "none"), "--tokenizer", "t.json", "--output-prefix", str(tmp_path / "o")])
