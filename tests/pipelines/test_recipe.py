@@ -182,3 +182,17 @@ def test_dry_run_plan_marks_up_to_date_steps(tmp_path, corpus):
 def test_bad_choice_suggests_the_nearest(tmp_path, corpus):
     message = problems_of(tmp_path, GOOD.replace("{name: a, path: a.jsonl}", "{name: a, path: a.jsonl, format: jsnol}"))
     assert "sources[0].format (line 4)" in message and "(did you mean `jsonl`?)" in message
+
+
+def test_demo_dry_run_plans_every_stage(tmp_path, shared_data, capsys):
+    from tokenmill.cli import main
+
+    code = main(["demo", "--workdir", str(tmp_path / "d"), "--eval-data", str(shared_data / "eval"), "--dry-run"])
+    assert code == 0
+    out = capsys.readouterr().out
+    for step in ("ingest.pydocs", "curate.pydocs.normalize", "curate.pydocs.langid", "curate.pydocs.filter",
+                 "curate.pydocs.exact_dedup", "curate.pydocs.fuzzy_dedup", "curate.pydocs.decontaminate",
+                 "tokenize.tokenizer", "tokenize.encode.pydocs", "tokenize.blend", "train", "eval"):
+        assert f". {step}  [will run]" in out
+    assert "tp=1 x pp=1 x dp=2 = 2 process(es)" in out
+    assert not (tmp_path / "d").exists()

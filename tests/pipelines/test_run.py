@@ -41,6 +41,12 @@ curate:
     options: {{disable: [c4, gopher_quality]}}
   - stage: exact_dedup
     sources: [plays]
+  - stage: fuzzy_dedup
+    sources: [plays]
+    options: {{threshold: 0.7, verify: true}}
+  - stage: decontaminate
+    sources: [wiki]
+    options: {{data_dir: {eval}}}
 tokenize: {{vocab_size: 320}}
 blend:
   - {{source: wiki, weight: 0.6}}
@@ -50,7 +56,7 @@ blend:
 
 def make_recipe(tmp_path: Path, shared_data: Path, min_score: float = 0.3) -> Path:
     path = tmp_path / "tiny.yaml"
-    path.write_text(textwrap.dedent(RECIPE.format(corpus=shared_data / "corpus", min_score=min_score)))
+    path.write_text(textwrap.dedent(RECIPE.format(corpus=shared_data / "corpus", eval=shared_data / "eval", min_score=min_score)))
     return path
 
 
@@ -71,12 +77,12 @@ def test_every_step_runs_and_writes_its_outputs(first_run):
     work = tmp / "work"
     assert set(statuses(result).values()) == {"ran"}
     assert list(statuses(result)) == [
-        "ingest.wiki", "curate.wiki.normalize", "curate.wiki.langid", "curate.wiki.filter",
+        "ingest.wiki", "curate.wiki.normalize", "curate.wiki.langid", "curate.wiki.filter", "curate.wiki.decontaminate",
         "ingest.plays", "curate.plays.normalize", "curate.plays.langid", "curate.plays.exact_dedup",
-        "tokenize.tokenizer", "tokenize.encode.wiki", "tokenize.encode.plays", "tokenize.blend",
+        "curate.plays.fuzzy_dedup", "tokenize.tokenizer", "tokenize.encode.wiki", "tokenize.encode.plays", "tokenize.blend",
     ]
     # Each curation stage accounts for every document, and the next stage reads what it kept.
-    for source, last in (("wiki", "03-filter"), ("plays", "03-exact_dedup")):
+    for source, last in (("wiki", "04-decontaminate"), ("plays", "04-fuzzy_dedup")):
         previous_kept = None
         for stage_dir in sorted((work / "curate" / source).iterdir()):
             counts = json.loads((stage_dir / "manifest.json").read_text())["counts"]
@@ -90,6 +96,8 @@ def test_every_step_runs_and_writes_its_outputs(first_run):
         assert (work / "shards" / source / f"{source}.bin").stat().st_size == meta["tokens"] * 2  # uint16
     plays = json.loads((work / "curate" / "plays" / "03-exact_dedup" / "manifest.json").read_text())["counts"]
     assert plays["rejected"].get("exact_duplicate", 0) > 0  # repeated stage directions and songs
+    decontaminated = json.loads((work / "curate" / "wiki" / "04-decontaminate" / "manifest.json").read_text())
+    assert set(decontaminated["eval_tasks"]) >= {"piqa_valid", "winogrande_dev", "boolq_dev"}
     blend = json.loads((work / "blend" / "blend.json").read_text())
     assert [Path(b["prefix"]).name for b in blend] == ["wiki", "plays"]
     assert [b["weight"] for b in blend] == pytest.approx([0.6, 0.4])
@@ -125,8 +133,9 @@ def test_changed_stage_reruns_it_and_its_dependents_only(first_run, shared_data,
     result = run_recipe(recipe, work, progress=False, client=dask_client)
     ran = {name for name, status in statuses(result).items() if status == "ran"}
     assert ran == {
-        "curate.wiki.langid", "curate.wiki.filter", "curate.plays.langid", "curate.plays.exact_dedup",
-        "tokenize.tokenizer", "tokenize.encode.wiki", "tokenize.encode.plays", "tokenize.blend",
+        "curate.wiki.langid", "curate.wiki.filter", "curate.wiki.decontaminate", "curate.plays.langid",
+        "curate.plays.exact_dedup", "curate.plays.fuzzy_dedup", "tokenize.tokenizer", "tokenize.encode.wiki",
+        "tokenize.encode.plays", "tokenize.blend",
     }
     assert (work / "curate" / "wiki" / "00-ingest" / "manifest.json").stat().st_mtime_ns == before
     langid = json.loads((work / "curate" / "wiki" / "02-langid" / "manifest.json").read_text())
@@ -136,10 +145,10 @@ def test_changed_stage_reruns_it_and_its_dependents_only(first_run, shared_data,
     result = run_recipe(recipe, work, progress=False, client=dask_client, force=["tokenize.encode.plays"])
     assert {n for n, s in statuses(result).items() if s == "ran"} == {"tokenize.encode.plays", "tokenize.blend"}
     # --until stops early; --from re-runs from a step on.
-    result = run_recipe(recipe, work, progress=False, client=dask_client, from_=["curate.plays.exact_dedup"],
+    result = run_recipe(recipe, work, progress=False, client=dask_client, from_=["curate.plays.fuzzy_dedup"],
                         until=["tokenize.encode.plays"])
     assert {n for n, s in statuses(result).items() if s == "ran"} == {
-        "curate.plays.exact_dedup", "tokenize.tokenizer", "tokenize.encode.plays"}
+        "curate.plays.fuzzy_dedup", "tokenize.tokenizer", "tokenize.encode.plays"}
 
 
 def _chromium() -> str | None:
