@@ -25,10 +25,10 @@ def test_training_is_deterministic_with_special_tokens(wiki_docs, wiki_tokenizer
     assert tokenizer.encode("a<|endoftext|>b").ids[1] == 0
 
 
-def test_sample_docs_trains_on_a_stable_subset(wiki_docs, tmp_path):
-    a = train_tokenizer(wiki_docs, 600, tmp_path / "a.json", sample_docs=200)
-    b = train_tokenizer(wiki_docs, 600, tmp_path / "b.json", sample_docs=200)
-    full = train_tokenizer(wiki_docs, 600, tmp_path / "full.json")
+def test_sample_docs_trains_on_a_stable_subset(small_wiki_docs, tmp_path):
+    a = train_tokenizer(small_wiki_docs, 400, tmp_path / "a.json", sample_docs=200)
+    b = train_tokenizer(small_wiki_docs, 400, tmp_path / "b.json", sample_docs=200)
+    full = train_tokenizer(small_wiki_docs, 400, tmp_path / "full.json")
     assert a.read_bytes() == b.read_bytes() != full.read_bytes()
     assert json.loads((tmp_path / "a.json.meta.json").read_text())["documents"] == 200
 

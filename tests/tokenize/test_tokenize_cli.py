@@ -22,12 +22,13 @@ def run(argv: list[str]) -> int:
     return args.func(args)
 
 
-def test_train_encode_inspect_and_load(small_wiki_docs, tmp_path, capsys):
+def test_train_encode_inspect_and_load(small_wiki_docs, dask_client, tmp_path, capsys):
     tokenizer = tmp_path / "tokenizer.json"
     assert run(["tokenize", "train-tokenizer", "--input", str(small_wiki_docs), "--vocab-size", "512", "--output", str(tokenizer)]) == 0
     assert "vocab 512, eod id 0, pad id 1" in capsys.readouterr().out
     prefix = tmp_path / "shards" / "wiki"
-    assert run(["tokenize", "encode", "--input", str(small_wiki_docs), "--tokenizer", str(tokenizer), "--output-prefix", str(prefix), "--workers", "1", "--no-progress"]) == 0
+    assert run(["tokenize", "encode", "--input", str(small_wiki_docs), "--tokenizer", str(tokenizer), "--output-prefix", str(prefix), "--no-progress",
+                "--scheduler", dask_client.scheduler.address]) == 0
     out = capsys.readouterr().out
     meta = json.loads((tmp_path / "shards" / "wiki.json").read_text())
     assert f"encode: 300 documents, {meta['tokens']} tokens (uint16)" in out
