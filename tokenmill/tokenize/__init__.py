@@ -1,0 +1,8 @@
+"""Tokenize: documents -> byte-level BPE -> Megatron token shards -> training samples.
+
+- `tokenizer`: train a GPT-2 style byte-level BPE; load any Hugging Face tokenizer.json.
+- `indexed`: Megatron's `.bin`/`.idx` writer and zero-copy reader.
+- `encode`: documents to a shard on Dask, resumable.
+- `gpt_dataset`, `blend`: Megatron-Core's sample and blending indices, cached as `.npy`.
+- `loader`: `build_dataset` and the data-parallel, resumable `SampleStream` the trainer reads.
+"""
