@@ -1,8 +1,9 @@
 """Tokens/s per rank of each parallel layout on the CPU (gloo), and the pipeline bubble
 measured against the schedule's theoretical (p-1)/(m+p-1) ((p-1)/(v*m+p-1) interleaved).
 
-Measured bubble = 1 - busy / step time, where busy is m times the time this rank's stage(s)
-take for one micro-batch's forward + backward run alone (no communication, no waiting).
+Measured bubble = 1 - busy / step time, where busy is the time this rank spends inside its
+stages' forward and backward computations during the step (the rest is waiting for other
+stages and point-to-point transfers); averaged over the ranks.
 
     python bench/parallel_throughput.py [--steps 4] [--device cpu|cuda]
 
@@ -48,32 +49,32 @@ def config(layout: dict, device: str = "cpu"):
     from tokenmill.train.config import TrainConfig
     from tokenmill.train.model import ModelConfig
 
-    model = ModelConfig("gpt2", 8192, 4, 256, 8, max_seq_len=SEQ)
+    model = ModelConfig("gpt2", 1024, 8, 256, 8, max_seq_len=SEQ)  # a small head: balanced stages
     return TrainConfig(model=model, seq_len=SEQ, global_batch_size=GLOBAL_BATCH, micro_batch_size=MICRO_BATCH,
                        progress=False, tensorboard=False, device=device, **layout).validate()
 
 
-def stage_busy_time(engine, repeats: int = 3) -> float:
-    """Seconds this rank's stages spend on one micro-batch's forward + backward, alone."""
-    import torch
+def time_stage_compute(engine) -> list[float]:
+    """Wrap the pipeline stages' forward/backward chunk methods to add up the seconds this rank
+    computes (the schedule receives and waits outside them): returns the running total."""
+    busy = [0.0]
+    for schedule in engine._schedules.values():
+        stages = getattr(schedule, "_stages", None) or [schedule._stage]
+        for stage in stages:
+            for method in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
+                original = getattr(stage, method, None)
+                if original is None:
+                    continue
 
-    cfg = engine.cfg
-    total = 0.0
-    for part, sid in zip(engine.model_parts, engine.stage_ids):
-        if sid == 0:
-            make = lambda: torch.randint(0, cfg.model.vocab_size, (MICRO_BATCH, SEQ))  # noqa: E731
-        else:
-            make = lambda: torch.randn(MICRO_BATCH, SEQ, cfg.model.hidden, requires_grad=True)  # noqa: E731
-        times = []
-        for _ in range(repeats + 1):
-            x = make()
-            t0 = time.perf_counter()
-            out = part(x)
-            out.backward(torch.ones_like(out) / out.numel())
-            times.append(time.perf_counter() - t0)
-        part.zero_grad(set_to_none=True)
-        total += min(times[1:])
-    return total
+                def timed(*args, _original=original, **kwargs):
+                    t0 = time.perf_counter()
+                    try:
+                        return _original(*args, **kwargs)
+                    finally:
+                        busy[0] += time.perf_counter() - t0
+
+                setattr(stage, method, timed)
+    return busy
 
 
 def worker(out: Path, names: list[str], steps: int) -> None:
@@ -91,19 +92,27 @@ def worker(out: Path, names: list[str], steps: int) -> None:
         engine = build_parallel_engine(cfg.model, cfg)
         local = GLOBAL_BATCH // engine.dp_size
         tokens = torch.randint(0, cfg.model.vocab_size, (local, SEQ + 1))
-        times = []
-        for _ in range(steps + 1):  # the first step warms up (shape inference, allocations)
+        times, bubbles = [], []
+        busy = [0.0]
+        for i in range(steps + 1):  # the first step warms up (shape inference, allocations)
             dist.barrier()
             t0 = time.perf_counter()
+            busy[0] = 0.0
+            # The pipeline part of the step: from the first send to the last backward.
             engine.train_step(tokens, MICRO_BATCH)
+            t_pipe = time.perf_counter() - t0
             engine.clip_grad_norm(1.0)
             engine.optimizer_step(1e-4)
             times.append(time.perf_counter() - t0)
+            if i == 0 and cfg.pp > 1:
+                busy = time_stage_compute(engine)
+            elif cfg.pp > 1:
+                bubbles.append(1 - busy[0] / t_pipe)
         step = sorted(times[1:])[len(times[1:]) // 2]
         row = {"step_s": step, "tokens_per_s_per_rank": GLOBAL_BATCH * SEQ / step / dist.get_world_size()}
         if cfg.pp > 1:
             n_micro = local // MICRO_BATCH
-            row["bubble"] = 1 - n_micro * stage_busy_time(engine) / step
+            row["bubble"] = sorted(bubbles)[len(bubbles) // 2]
             v = cfg.virtual_stages if cfg.pp_schedule == "interleaved" else 1
             row["bubble_theory"] = (cfg.pp - 1) / (v * n_micro + cfg.pp - 1)
             row["m"] = n_micro
@@ -162,7 +171,7 @@ def main() -> None:
                             str(args.steps), *LAYOUTS], env=env, check=True, stdout=subprocess.DEVNULL)
             results.update(ast.literal_eval(out.read_text()))
     lines = [
-        f"Parallel throughput on {args.device} (gpt2, 4 layers, hidden 256, vocab 8192, seq {SEQ}, global batch "
+        f"Parallel throughput on {args.device} (gpt2, 8 layers, hidden 256, vocab 1024, seq {SEQ}, global batch "
         f"{GLOBAL_BATCH}, micro-batch {MICRO_BATCH}; 1 thread per rank; median of {args.steps} steps)",
         "",
         f"{'layout':<28} {'step s':>8} {'tokens/s/rank':>14} {'m':>3} {'bubble':>8} {'theory':>8}",

@@ -75,7 +75,7 @@ def single_process(name: str) -> dict:
         norms.append(engine.clip_grad_norm(CLIP))
         engine.optimizer_step(LR)
     params = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
-    return {"losses": losses, "norms": norms, "params": params}
+    return {"losses": losses, "norms": norms, "params": params, "eval": engine.eval_loss(batches()[0])}
 
 
 def worker(out: Path, names: list[str]) -> None:
@@ -96,11 +96,12 @@ def worker(out: Path, names: list[str]) -> None:
             losses.append(engine.train_step(mine, MICRO_BATCH))
             norms.append(engine.clip_grad_norm(CLIP))
             engine.optimizer_step(LR)
+        val = engine.eval_loss(batches()[0][engine.dp_rank * local:(engine.dp_rank + 1) * local])
         params: dict[str, torch.Tensor] = {}
         for part in engine.model_parts:
             params.update(get_model_state_dict(part, options=StateDictOptions(full_state_dict=True)))
         rank = dist.get_rank()
-        torch.save({"losses": losses, "norms": norms, "params": params}, out / f"{name}.rank{rank}.pt")
+        torch.save({"losses": losses, "norms": norms, "params": params, "eval": val}, out / f"{name}.rank{rank}.pt")
         dist.barrier()
     dist.destroy_process_group()
 
@@ -128,7 +129,7 @@ def merged(out: Path, name: str, world: int) -> dict:
     # Every rank reports the same loss and norm.
     for p in parts[1:]:
         assert p["losses"] == parts[0]["losses"]
-    return {"losses": parts[0]["losses"], "norms": parts[0]["norms"], "params": params}
+    return {"losses": parts[0]["losses"], "norms": parts[0]["norms"], "params": params, "eval": parts[0]["eval"]}
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +149,7 @@ def test_layout_equals_single_process(runs: Path, name: str) -> None:
         assert a == pytest.approx(b, rel=1e-5), (got["losses"], want["losses"])
     for a, b in zip(got["norms"], want["norms"]):
         assert a == pytest.approx(b, rel=1e-4), (got["norms"], want["norms"])
+    assert got["eval"] == pytest.approx(want["eval"], rel=1e-5)
     assert set(got["params"]) == set(want["params"])
     for key, value in want["params"].items():
         torch.testing.assert_close(got["params"][key], value, rtol=1e-4, atol=2e-5, msg=key)
