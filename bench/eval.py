@@ -17,14 +17,20 @@ both are printed next to each other: they must be equal.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
-import logging
-import os
 import sys
-import time
-from pathlib import Path
+from os.path import abspath, dirname
+
+# bench/ holds a tokenize.py of its own: keep this script's folder off sys.path, before anything
+# imports the standard library's tokenize (logging -> traceback -> linecache does).
+sys.path[:] = [p for p in sys.path if abspath(p or ".") != dirname(abspath(__file__))]
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import io  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

@@ -99,3 +99,28 @@ def test_load_model_errors(tmp_path: Path) -> None:
         load_model(tmp_path / "nope")
     with pytest.raises(TokenmillError, match="neither a transformers model directory"):
         load_model(tmp_path)
+
+
+def test_llama_model_matches_plain_loop(tiny_model_dir: Path, tmp_path: Path, requests_mix) -> None:
+    """RoPE / RMSNorm models go through the same path (transformers' LlamaForCausalLM)."""
+    import shutil
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path / "llama"
+    out.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_model_dir / name, out / name)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=HFModel(tiny_model_dir).tokenizer.vocab_size, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=192,
+        bos_token_id=0, eos_token_id=0,
+    )
+    LlamaForCausalLM(config).save_pretrained(out)
+    model = load_model(out)
+    assert isinstance(model, HFModel) and model.max_length == 192
+    expected = [reference_loglikelihood(model, c, k) for c, k in requests_mix]
+    got = model.loglikelihood(requests_mix, batch_size=3, progress=False)
+    for (ll, greedy), (ref_ll, ref_greedy) in zip(got, expected, strict=True):
+        assert ll == pytest.approx(ref_ll, abs=1e-4) and greedy == ref_greedy

@@ -239,18 +239,22 @@ class HFModel(TokenLM):
         self._keep_mode = self._detect_keep_mode()
 
     def _detect_keep_mode(self) -> str:
-        """How to ask the model for logits at chosen positions only."""
+        """How to ask the model for logits at chosen positions only.
+
+        "mask": transformers >= 5 models that slice with `slice_logits_to_keep` take a [B, T]
+        boolean mask; "range": older ones take a 1-D tensor of positions (the span covering
+        every row's continuation); "all": compute every position's logits and select after.
+        """
         import inspect
 
-        params = inspect.signature(self.model.forward).parameters
-        if "logits_to_keep" not in params:
+        forward = type(self.model).forward
+        if "logits_to_keep" not in inspect.signature(forward).parameters:
             return "all"
         try:
-            from transformers.modeling_utils import slice_logits_to_keep  # noqa: F401  (>= 5.x: 2D masks)
-
-            return "mask"
-        except ImportError:
-            return "range"
+            source = inspect.getsource(forward)
+        except (OSError, TypeError):
+            source = ""
+        return "mask" if "slice_logits_to_keep" in source else "range"
 
     def _encode_raw(self, texts: list[str], add_special_tokens: bool | None) -> list[list[int]]:
         if not texts:
@@ -261,7 +265,10 @@ class HFModel(TokenLM):
     def _forward_selected(self, inputs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         if self._keep_mode == "mask":
             logits = self.model(inputs, logits_to_keep=keep).logits
-            return logits.reshape(-1, logits.shape[-1])
+            logits = logits.reshape(-1, logits.shape[-1])
+            if logits.shape[0] != int(keep.sum()):  # a model that ignores the mask: select here
+                logits = self.model(inputs).logits[keep]
+            return logits
         if self._keep_mode == "range":
             cols = keep.any(dim=0).nonzero().flatten()
             lo, hi = int(cols.min()), int(cols.max()) + 1

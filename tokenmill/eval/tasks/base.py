@@ -136,7 +136,7 @@ class Task:
                 f"task {self.name}: could not load {path}/{name or ''} [{split}] with `datasets` "
                 f"({type(error).__name__}: {error}); pass --data-dir with the original files"
             ) from error
-        return self.hf_rows_to_docs([dict(row) for row in rows])
+        return self.process_docs(self.hf_rows_to_docs([dict(row) for row in rows]))
 
     def hf_rows_to_docs(self, rows: list[Doc]) -> list[Doc]:
         """Rows of the harness's Hugging Face dataset -> this task's documents."""
