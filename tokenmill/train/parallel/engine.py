@@ -27,6 +27,7 @@ from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.placement_types import _StridedShard
 from torch.distributed.tensor.parallel import loss_parallel
 
+from tokenmill.errors import ConfigError
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.engine import apply_activation_checkpointing, autocast_context, cross_entropy
 from tokenmill.train.model import GPT, ModelConfig
@@ -115,15 +116,16 @@ class ParallelEngine:
         n = n_micro
         if n < pp:
             if local_batch % pp:
-                raise ValueError(
-                    f"local batch {local_batch} gives {n_micro} micro-batch(es) for {pp} pipeline stages and "
+                raise ConfigError(
+                    f"micro_batch_size: local batch {local_batch} gives {n_micro} micro-batch(es) for {pp} pipeline stages and "
                     f"cannot be split into {pp}; raise global_batch_size or lower micro_batch_size"
                 )
             n = pp
         if self.dims.pp_schedule == "interleaved" and n % max(1, n // pp):
-            raise ValueError(
-                f"the interleaved schedule needs the micro-batch count ({n}) to be a multiple of "
-                f"{max(1, n // pp)} (micro-batches // pp); choose micro_batch_size so that it is a multiple of pp"
+            raise ConfigError(
+                f"micro_batch_size: the interleaved schedule needs the micro-batch count ({n}) to be a "
+                f"multiple of {max(1, n // pp)} (micro-batches // pp); make local batch / micro_batch_size a "
+                f"multiple of pp = {pp}"
             )
         return n
 
