@@ -16,16 +16,45 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from tokenmill.curate.dedup.work import parquet_files, write_partitions
+from tokenmill.curate.dedup.work import parquet_files
 from tokenmill.errors import TokenmillError
 
 MAX_ITERATIONS = 64
+NO_LABEL = int(np.iinfo(np.int64).min)
 
 
 def _min_label(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.groupby("node", sort=False)["label"].min().reset_index()
+
+
+def _min_label_keep_old(frame: pd.DataFrame) -> pd.DataFrame:
+    """Min candidate label per node, with the node's label before this iteration (`old`)."""
+    grouped = frame.groupby("node", sort=False).agg(label=("label", "min"), old=("old", "max"))
+    return grouped.reset_index()
+
+
+def _write_labels(frame: pd.DataFrame, directory: str) -> pd.DataFrame:
+    """Write one partition of (node, label[, old]); report rows and labels that changed."""
+    import uuid
+
+    from tokenmill.curate.dedup.work import write_parquet_atomic
+
+    changed = int((frame["label"] != frame["old"]).sum()) if "old" in frame.columns else len(frame)
+    roots = int((frame["node"] == frame["label"]).sum())
+    out = frame[["node", "label"]].reset_index(drop=True)
+    write_parquet_atomic(out, Path(directory) / f"part-{uuid.uuid4().hex}.parquet")
+    return pd.DataFrame({"rows": [len(out)], "changed": [changed], "roots": [roots]})
+
+
+def _write(client, frame, directory: Path) -> dict[str, int]:
+    from tokenmill.curate.dedup.work import compute_with_progress
+
+    written = frame.map_partitions(_write_labels, str(directory), meta={"rows": "int64", "changed": "int64", "roots": "int64"})
+    parts = compute_with_progress(client, written, "", False)
+    return {k: int(sum(int(p[k].sum()) for p in parts)) for k in ("rows", "changed", "roots")}
 
 
 def connected_components(client, edge_files: list[str], directory: Path, *, npartitions: int, progress: bool = True) -> dict:
@@ -36,12 +65,13 @@ def connected_components(client, edge_files: list[str], directory: Path, *, npar
 
     final = directory / "final"
     state_file = directory / "state.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {"iteration": -1}
+    if state.get("converged") and final.is_dir():
+        return state["result"]
     if not edge_files:
         final.mkdir(parents=True, exist_ok=True)
         return {"iterations": 0, "nodes": 0, "components": 0}
     edges = dd.read_parquet(edge_files, columns=["u", "v"])
-    # Resume from the last finished iteration, if any.
-    state = json.loads(state_file.read_text()) if state_file.exists() else {"iteration": -1}
     iteration = state["iteration"]
     if iteration < 0:
         # Initial labels: min over the node and its neighbours (edges have u < v).
@@ -52,47 +82,43 @@ def connected_components(client, edge_files: list[str], directory: Path, *, npar
         labels = both.shuffle(on="node", npartitions=npartitions).map_partitions(_min_label)
         iteration = 0
         out = directory / f"iter-{iteration:03d}"
-        write_partitions(client, labels, out, "dedup components init", progress=False)
+        shutil.rmtree(out, ignore_errors=True)
+        _write(client, labels, out)
         state_file.write_text(json.dumps({"iteration": iteration}))
     bar = tqdm(desc="dedup components", unit="iter", disable=not progress)
-    changed = None
     while True:
         current = dd.read_parquet(parquet_files(directory / f"iter-{iteration:03d}"), columns=["node", "label"])
-        # (1) propagate along edges in both directions.
+        # (1) propagate along edges in both directions; `old` carries the node's current label.
         to_v = edges.merge(current, left_on="u", right_on="node", how="inner", npartitions=npartitions)[["v", "label"]]
         to_u = edges.merge(current, left_on="v", right_on="node", how="inner", npartitions=npartitions)[["u", "label"]]
         candidates = dd.concat([
-            current[["node", "label"]],
-            to_v.rename(columns={"v": "node"}),
-            to_u.rename(columns={"u": "node"}),
+            # int64 throughout (uids do not survive float64); NO_LABEL loses every max.
+            current.assign(old=current["label"])[["node", "label", "old"]],
+            to_v.rename(columns={"v": "node"}).assign(old=NO_LABEL),
+            to_u.rename(columns={"u": "node"}).assign(old=NO_LABEL),
         ])
-        propagated = candidates.shuffle(on="node", npartitions=npartitions).map_partitions(_min_label)
+        propagated = candidates.shuffle(on="node", npartitions=npartitions).map_partitions(_min_label_keep_old)
         # (2) pointer jumping: label <- min(label, label of label).
-        parents = propagated.rename(columns={"node": "label", "label": "grand"})
+        parents = propagated[["node", "label"]].rename(columns={"node": "label", "label": "grand"})
         jumped = propagated.merge(parents, on="label", how="left", npartitions=npartitions)
-        jumped = jumped.assign(label=jumped["label"].where(jumped["grand"].isna() | (jumped["label"] <= jumped["grand"]), jumped["grand"]).astype("int64"))[["node", "label"]]
+        better = ~jumped["grand"].isna() & (jumped["grand"] < jumped["label"])
+        jumped = jumped.assign(label=jumped["label"].where(~better, jumped["grand"]).astype("int64"),
+                               )[["node", "label", "old"]]
         out = directory / f"iter-{iteration + 1:03d}"
-        if out.exists():
-            shutil.rmtree(out)
-        write_partitions(client, jumped, out, f"dedup components iteration {iteration + 1}", progress=False)
-        new = dd.read_parquet(parquet_files(out), columns=["node", "label"])
-        diff = new.merge(current, on="node", suffixes=("", "_old"), npartitions=npartitions)
-        changed = int(client.compute((diff["label"] != diff["label_old"]).sum()).result())
+        shutil.rmtree(out, ignore_errors=True)
+        summary = _write(client, jumped, out)
         shutil.rmtree(directory / f"iter-{iteration:03d}", ignore_errors=True)
         iteration += 1
         state_file.write_text(json.dumps({"iteration": iteration}))
         bar.update(1)
-        bar.set_postfix(changed=changed)
-        if changed == 0:
+        bar.set_postfix(changed=summary["changed"])
+        if summary["changed"] == 0:
             break
         if iteration >= MAX_ITERATIONS:
             raise TokenmillError(f"connected components did not converge in {MAX_ITERATIONS} iterations")
     bar.close()
-    last = directory / f"iter-{iteration:03d}"
-    if final.exists():
-        shutil.rmtree(final)
-    last.rename(final)
-    result = dd.read_parquet(parquet_files(final), columns=["node", "label"])
-    nodes = int(client.compute(result["node"].count()).result())
-    components = int(client.compute((result["node"] == result["label"]).sum()).result())
-    return {"iterations": iteration, "nodes": nodes, "components": components}
+    shutil.rmtree(final, ignore_errors=True)
+    (directory / f"iter-{iteration:03d}").rename(final)
+    result = {"iterations": iteration, "nodes": summary["rows"], "components": summary["roots"]}
+    state_file.write_text(json.dumps({"iteration": iteration, "converged": True, "result": result}))
+    return result

@@ -278,13 +278,12 @@ def minhash_batch(buf, offsets, kinds, n_word, n_char, a, b, scheme, seed, out, 
         n = n_word if kinds[d] == WORD else n_char
         m = shingle_spans(buf, offsets[d], offsets[d + 1], kinds[d], n, starts, ends)
         n_shingles[d] = m
+        # Inner loops are branch-free (min instead of if) so that LLVM vectorizes them.
         for i in range(m):
             if scheme == FAST:
                 h = xxh64(buf, starts[i], ends[i], seed)
                 for j in range(num_perm):
-                    v = (a[j] * h + b[j]) >> U64(32)
-                    if v < sig[j]:
-                        sig[j] = v
+                    sig[j] = min(sig[j], (a[j] * h + b[j]) >> U64(32))
             elif scheme == AFFINE32:
                 h = sha1_first4_le(buf, starts[i], ends[i], block, state)
                 # MurmurHash3 fmix32, in 32 bits.
@@ -294,19 +293,15 @@ def minhash_batch(buf, offsets, kinds, n_word, n_char, a, b, scheme, seed, out, 
                 h = (h * U64(0xC2B2AE35)) & MASK32
                 h ^= h >> U64(16)
                 for j in range(num_perm):
-                    v = (a[j] * h + b[j]) & MASK32
-                    if v < sig[j]:
-                        sig[j] = v
+                    sig[j] = min(sig[j], (a[j] * h + b[j]) & MASK32)
             else:
                 h = sha1_first4_le(buf, starts[i], ends[i], block, state)
                 for j in range(num_perm):
                     x = a[j] * h + b[j]
                     x = (x & MERSENNE_61) + (x >> U64(61))
-                    if x >= MERSENNE_61:
-                        x -= MERSENNE_61
-                    x &= MAX_HASH_32
-                    if x < sig[j]:
-                        sig[j] = x
+                    # x < 2P here; x - P wraps to a huge value when x < P, so min picks x mod P.
+                    x = min(x, x - MERSENNE_61)
+                    sig[j] = min(sig[j], x & MAX_HASH_32)
 
 
 @njit(cache=True)

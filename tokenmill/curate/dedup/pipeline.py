@@ -99,6 +99,9 @@ class DedupConfig:
     keep_work: bool = False
     batch_rows: int = 20_000
     partition_rows: int = 2_000_000
+    # Dask shuffle: "p2p" (disk-backed, bounded memory), "tasks", or "auto" = tasks when the
+    # shuffled table fits one partition per worker (its fixed overhead is lower), else p2p.
+    shuffle: str = "auto"
 
     def __post_init__(self) -> None:
         if self.method not in ("fuzzy", "exact"):
@@ -107,6 +110,8 @@ class DedupConfig:
             raise ConfigError(f"--keep must be first, longest or quality, not {self.keep!r}")
         if not 0.0 < self.threshold < 1.0:
             raise ConfigError(f"--threshold must be in (0, 1), got {self.threshold}")
+        if self.shuffle not in ("auto", "p2p", "tasks"):
+            raise ConfigError(f"shuffle must be auto, p2p or tasks, not {self.shuffle!r}")
         if self.method == "exact" and self.index:
             raise ConfigError("--index is for fuzzy dedup")
         self.normalization  # validates
@@ -414,11 +419,12 @@ def run_dedup(
         phase_seconds[name] = round(time.time() - t0, 3)
         return info
 
-    with client_or_new(client, scheduler, workers) as dask:
+    with client_or_new(client, scheduler, workers) as dask, _ShuffleChoice(config) as shuffle:
         n_workers = max(1, len(dask.scheduler_info(n_workers=-1).get("workers", {})))
         if config.method == "exact":
             info1 = timed("hashes", lambda d: _run_per_file(dask, hash_file, files, d, config, "dedup hashes", progress))
             npart = max(n_workers, math.ceil(info1["docs"] / config.partition_rows))
+            shuffle.set(npart == n_workers)
             hashes = parquet_files(work.dir("hashes"))
 
             def decide(directory: Path) -> dict:
@@ -439,6 +445,7 @@ def run_dedup(
             n_docs = info1["docs"] + sum(pq.ParquetFile(f).metadata.num_rows for f in index_files)
             # Each document contributes `bands` rows of 16 bytes to the candidate shuffle.
             npart = max(n_workers, math.ceil(n_docs * lsh.bands / config.partition_rows))
+            shuffle.set(npart == n_workers)
             sig_files = parquet_files(work.dir("signatures")) + index_files
 
             def candidates(directory: Path) -> dict:
@@ -508,6 +515,28 @@ def run_dedup(
     if not config.keep_work:
         work.remove()
     return manifest
+
+
+class _ShuffleChoice:
+    """Sets Dask's shuffle method for the global phases (see `DedupConfig.shuffle`)."""
+
+    def __init__(self, config: DedupConfig):
+        self.config = config
+        self._context = None
+
+    def __enter__(self) -> "_ShuffleChoice":
+        return self
+
+    def set(self, small: bool) -> None:
+        import dask
+
+        method = self.config.shuffle if self.config.shuffle != "auto" else ("tasks" if small else "p2p")
+        self._context = dask.config.set({"dataframe.shuffle.method": method})
+        self._context.__enter__()
+
+    def __exit__(self, *exc) -> None:
+        if self._context is not None:
+            self._context.__exit__(*exc)
 
 
 def _update_index(client, config: DedupConfig, files: list[Path], work: WorkDir, meta: dict | None, progress: bool) -> None:

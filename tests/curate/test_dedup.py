@@ -1,0 +1,205 @@
+"""The dedup stage on real text: exact and fuzzy dedup with planted near-duplicates of WikiText
+articles, precision/recall against true Jaccard, 1 vs 2 workers, incremental index, resume."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tokenmill.cli import main as tokenmill_main
+from tokenmill.curate.dedup import DedupConfig, run_dedup
+from tokenmill.curate.dedup.synthetic import all_true_pairs, cluster_pairs, plant_near_duplicates, precision_recall, wikitext_articles
+from tokenmill.curate.documents import write_documents
+from tokenmill.errors import ConfigError, TokenmillError
+
+
+@pytest.fixture(scope="module")
+def articles(shared_data):
+    corpus = shared_data / "corpus"
+    return wikitext_articles(corpus / "wikitext2_valid.txt") + wikitext_articles(corpus / "wikitext2_test.txt")
+
+
+@pytest.fixture(scope="module")
+def planted(articles):
+    return plant_near_duplicates(articles, rates=(0.0, 0.01, 0.02, 0.05, 0.1, 0.2), copies_per_rate=15, seed=3)
+
+
+def write_parts(frame: pd.DataFrame, directory, n_parts: int = 3):
+    for i in range(n_parts):
+        write_documents(frame.iloc[i::n_parts], directory / f"part-{i}.parquet")
+    return directory
+
+
+def read_stage(directory) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    kept = pd.read_parquet(directory / "kept")
+    rejected = pd.read_parquet(directory / "rejected") if any((directory / "rejected").iterdir()) else pd.DataFrame(columns=["id"])
+    return kept, rejected, json.loads((directory / "manifest.json").read_text())
+
+
+def check_accounting(manifest, kept, rejected, n_in):
+    counts = manifest["counts"]
+    assert counts["in"] == n_in == counts["kept"] + sum(counts["rejected"].values())
+    assert len(kept) == counts["kept"] and len(rejected) == sum(counts["rejected"].values())
+    assert set(kept["id"]).isdisjoint(rejected["id"])
+
+
+def test_exact_dedup_across_partitions(tmp_path, articles, dask_client):
+    base = pd.DataFrame({"id": [f"a{i}" for i in range(60)], "text": articles[:60], "source": "wiki"})
+    # Copies spread over other partitions; one differs only by whitespace and case.
+    copies = pd.DataFrame({
+        "id": ["c0", "c1", "c2", "c3"],
+        "text": [articles[0], articles[5], "  " + articles[5].replace(" ", "   ") + "\n", articles[7].upper()],
+        "source": "copies",
+        "quality_score": [0.9, 0.1, 0.2, 0.3],
+    })
+    docs = pd.concat([copies, base], ignore_index=True)
+    src = write_parts(docs, tmp_path / "in", 4)
+    manifest = run_dedup(src, tmp_path / "out", DedupConfig(method="exact", normalize="none"), client=dask_client, progress=False)
+    kept, rejected, manifest = read_stage(tmp_path / "out")
+    check_accounting(manifest, kept, rejected, len(docs))
+    assert manifest["counts"]["rejected"] == {"exact_duplicate": 3}
+    # Input order decides: part-0 holds c0 (row 0) and a0 (row 4); c0 comes first.
+    assert dict(zip(rejected["id"], rejected["kept_id"])) == {"a0": "c0", "a5": "c1", "c2": "c1"}
+    assert (rejected["reason"] == "exact_duplicate").all()
+    assert not (tmp_path / ".out.work").exists()  # checkpoints removed after success
+    # With lower-casing, the upper-cased copy is a duplicate too; keep by quality.
+    run_dedup(src, tmp_path / "out2", DedupConfig(method="exact", normalize="lower", keep="quality"), client=dask_client, progress=False)
+    kept, rejected, manifest = read_stage(tmp_path / "out2")
+    assert manifest["counts"]["rejected"] == {"exact_duplicate": 4}
+    assert dict(zip(rejected["id"], rejected["kept_id"]))["a0"] == "c0"
+    assert dict(zip(rejected["id"], rejected["kept_id"]))["a7"] == "c3"  # 0.3 beats no score
+
+
+def fuzzy_quality(directory, planted):
+    kept, rejected, manifest = read_stage(directory)
+    check_accounting(manifest, kept, rejected, len(planted.documents))
+    predicted = cluster_pairs(pd.concat([kept, rejected], ignore_index=True))
+    truth = all_true_pairs(planted.documents, 0.8)
+    truth_high = all_true_pairs(planted.documents, 0.9)
+    return precision_recall(predicted, truth, truth_high), kept, rejected
+
+
+def test_fuzzy_dedup_precision_recall_on_planted_duplicates(tmp_path, planted, dask_client):
+    src = write_parts(planted.documents, tmp_path / "in")
+    run_dedup(src, tmp_path / "plain", DedupConfig(threshold=0.8), client=dask_client, progress=False)
+    run_dedup(src, tmp_path / "verified", DedupConfig(threshold=0.8, verify=True), client=dask_client, progress=False)
+    plain, _, _ = fuzzy_quality(tmp_path / "plain", planted)
+    verified, kept, rejected = fuzzy_quality(tmp_path / "verified", planted)
+    print("without verification", plain)
+    print("with verification", verified)
+    assert verified["recall_high"] >= 0.95
+    assert verified["precision"] >= 0.95
+    assert plain["recall_high"] >= 0.95
+    assert plain["predicted_pairs"] >= verified["predicted_pairs"]
+    # Every rejected document names its cluster and the kept document, which was kept.
+    assert (rejected["reason"] == "near_duplicate").all()
+    assert rejected["kept_id"].isin(kept["id"]).all()
+    assert rejected["cluster_id"].notna().all()
+    kept_in_clusters = kept.dropna(subset=["cluster_id"])
+    assert set(rejected["cluster_id"]) <= set(kept_in_clusters["cluster_id"])
+    # Unedited copies (J >= 0.9 even with shuffled paragraphs) are all caught.
+    exact_copies = planted.pairs[planted.pairs["rate"] == 0.0]
+    caught = set(rejected["id"])
+    assert all(a in caught or b in caught for a, b in zip(exact_copies["original"], exact_copies["copy"]))
+
+
+@pytest.mark.slow
+def test_fuzzy_output_is_the_same_with_one_and_two_workers(tmp_path, planted, dask_client, dask_client_1):
+    docs = planted.documents.iloc[:150]
+    src = write_parts(docs, tmp_path / "in", 5)
+    run_dedup(src, tmp_path / "w1", DedupConfig(keep="longest"), client=dask_client_1, progress=False)
+    run_dedup(src, tmp_path / "w2", DedupConfig(keep="longest"), client=dask_client, progress=False)
+    k1, r1, m1 = read_stage(tmp_path / "w1")
+    k2, r2, m2 = read_stage(tmp_path / "w2")
+    assert m1["counts"] == m2["counts"] and m1["counts"]["rejected"]["near_duplicate"] > 0
+    assert m1["timings"]["workers"] == 1 and m2["timings"]["workers"] == 2
+    key = ["id", "kept_id", "cluster_id"]
+    assert r1[key].sort_values("id").reset_index(drop=True).equals(r2[key].sort_values("id").reset_index(drop=True))
+    # keep=longest: no rejected document is longer than the one kept for it.
+    lengths = dict(zip(k1["id"], k1["text"].str.len()))
+    assert all(len(t) <= lengths[k] for t, k in zip(r1["text"], r1["kept_id"]))
+
+
+@pytest.mark.slow
+def test_incremental_index_dedups_new_data_against_the_old_corpus(tmp_path, planted, dask_client):
+    docs = planted.documents
+    pairs = planted.pairs[planted.pairs["rate"] <= 0.01]
+    copy_ids = set(pairs["copy"])
+    old = docs[~docs["id"].isin(copy_ids)]
+    new = pd.concat([docs[docs["id"].isin(copy_ids)], old.iloc[:0]])
+    index = tmp_path / "index"
+    run_dedup(write_parts(old, tmp_path / "old"), tmp_path / "old_out", DedupConfig(index=str(index), verify=True), client=dask_client, progress=False)
+    meta = json.loads((index / "index.json").read_text())
+    kept_old, _, _ = read_stage(tmp_path / "old_out")
+    assert meta["documents"] == len(kept_old) and meta["params"]["bands"] == 9 and meta["shingles"]
+    run_dedup(write_parts(new, tmp_path / "new", 2), tmp_path / "new_out", DedupConfig(index=str(index), verify=True), client=dask_client, progress=False)
+    kept, rejected, manifest = read_stage(tmp_path / "new_out")
+    check_accounting(manifest, kept, rejected, len(new))
+    assert manifest["dedup"]["index_documents"] == len(kept_old)
+    originals = dict(zip(pairs["copy"], pairs["original"]))
+    # Copies whose original survived in the index are rejected in favour of an old document.
+    high = set(pairs.loc[pairs["jaccard"] >= 0.9, "copy"])
+    expected = {c for c, o in originals.items() if o in set(kept_old["id"]) and c in high}
+    assert expected <= set(rejected["id"]) and len(expected) >= 15
+    assert rejected["kept_id"].isin(kept_old["id"]).all()
+    assert json.loads((index / "index.json").read_text())["documents"] == len(kept_old) + len(kept)
+    # An index built with other parameters is refused.
+    with pytest.raises(ConfigError, match="other parameters"):
+        run_dedup(tmp_path / "new", tmp_path / "x", DedupConfig(index=str(index), verify=True, num_perm=64), client=dask_client, progress=False)
+
+
+@pytest.mark.slow
+def test_finished_phases_are_not_redone_after_a_crash(tmp_path, planted, dask_client):
+    src = write_parts(planted.documents.iloc[:120], tmp_path / "in")
+    work = tmp_path / "work"
+    config = DedupConfig(work_dir=str(work), keep_work=True)
+    first = run_dedup(src, tmp_path / "out", config, client=dask_client, progress=False)
+    # As if the run died during the decisions phase, after writing one signature file less.
+    shutil.rmtree(work / "decisions")
+    (work / "decisions.done").unlink()
+    (work / "signatures.done").unlink()
+    (work / "signatures" / "part-00001.parquet").unlink()
+    second = run_dedup(src, tmp_path / "out", config, client=dask_client, progress=False)
+    assert second["resumed_phases"] == ["candidates", "components"]
+    assert json.loads((work / "signatures.done").read_text())["resumed"] == 2  # 2 of 3 files reused
+    assert first["counts"] == second["counts"]
+    # Another config does not reuse the checkpoints.
+    third = run_dedup(src, tmp_path / "out", DedupConfig(work_dir=str(work), threshold=0.7), client=dask_client, progress=False)
+    assert third["resumed_phases"] == []
+
+
+def test_cjk_near_duplicates_use_character_shingles(tmp_path, dask_client):
+    base = ("机器学习是人工智能的一个分支，它使计算机能够从数据中学习并改进性能。深度学习使用多层神经网络来表示复杂的函数，"
+            "在图像识别、语音识别和自然语言处理中取得了显著的成果。研究人员不断提出新的模型结构和训练方法。")
+    other = ("東京は日本の首都であり、世界有数の大都市です。多くの企業の本社が集まり、交通網も非常に発達しています。"
+             "毎年多くの観光客が訪れ、伝統と現代が共存する街として知られています。")
+    docs = pd.DataFrame({
+        "id": ["zh", "zh-copy", "ja", "ja-copy", "en"],
+        "text": [base, base.replace("显著", "很大"), other, other + "春には桜が咲きます。", "An English sentence " * 10],
+        "source": "cjk",
+    })
+    src = write_parts(docs, tmp_path / "in", 2)
+    run_dedup(src, tmp_path / "out", DedupConfig(threshold=0.7, verify=True), client=dask_client, progress=False)
+    kept, rejected, _ = read_stage(tmp_path / "out")
+    assert dict(zip(rejected["id"], rejected["kept_id"])) == {"zh-copy": "zh", "ja-copy": "ja"}
+
+
+def test_cli_runs_dedup_and_reports_bad_input(tmp_path, planted, dask_client, capsys):
+    src = write_parts(planted.documents.iloc[:80], tmp_path / "in", 2)
+    address = dask_client.scheduler.address
+    code = tokenmill_main(["curate", "dedup", "--input", str(src), "--output", str(tmp_path / "out"), "--scheduler", address,
+                           "--no-progress", "--threshold", "0.8", "--scheme", "fast", "--verify"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("dedup: in 80")
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["config"]["scheme"] == "fast"
+    assert tokenmill_main(["curate", "dedup", "--input", str(tmp_path / "missing"), "--output", str(tmp_path / "o2")]) == 1
+    assert "input not found" in capsys.readouterr().err
+    assert tokenmill_main(["curate", "dedup", "--input", str(src), "--output", str(tmp_path / "o3"), "--bands", "4"]) == 1
+    assert "--bands and --rows" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="normalize"):
+        DedupConfig(normalize="lower,stem")
