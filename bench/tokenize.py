@@ -41,7 +41,7 @@ BENCH_PYTHON = REPO / ".venv-bench" / "bin" / "python"
 
 
 class ProcessTreeMeter:
-    """Peak total RSS and CPU seconds of a process and its descendants, sampled every 20 ms.
+    """Peak total RSS and CPU seconds of a process and its descendants, sampled every 100 ms.
 
     CPU time matters here because the benchmark machine may be shared: wall time then measures
     the neighbours too, CPU seconds per token does not."""
@@ -81,7 +81,7 @@ class ProcessTreeMeter:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._sample()
-            self._stop.wait(0.02)
+            self._stop.wait(0.1)
 
     def __enter__(self) -> "ProcessTreeMeter":
         self._sample(first=True)
