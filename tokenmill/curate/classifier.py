@@ -252,6 +252,8 @@ class ClassifyStage(DocumentStage):
         if self.pareto_alpha is not None and self.pareto_alpha <= 0:
             raise ConfigError(f"--pareto-alpha must be positive, got {self.pareto_alpha}")
         self.model = str(Path(self.model).resolve())
+        if not Path(self.model).is_file():
+            raise TokenmillError(f"quality model not found: {self.model}")
         if self.lowercase is None:
             meta = metadata_path(self.model)
             self.lowercase = True

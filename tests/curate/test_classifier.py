@@ -1,0 +1,151 @@
+"""The fastText quality classifier: WikiText paragraphs (positives) against the same paragraphs
+with their words shuffled (negatives), then the classify stage by threshold and Pareto rule."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tokenmill.cli import main
+from tokenmill.curate.classifier import ClassifyStage, pareto_draws, train_classifier
+from tokenmill.curate.documents import read_manifest, write_documents
+from tokenmill.curate.stage import run_stage
+from tokenmill.errors import ConfigError
+
+
+def paragraphs(corpus, split: str, limit: int) -> list[str]:
+    lines = (corpus / f"wikitext2_{split}.txt").read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if len(line.split()) >= 40 and not line.strip().startswith("=")][:limit]
+
+
+def shuffled(text: str, rng: random.Random) -> str:
+    words = text.split()
+    rng.shuffle(words)
+    return " ".join(words)
+
+
+@pytest.fixture(scope="module")
+def quality_model(tmp_path_factory, shared_data):
+    """A classifier trained on 1,400 WikiText-2 validation paragraphs vs their shuffled copies."""
+    root = tmp_path_factory.mktemp("quality")
+    good = paragraphs(shared_data / "corpus", "valid", 1400)
+    rng = random.Random(0)
+    write_documents(pd.DataFrame({"id": [f"wiki-{i}" for i in range(len(good))], "text": good, "source": "wiki"}),
+                    root / "positive" / "part.parquet")
+    write_documents(pd.DataFrame({"id": [f"shuf-{i}" for i in range(len(good))], "text": [shuffled(t, rng) for t in good],
+                                  "source": "shuffled"}), root / "negative" / "part.parquet")
+    model = root / "quality.bin"
+    meta = train_classifier(root / "positive", root / "negative", model, holdout=0.1, epoch=5, seed=0)
+    return root, model, meta
+
+
+def test_train_classifier_reports_high_held_out_accuracy(quality_model):
+    root, model, meta = quality_model
+    assert model.exists()
+    stored = json.loads(model.with_suffix(".json").read_text())
+    assert stored == meta
+    counts = meta["counts"]
+    assert counts["positive"] == counts["negative"] == 1400
+    assert counts["train"] + counts["holdout"] == 2800 and 180 < counts["holdout"] < 380
+    # Word order alone separates real paragraphs from shuffled ones (fastText word bigrams).
+    assert meta["holdout_accuracy"] >= 0.9
+    assert meta["holdout"]["mean_score_hq"] > 0.8 > 0.2 > meta["holdout"]["mean_score_lq"]
+    print(f"held-out accuracy {meta['holdout_accuracy']:.4f} on {counts['holdout']} documents")
+
+
+def test_classify_by_threshold_on_unseen_documents(quality_model, tmp_path, shared_data, dask_client):
+    _, model, _ = quality_model
+    unseen = paragraphs(shared_data / "corpus", "test", 300)  # the test split: never trained on
+    rng = random.Random(1)
+    docs = pd.DataFrame({
+        "id": [f"good-{i}" for i in range(len(unseen))] + [f"bad-{i}" for i in range(len(unseen))],
+        "text": unseen + [shuffled(t, rng) for t in unseen],
+        "source": ["wiki"] * len(unseen) + ["shuffled"] * len(unseen),
+    })
+    for i in range(3):
+        write_documents(docs.iloc[i::3], tmp_path / "in" / f"part-{i}.parquet")
+    manifest = run_stage(ClassifyStage(model=str(model), threshold=0.5), tmp_path / "in", tmp_path / "out",
+                         client=dask_client, progress=False)
+    counts = manifest["counts"]
+    assert counts["in"] == 600 and counts["in"] == counts["kept"] + sum(counts["rejected"].values())
+    assert set(counts["rejected"]) == {"classify.below_threshold"}
+    kept = pd.concat(pd.read_parquet(p) for p in (tmp_path / "out" / "kept").glob("*.parquet"))
+    rejected = pd.concat(pd.read_parquet(p) for p in (tmp_path / "out" / "rejected").glob("*.parquet"))
+    assert (kept["quality_score"] >= 0.5).all() and (rejected["quality_score"] < 0.5).all()
+    good_kept = (kept["source"] == "wiki").sum() / 300
+    bad_kept = (kept["source"] == "shuffled").sum() / 300
+    assert good_kept > 0.9 and bad_kept < 0.1
+    assert sum(v for k, v in manifest["stats"].items() if k.startswith("quality_score.")) == 600
+    assert manifest["versions"]["quality_model"] == str(model.resolve())
+
+
+def test_pareto_rule_is_deterministic_per_id_and_favours_high_scores(quality_model):
+    _, model, _ = quality_model
+    ids = [f"doc-{i}" for i in range(4000)]
+    draws = pareto_draws(ids, alpha=9)
+    assert np.array_equal(draws, pareto_draws(list(reversed(ids)), alpha=9)[::-1])  # order does not matter
+    assert not np.array_equal(draws, pareto_draws(ids, alpha=9, seed=1))
+    # the draws follow np.random.pareto(9): Lomax with mean 1 / (alpha - 1)
+    reference = np.random.default_rng(0).pareto(9, 200_000)
+    assert abs(draws.mean() - 1 / 8) < 0.01
+    assert np.allclose(np.quantile(draws, [0.25, 0.5, 0.9]), np.quantile(reference, [0.25, 0.5, 0.9]), atol=0.01)
+
+    stage = ClassifyStage(model=str(model), pareto_alpha=9)
+    scores = {"high": 0.95, "mid": 0.8, "low": 0.3}
+    kept_share = {}
+    for name, score in scores.items():
+        keep = draws > 1 - score
+        kept_share[name] = keep.mean()
+    assert kept_share["high"] > kept_share["mid"] > kept_share["low"]
+    # through the stage: same documents in, same decisions out, regardless of partitioning
+    frame = pd.DataFrame({"id": ids[:300], "text": ["the river runs past the mill ."] * 300, "source": "x"})
+    first = stage.process(frame)
+    second = pd.concat([stage.process(frame.iloc[:100]).kept, stage.process(frame.iloc[100:]).kept])
+    assert list(first.kept["id"]) == list(second["id"])
+    assert set(first.rejected["reason"]) <= {"classify.pareto"}
+    # real paragraphs are kept more often than shuffled ones under the Pareto rule
+    text = "the lobster is a species of crustacean found in the eastern atlantic ocean and the mediterranean sea ."
+    rng = random.Random(3)
+    real = pd.DataFrame({"id": ids[:500], "text": [text] * 500, "source": "x"})
+    fake = pd.DataFrame({"id": ids[:500], "text": [shuffled(text, rng) for _ in range(500)], "source": "x"})
+    assert len(stage.process(real).kept) > len(stage.process(fake).kept)
+
+
+def test_classify_options_are_checked(quality_model, tmp_path):
+    _, model, _ = quality_model
+    with pytest.raises(ConfigError, match="either"):
+        ClassifyStage(model=str(model), threshold=0.5, pareto_alpha=9)
+    assert ClassifyStage(model=str(model)).threshold == 0.5
+    with pytest.raises(ConfigError, match="positive"):
+        ClassifyStage(model=str(model), pareto_alpha=0)
+
+
+def test_classifier_cli(quality_model, tmp_path, dask_client, capsys):
+    root, _, _ = quality_model
+    model = tmp_path / "cli.bin"
+    assert main(["curate", "train-classifier", "--positive", str(root / "positive"), "--negative", str(root / "negative"),
+                 "--output", str(model), "--epoch", "10", "--max-docs", "600", "--seed", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "held-out accuracy: " in printed
+    meta = json.loads(model.with_suffix(".json").read_text())
+    assert meta["counts"]["positive"] == meta["counts"]["negative"] == 600
+    assert f"held-out accuracy: {meta['holdout_accuracy']:.4f}" in printed and meta["holdout_accuracy"] >= 0.9
+    assert main(["curate", "classify", "--input", str(root / "positive"), "--output", str(tmp_path / "scored"),
+                 "--model", str(model), "--pareto-alpha", "9", "--scheduler", dask_client.scheduler.address,
+                 "--no-progress"]) == 0
+    manifest = read_manifest(tmp_path / "scored")
+    assert manifest["counts"]["in"] == 1400 and manifest["config"]["pareto_alpha"] == 9
+    # the Pareto rule (alpha 9) keeps a document with score s with probability (2 - s) ** -9:
+    # most real paragraphs, almost no shuffled ones
+    assert manifest["counts"]["kept"] / 1400 > 0.5
+    assert main(["curate", "classify", "--input", str(root / "negative"), "--output", str(tmp_path / "scored-neg"),
+                 "--model", str(model), "--pareto-alpha", "9", "--scheduler", dask_client.scheduler.address,
+                 "--no-progress"]) == 0
+    assert read_manifest(tmp_path / "scored-neg")["counts"]["kept"] / 1400 < 0.1
+    assert main(["curate", "classify", "--input", str(root / "positive"), "--output", str(tmp_path / "x"),
+                 "--model", str(tmp_path / "missing.bin"), "--scheduler", dask_client.scheduler.address]) == 1
+    assert "not found" in capsys.readouterr().err
