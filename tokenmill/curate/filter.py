@@ -15,8 +15,9 @@ None (or `off` on the command line) turns a rule off.
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -99,11 +100,9 @@ def rules_help() -> str:
     lines = ["rules (family.rule) and their settings with defaults:"]
     for name, family_type in FAMILIES.items():
         family = family_type()
-        lines.append(f"  {name}: " + ", ".join(family.RULES))
-        settings = ", ".join(
-            f"{key}={getattr(family, key)}" for key in family.__dataclass_fields__ if key != "enabled"
-        )
-        lines.append(f"    settings: {settings}")
+        lines.extend(textwrap.wrap(", ".join(family.RULES), width=100, initial_indent=f"  {name}: ", subsequent_indent="      "))
+        settings = [f"{f.name}={getattr(family, f.name)}" for f in fields(family) if f.name != "enabled"]
+        lines.extend(textwrap.wrap(", ".join(settings), width=100, initial_indent="    settings: ", subsequent_indent="      "))
     return "\n".join(lines)
 
 
