@@ -292,6 +292,13 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
     config_path = step.output / "config.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     run_dir = step.output / "run"
+    # Checkpoints are resumed only by the run that made them: a changed config (or changed
+    # data upstream) means a different fingerprint, and training starts afresh.
+    marker = step.output / "fingerprint"
+    if run_dir.exists() and (not marker.exists() or marker.read_text().strip() != step.fingerprint):
+        _log(f"  the training config or its data changed since {run_dir} was written: starting afresh")
+        shutil.rmtree(run_dir)
+    marker.write_text(step.fingerprint + "\n")
     resume = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").glob("step_*"))
     spec = ctx.recipe.train
     assert spec is not None
@@ -406,12 +413,12 @@ def run_recipe(
     selection = select(steps, from_, until, force)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / STATE_DIR).mkdir(exist_ok=True)
+    lock = WorkdirLock(workdir).__enter__()
     # The recipe as run, for the report and for whoever opens the directory later.
     (workdir / "recipe.json").write_text(recipe.model_dump_json(indent=2) + "\n")
     ctx = Context(recipe, workdir, steps, scheduler=scheduler or recipe.scheduler, workers=workers or recipe.workers,
                   progress=progress, client=client)
     result = RunResult(workdir)
-    lock = WorkdirLock(workdir).__enter__()
     try:
         for index, step in enumerate(steps, start=1):
             tag = f"[{index}/{len(steps)}] {step.name}"
