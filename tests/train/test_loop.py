@@ -110,3 +110,17 @@ def test_data_and_vocab_errors(shakespeare_shard: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="differs from the checkpoint"):
         train(tiny_config(shakespeare_shard, tmp_path / "run", steps=2, model=preset("tiny", max_seq_len=32, n_layers=3)),
               resume=True)
+
+
+def test_trains_on_a_blend_file(shakespeare_shard: Path, shared_data: Path, tmp_path: Path) -> None:
+    from conftest import write_shard
+
+    lines = (shared_data / "corpus" / "wikitext2_valid.txt").read_bytes()[:200_000].split(b"\n")
+    wiki = write_shard(tmp_path / "wiki", [line for line in lines if len(line.strip()) > 20])  # paragraphs
+    blend = tmp_path / "blend.yaml"
+    blend.write_text(f"- {{prefix: {shakespeare_shard}, weight: 0.7}}\n- {{prefix: {wiki.name}, weight: 0.3}}\n")
+    result = train(tiny_config(blend, tmp_path / "run", steps=3, eval_interval=3))
+    assert result.step == 3 and 3 in result.val_losses
+    with pytest.raises(TokenmillError, match="not found"):
+        blend.write_text(f"- {{prefix: {tmp_path / 'gone'}, weight: 1.0}}\n")
+        train(tiny_config(blend, tmp_path / "run2", steps=1))
