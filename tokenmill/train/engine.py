@@ -141,7 +141,7 @@ class SingleProcessEngine:
     def clip_grad_norm(self, max_norm: float) -> float:
         params = [p for p in self.model.parameters() if p.grad is not None]
         if max_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+            norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         else:
             norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
         return norm.item()
