@@ -180,6 +180,9 @@ def main() -> None:
         bubble = f"{r['bubble']:8.1%} {r['bubble_theory']:8.1%}" if "bubble" in r else f"{'':>8} {'':>8}"
         m = f"{r['m']:>3}" if "m" in r else "   "
         lines.append(f"{name:<28} {r['step_s']:8.3f} {r['tokens_per_s_per_rank']:14.0f} {m} {bubble}")
+    lines += ["", "bubble = 1 - (time in the stages' forward/backward) / (pipeline step time), mean over ranks: it",
+              "counts gloo point-to-point transfers and any stage imbalance as well as the schedule's idle slots,",
+              "so it sits above the theory on a CPU; `theory` is (p-1)/(m+p-1), (p-1)/(v*m+p-1) interleaved."]
     text = "\n".join(lines)
     print(text)
     target = RESULT if args.device == "cpu" else RESULT.with_name(f"parallel_throughput_{args.device}.txt")
