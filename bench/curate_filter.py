@@ -16,16 +16,21 @@ the filter calls alone, over the same documents, best of `--repeat` passes.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import re
-import subprocess
 import sys
-import tempfile
-import time
-from collections import Counter
 from pathlib import Path
+
+# Run as `python bench/curate_filter.py`, Python puts bench/ first on sys.path, where
+# bench/tokenize.py would shadow the standard library's `tokenize`: take bench/ off the path.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections import Counter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
