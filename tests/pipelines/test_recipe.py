@@ -196,3 +196,39 @@ def test_demo_dry_run_plans_every_stage(tmp_path, shared_data, capsys):
         assert f". {step}  [will run]" in out
     assert "tp=1 x pp=1 x dp=2 = 2 process(es)" in out
     assert not (tmp_path / "d").exists()
+
+
+CLASSIFIED = """
+sources:
+  - {name: web, path: a.jsonl}
+  - {name: wiki, path: a.jsonl}
+classifiers:
+  - {name: quality, positive: [wiki], negative: [web], options: {epoch: 3}}
+curate:
+  - stage: normalize
+  - stage: classify
+    sources: [web]
+    options: {classifier: quality, pareto_alpha: 9}
+"""
+
+
+def test_classifier_trained_in_the_run_comes_before_the_stage_using_it(tmp_path, corpus):
+    pytest.importorskip("tokenmill.curate.classifier")
+    steps = build_plan(load_recipe(write(tmp_path, CLASSIFIED)), tmp_path / "w")
+    names = [s.name for s in steps]
+    assert names == ["ingest.web", "curate.web.normalize", "ingest.wiki", "curate.wiki.normalize",
+                     "classifier.quality", "curate.web.classify"]
+    by = {s.name: s for s in steps}
+    assert by["classifier.quality"].deps == ["ingest.wiki", "ingest.web"]
+    assert by["curate.web.classify"].deps == ["curate.web.normalize", "classifier.quality"]
+    assert by["curate.web.classify"].config["options"]["model"] == str(tmp_path / "w" / "classifiers" / "quality" / "model.bin")
+
+
+def test_classifier_names_and_options_are_checked(tmp_path, corpus):
+    pytest.importorskip("tokenmill.curate.classifier")
+    text = CLASSIFIED.replace("classifier: quality", "classifier: qualty").replace("epoch: 3", "epochs: 3").replace(
+        "negative: [web]", "negative: [webb]")
+    message = problems_of(tmp_path, text)
+    assert "curate[1].options.classifier" in message and "(did you mean `quality`?)" in message
+    assert "classifiers[0].options.epochs" in message and "(did you mean `epoch`?)" in message
+    assert "classifiers[0].negative[0]" in message and "no source named `webb` (did you mean `web`?)" in message

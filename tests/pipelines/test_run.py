@@ -173,3 +173,31 @@ def test_report_renders_in_headless_chromium(first_run, tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert render.returncode == 0, render.stderr[-2000:]
     assert shot.stat().st_size > 20_000  # a page with tables and charts, not a blank one
+
+
+def test_quality_classifier_trained_in_the_run(tmp_path, shared_data, dask_client):
+    """MT-NLG's classifier: trained on reference text (Wikipedia) against other text, then used
+    by a `classify` stage of the same run."""
+    pytest.importorskip("tokenmill.curate.classifier")
+    corpus = shared_data / "corpus"
+    path = tmp_path / "classify.yaml"
+    path.write_text(textwrap.dedent(f"""
+        sources:
+          - {{name: wiki, path: {corpus}/wikitext2_valid.txt, format: text, separator: '^(?= = [^=])'}}
+          - {{name: plays, path: {corpus}/tinyshakespeare.txt, format: text, separator: '\\n\\n'}}
+        classifiers:
+          - {{name: quality, positive: [wiki], negative: [plays], options: {{epoch: 5, holdout: 0.2}}}}
+        curate:
+          - stage: classify
+            sources: [plays]
+            options: {{classifier: quality, threshold: 0.5}}
+    """))
+    result = run_recipe(load_recipe(path), tmp_path / "work", progress=False, client=dask_client)
+    assert statuses(result) == {"ingest.wiki": "ran", "ingest.plays": "ran", "classifier.quality": "ran",
+                                "curate.plays.classify": "ran"}
+    meta = json.loads((tmp_path / "work" / "classifiers" / "quality" / "model.json").read_text())
+    assert meta["holdout_accuracy"] > 0.9  # encyclopaedia against verse is easy to tell apart
+    manifest = json.loads((tmp_path / "work" / "curate" / "plays" / "01-classify" / "manifest.json").read_text())
+    counts = manifest["counts"]
+    assert counts["in"] == counts["kept"] + sum(counts["rejected"].values())
+    assert sum(counts["rejected"].values()) > counts["kept"]  # most verse is not Wikipedia-like

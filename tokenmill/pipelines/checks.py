@@ -37,6 +37,16 @@ def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool | str 
             except re.error as error:
                 problems.add(("sources", i, "separator"), f"not a valid regular expression: {error}")
 
+    classifier_names = [c.name for c in recipe.classifiers]
+    for i, spec in enumerate(recipe.classifiers):
+        if classifier_names.count(spec.name) > 1:
+            problems.add(("classifiers", i, "name"), f"duplicate classifier name `{spec.name}`")
+        for side in ("positive", "negative"):
+            for j, src in enumerate(getattr(spec, side)):
+                if src not in names:
+                    problems.add(("classifiers", i, side, j), f"no source named `{src}`{suggest(src, names)}")
+        _check_options(problems, ("classifiers", i, "options"), "train-classifier", _classifier_options_model(), spec.options)
+
     step_names: set[str] = set()
     for i, step in enumerate(recipe.curate):
         kind = STAGES.get(step.stage)
@@ -54,18 +64,18 @@ def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool | str 
         except TokenmillError as error:
             problems.add(("curate", i, "stage"), str(error))
             continue
-        try:
-            model.model_validate(step.options)
-        except ValidationError as error:
-            for item in error.errors():
-                loc = ("curate", i, "options", *item["loc"])
-                if item["type"] == "extra_forbidden":
-                    problems.add(loc, f"unknown option `{item['loc'][-1]}` for stage {step.stage}{suggest(item['loc'][-1], list(model.model_fields))};"
-                                 f" options: {', '.join(model.model_fields) or 'none'}")
-                elif item["type"] == "missing":
-                    problems.add(loc, f"stage {step.stage} needs this option")
-                else:
-                    problems.add(loc, f"{item['msg']} (got {item.get('input')!r})")
+        options = dict(step.options)
+        if step.stage == "classify":
+            # `classifier: NAME` names a classifier trained in this run instead of a model file.
+            name = options.pop("classifier", None)
+            if name is not None and name not in classifier_names:
+                problems.add(("curate", i, "options", "classifier"),
+                             f"no classifier named `{name}`{suggest(str(name), classifier_names)} in `classifiers:`")
+            if name is None and not options.get("model"):
+                problems.add(("curate", i, "options"), "classify needs `model: PATH` or `classifier: NAME`")
+            if name is not None and options.get("model"):
+                problems.add(("curate", i, "options"), "give `model` or `classifier`, not both")
+        _check_options(problems, ("curate", i, "options"), f"stage {step.stage}", model, options)
         for option in kind.path_options:
             value = step.options.get(option)
             values = value if isinstance(value, list) else [value]
@@ -108,6 +118,31 @@ def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool | str 
             for i, task in enumerate(recipe.eval.tasks):
                 if task not in known:
                     problems.add(("eval", "tasks", i), f"unknown task `{task}`{suggest(task, known)}")
+
+
+def _check_options(problems: Problems, where: tuple[Any, ...], what: str, model: Any, options: dict[str, Any]) -> None:
+    try:
+        model.model_validate(options)
+    except ValidationError as error:
+        for item in error.errors():
+            loc = (*where, *item["loc"])
+            if item["type"] == "extra_forbidden":
+                problems.add(loc, f"unknown option `{item['loc'][-1]}` for {what}{suggest(item['loc'][-1], list(model.model_fields))};"
+                             f" options: {', '.join(model.model_fields) or 'none'}")
+            elif item["type"] == "missing":
+                problems.add(loc, f"{what} needs this option")
+            else:
+                problems.add(loc, f"{item['msg']} (got {item.get('input')!r})")
+
+
+def _classifier_options_model() -> Any:
+    from tokenmill.pipelines.stages import function_options_model
+
+    try:
+        from tokenmill.curate.classifier import train_classifier
+    except ImportError:
+        return function_options_model("train_classifier", lambda: None)
+    return function_options_model("train_classifier", train_classifier, exclude=("positive", "negative", "output"))
 
 
 def _known_tasks() -> list[str]:

@@ -91,15 +91,34 @@ def build_plan(recipe: Recipe, workdir: Path) -> list[Step]:
                     options[option] = str(recipe.resolve(options[option]))
                 elif isinstance(options.get(option), list):
                     options[option] = [str(recipe.resolve(v)) if isinstance(v, str) else v for v in options[option]]
+            deps = [previous.name]
+            inputs = [str(previous.output)]
+            if c.stage == "classify" and "classifier" in options:
+                # A classifier trained in this run: its model file, and a dependency on it.
+                name = options.pop("classifier")
+                options["model"] = str(classifier_model_path(workdir, name))
+                deps.append(f"classifier.{name}")
+                inputs.append(options["model"])
             step = Step(
-                f"curate.{source.name}.{c.step_name}", "curate", [previous.name], src_dir / f"{n:02d}-{c.step_name}",
+                f"curate.{source.name}.{c.step_name}", "curate", deps, src_dir / f"{n:02d}-{c.step_name}",
                 {"stage": c.stage, "options": options, "index": i}, source=source.name, uses_dask=True,
                 description=f"{c.stage} {json.dumps(c.options, default=str) if c.options else ''}".strip(),
-                inputs=[str(previous.output)],
+                inputs=inputs,
             )
             steps.append(step)
             previous = step
         final_docs[source.name] = previous.name
+
+    for spec in recipe.classifiers:
+        sides = [*spec.positive, *spec.negative]
+        steps.append(Step(
+            f"classifier.{spec.name}", "classifier", [f"ingest.{s}" for s in dict.fromkeys(sides)],
+            workdir / "classifiers" / spec.name,
+            {"positive": spec.positive, "negative": spec.negative, "options": spec.options},
+            description=f"train a fastText quality classifier: {', '.join(spec.positive)} (high quality) against"
+                        f" {', '.join(spec.negative)}",
+            inputs=[str(workdir / "curate" / s / "00-ingest") for s in dict.fromkeys(sides)],
+        ))
 
     by_name = {s.name: s for s in steps}
     if recipe.tokenize is not None:
@@ -151,6 +170,7 @@ def build_plan(recipe: Recipe, workdir: Path) -> list[Step]:
             inputs=[str(workdir / "train" / "run")],
         ))
 
+    steps = _stable_topological(steps)
     fingerprints: dict[str, str] = {}
     for step in steps:
         step.fingerprint = _hash({
@@ -158,6 +178,27 @@ def build_plan(recipe: Recipe, workdir: Path) -> list[Step]:
         })
         fingerprints[step.name] = step.fingerprint
     return steps
+
+
+def classifier_model_path(workdir: Path, name: str) -> Path:
+    return workdir / "classifiers" / name / "model.bin"
+
+
+def _stable_topological(steps: list[Step]) -> list[Step]:
+    """Dependency order that keeps the written order wherever it already allows: a step that
+    waits for a later one (a stage using a classifier trained in the run) moves after it."""
+    done: set[str] = set()
+    pending = list(steps)
+    ordered: list[Step] = []
+    while pending:
+        for i, step in enumerate(pending):
+            if all(d in done for d in step.deps):
+                ordered.append(pending.pop(i))
+                done.add(step.name)
+                break
+        else:
+            raise TokenmillError("the recipe's steps depend on each other in a cycle: " + ", ".join(s.name for s in pending))
+    return ordered
 
 
 # --------------------------------------------------------------------------------------------

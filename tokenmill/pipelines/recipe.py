@@ -62,6 +62,17 @@ class CurateStep(_Strict):
         return self.name or self.stage
 
 
+class ClassifierSpec(_Strict):
+    """A fastText quality classifier trained inside the run (GPT-3 / MT-NLG): `positive`
+    sources (reference-quality text) against `negative` ones (raw web text), read as ingested.
+    A `classify` curate stage uses it with `options: {classifier: NAME, ...}`."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
+    positive: list[str] = Field(min_length=1)
+    negative: list[str] = Field(min_length=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
 class TokenizerSpec(_Strict):
     """Train a byte-level BPE on the curated documents, or use an existing tokenizer.json."""
 
@@ -134,6 +145,7 @@ class Recipe(_Strict):
     scheduler: str | None = None
     workers: int | None = Field(default=None, ge=1)
     sources: list[Source] = Field(min_length=1)
+    classifiers: list[ClassifierSpec] = Field(default_factory=list)
     curate: list[CurateStep] = Field(default_factory=list)
     tokenize: TokenizerSpec | None = None
     blend: list[BlendEntry] | None = None

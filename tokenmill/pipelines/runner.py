@@ -174,6 +174,25 @@ def _curate(ctx: Context, step: Step) -> dict[str, Any]:
     return kind.run(options, str(upstream), step.output, client=ctx.client(), progress=ctx.progress)
 
 
+def _classifier(ctx: Context, step: Step) -> dict[str, Any]:
+    """Train the quality classifier on the ingested positive and negative sources."""
+    from tokenmill.curate.classifier import train_classifier
+    from tokenmill.pipelines.plan import classifier_model_path
+
+    positive = [str(ctx.steps[f"ingest.{s}"].output) for s in step.config["positive"]]
+    negative = [str(ctx.steps[f"ingest.{s}"].output) for s in step.config["negative"]]
+    tmp = step.output.with_name(f".{step.output.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    name = step.name.split(".", 1)[1]
+    meta = train_classifier(positive, negative, tmp / "model.bin", **step.config["options"])
+    if step.output.exists():
+        shutil.rmtree(step.output)
+    tmp.rename(step.output)
+    assert classifier_model_path(ctx.workdir, name).exists()
+    return meta
+
+
 def _tokenizer(ctx: Context, step: Step) -> dict[str, Any]:
     spec = ctx.recipe.tokenize
     assert spec is not None
@@ -364,7 +383,7 @@ def _eval(ctx: Context, step: Step) -> dict[str, Any]:
     return run_eval(ctx, step, spec)
 
 
-RUNNERS = {"ingest": _ingest, "curate": _curate, "tokenizer": _tokenizer, "encode": _encode, "blend": _blend,
+RUNNERS = {"ingest": _ingest, "classifier": _classifier, "curate": _curate, "tokenizer": _tokenizer, "encode": _encode, "blend": _blend,
            "train": _train, "eval": _eval}
 
 
@@ -375,6 +394,9 @@ def summarise(step: Step, result: dict[str, Any]) -> str:
     if counts and "in" in counts:
         rejected = sum(counts.get("rejected", {}).values())
         return f"in {counts['in']}, kept {counts['kept']}, rejected {rejected}"
+    if step.kind == "classifier":
+        accuracy = result.get("holdout_accuracy")
+        return f"held-out accuracy {accuracy:.3f}" if isinstance(accuracy, (int, float)) else "trained"
     if step.kind == "tokenizer":
         return f"vocab {result.get('vocab_size')}"
     if step.kind == "blend":

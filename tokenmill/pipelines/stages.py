@@ -211,3 +211,14 @@ def given_options(kind: StageKind, options: dict[str, Any]) -> dict[str, Any]:
     model = kind.options_model()
     validated = model.model_validate(options)
     return {k: getattr(validated, k) for k in options if k in model.model_fields}
+
+
+def function_options_model(name: str, fn: Callable[..., Any], exclude: tuple[str, ...] = ()) -> type[BaseModel]:
+    """A strict model of a function's keyword options (for `classifiers[].options`)."""
+    hints = _annotations(fn)
+    fields: dict[str, Any] = {}
+    for param_name, param in inspect.signature(fn).parameters.items():
+        if param_name in exclude or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        fields[param_name] = (hints.get(param_name, Any), ... if param.default is inspect.Parameter.empty else None)
+    return create_model(f"{name}_options", __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True), **fields)
