@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from tokenmill.errors import TokenmillError
-from tokenmill.eval.models import HFModel, load_model
+from tokenmill.eval.models import HFModel, _Item, load_model
 
 
 def reference_loglikelihood(model: HFModel, context: str, continuation: str) -> tuple[float, bool]:
@@ -124,3 +124,26 @@ def test_llama_model_matches_plain_loop(tiny_model_dir: Path, tmp_path: Path, re
     got = model.loglikelihood(requests_mix, batch_size=3, progress=False)
     for (ll, greedy), (ref_ll, ref_greedy) in zip(got, expected, strict=True):
         assert ll == pytest.approx(ref_ll, abs=1e-4) and greedy == ref_greedy
+
+
+def test_shared_prefix_reuse_matches_plain_loop(tiny_model: HFModel, shared_data: Path) -> None:
+    """k-shot choices share a long context: it runs once (key/value cache) with the same scores."""
+    text = (shared_data / "corpus" / "wikitext2_valid.txt").read_text()[:6000]
+    shots = text[:900]
+    reqs = [(shots + "\n\nQuestion: what?\nAnswer:", cont) for cont in (" one", " two words", " three long words here")]
+    reqs += [(shots + "\n\nShe went to the " + opt, " market today.") for opt in ("shop", "river")]  # winogrande-like
+    reqs += [(text[2000:2600], " alone")]
+    items = [_Item((c + k)[:-1], [(i, k)]) for i, (c, k) in enumerate(tiny_model.encode_requests(reqs))]
+    families, singles = tiny_model._families(items)
+    assert [len(members) for _, members in families] == [5] and len(singles) == 1
+    expected = [reference_loglikelihood(tiny_model, c, k) for c, k in reqs]
+    got = tiny_model.loglikelihood(reqs, batch_size=2, progress=False)
+    saved = tiny_model.min_shared_prefix
+    try:
+        tiny_model.min_shared_prefix = 0
+        plain = tiny_model.loglikelihood(reqs, batch_size=2, progress=False)
+    finally:
+        tiny_model.min_shared_prefix = saved
+    for (ll, greedy), (pl, pg), (ref_ll, ref_greedy) in zip(got, plain, expected, strict=True):
+        assert ll == pytest.approx(ref_ll, abs=1e-4) and pl == pytest.approx(ref_ll, abs=1e-4)
+        assert greedy == ref_greedy == pg

@@ -69,6 +69,9 @@ class TokenLM:
     # The decoded prefix token: strings starting with it are encoded without special tokens.
     prefix_text: str | None = None
     device: torch.device = torch.device("cpu")
+    # Requests whose inputs share at least this many leading tokens (a k-shot context read by
+    # every choice) run that prefix once and reuse its key/value cache; 0 turns it off.
+    min_shared_prefix: int = 48
 
     # ----- to implement -----
     def _encode_raw(self, texts: list[str], add_special_tokens: bool | None) -> list[list[int]]:
@@ -77,6 +80,13 @@ class TokenLM:
     def _forward_selected(self, inputs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         """inputs [B, T] -> logits [N, V] at the positions where keep [B, T] is True (row-major)."""
         raise NotImplementedError
+
+    def _forward_with_prefix(self, prefix: torch.Tensor, suffixes: torch.Tensor, keep: torch.Tensor) -> torch.Tensor | None:
+        """Run `prefix` [P] once, then `suffixes` [B, S] after it; logits where keep [B, S].
+
+        None when the model has no key/value cache to reuse (the caller falls back).
+        """
+        return None
 
     # ----- tokenization as the harness's tok_encode -----
     def encode(self, texts: Sequence[str], add_special_tokens: bool | None = None) -> list[list[int]]:
@@ -148,10 +158,18 @@ class TokenLM:
             inp = (ctx + cont)[-(self.max_length + 1) :][:-1]
             item = items.setdefault(tuple(inp), _Item(inp, []))
             item.users.append((i, cont))
-        # Longest first, as the harness orders them: padding stays small and any OOM comes early.
-        order = sorted(items.values(), key=lambda it: (-len(it.inp), tuple(it.inp)))
         results: list[tuple[float, bool] | None] = [None] * len(encoded)
         bar = tqdm(total=len(encoded), desc=desc, unit="req", disable=not progress)
+        rest = list(items.values())
+        if self.min_shared_prefix > 0:
+            families, rest = self._families(rest)
+            for prefix_len, family in families:
+                if not self._score_family(prefix_len, family, results):
+                    rest.extend(family)
+                    continue
+                bar.update(sum(len(it.users) for it in family))
+        # Longest first, as the harness orders them: padding stays small and any OOM comes early.
+        order = sorted(rest, key=lambda it: (-len(it.inp), tuple(it.inp)))
         for start in range(0, len(order), max(1, batch_size)):
             chunk = order[start : start + batch_size]
             self._score_chunk(chunk, results)
@@ -159,6 +177,65 @@ class TokenLM:
         bar.close()
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
+
+    def _families(self, items: list[_Item]) -> tuple[list[tuple[int, list[_Item]]], list[_Item]]:
+        """Group inputs that share a long common prefix (neighbours in token order).
+
+        A family's prefix stops before the first scored position of any member, so every scored
+        logit comes from the suffix pass.
+        """
+        def first_scored(it: _Item) -> int:
+            return len(it.inp) - min(max(len(c) for _, c in it.users), len(it.inp))
+
+        def common(a: list[int], b: list[int], limit: int) -> int:
+            n = 0
+            while n < limit and a[n] == b[n]:
+                n += 1
+            return n
+
+        ordered = sorted(items, key=lambda it: tuple(it.inp))
+        families: list[tuple[int, list[_Item]]] = []
+        singles: list[_Item] = []
+        i = 0
+        while i < len(ordered):
+            head = ordered[i]
+            prefix = first_scored(head)
+            members = [head]
+            j = i + 1
+            while j < len(ordered):
+                shared = common(head.inp, ordered[j].inp, min(prefix, first_scored(ordered[j])))
+                if shared < self.min_shared_prefix:
+                    break
+                prefix = shared
+                members.append(ordered[j])
+                j += 1
+            if len(members) > 1:
+                families.append((prefix, members))
+            else:
+                singles.append(head)
+            i = j
+        return families, singles
+
+    @torch.no_grad()
+    def _score_family(self, prefix_len: int, family: list[_Item], results: list[tuple[float, bool] | None]) -> bool:
+        width = max(len(it.inp) for it in family) - prefix_len
+        suffixes = torch.zeros((len(family), width), dtype=torch.long)
+        keep = torch.zeros((len(family), width), dtype=torch.bool)
+        spans: list[tuple[int, int]] = []
+        offset = 0
+        for row, item in enumerate(family):
+            tail = item.inp[prefix_len:]
+            suffixes[row, : len(tail)] = torch.tensor(tail, dtype=torch.long)
+            span = min(max(len(c) for _, c in item.users), len(item.inp))
+            keep[row, len(tail) - span : len(tail)] = True
+            spans.append((offset, span))
+            offset += span
+        prefix = torch.tensor(family[0].inp[:prefix_len], dtype=torch.long)
+        logits = self._forward_with_prefix(prefix.to(self.device), suffixes.to(self.device), keep.to(self.device))
+        if logits is None:
+            return False
+        self._collect(family, spans, logits, results)
+        return True
 
     @torch.no_grad()
     def _score_chunk(self, chunk: list[_Item], results: list[tuple[float, bool] | None]) -> None:
@@ -176,15 +253,20 @@ class TokenLM:
             spans.append((offset, span))
             offset += span
         logits = self._forward_selected(inputs.to(self.device), keep.to(self.device))
+        self._collect(chunk, spans, logits, results)
+
+    @staticmethod
+    def _collect(
+        chunk: list[_Item], spans: list[tuple[int, int]], logits: torch.Tensor, results: list[tuple[float, bool] | None]
+    ) -> None:
         logprobs = F.log_softmax(logits.float(), dim=-1)
         greedy = logprobs.argmax(dim=-1)
         for item, (start, span) in zip(chunk, spans, strict=True):
             for index, cont in item.users:
-                c = len(cont)
-                # Tokens past the truncated window were never scored by the harness either.
-                c_eff = min(c, span)
-                rows = slice(start + span - c_eff, start + span)
-                target = torch.tensor(cont[-c_eff:], dtype=torch.long, device=logprobs.device)
+                # A continuation is the tail of its input window (len(cont) <= span, as the
+                # harness asserts), so its scores are the last len(cont) kept positions.
+                rows = slice(start + span - len(cont), start + span)
+                target = torch.tensor(cont, dtype=torch.long, device=logprobs.device)
                 lp = logprobs[rows].gather(1, target[:, None]).sum()
                 results[index] = (float(lp), bool((greedy[rows] == target).all()))
 
@@ -275,6 +357,21 @@ class HFModel(TokenLM):
             logits = self.model(inputs, logits_to_keep=torch.arange(lo, hi, device=inputs.device)).logits
             return logits[keep[:, lo:hi]]
         return self.model(inputs).logits[keep]
+
+    def _forward_with_prefix(self, prefix: torch.Tensor, suffixes: torch.Tensor, keep: torch.Tensor) -> torch.Tensor | None:
+        if not getattr(self.model.config, "use_cache", True) or self._keep_mode == "all":
+            return None
+        out = self.model(prefix[None, :], use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        if cache is None or not hasattr(cache, "batch_repeat_interleave"):
+            return None
+        cache.batch_repeat_interleave(suffixes.shape[0])
+        if self._keep_mode == "mask":
+            logits = self.model(suffixes, past_key_values=cache, use_cache=True, logits_to_keep=keep).logits
+            logits = logits.reshape(-1, logits.shape[-1])
+            return logits if logits.shape[0] == int(keep.sum()) else None
+        logits = self.model(suffixes, past_key_values=cache, use_cache=True).logits
+        return logits[keep]
 
 
 class NativeModel(TokenLM):
