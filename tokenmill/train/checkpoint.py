@@ -188,9 +188,19 @@ def resolve_checkpoint(path: str | Path) -> Path:
     raise CheckpointError(f"no checkpoint at {path}: expected a step_<N> directory or a run directory with checkpoints/latest")
 
 
+def _step_of(path: Path) -> int | None:
+    try:
+        return int(path.name[len("step_"):]) if path.name.startswith("step_") else None
+    except ValueError:
+        return None
+
+
 def _previous_hint(ckpt: Path) -> str:
-    run_dir = ckpt.parent.parent
-    older = [p for p in list_checkpoints(run_dir) if p != ckpt and int(p.name[5:]) < int(ckpt.name[5:] or 0)] if ckpt.name.startswith("step_") else []
+    """Name the newest complete checkpoint older than ``ckpt``, the way out of a bad one."""
+    step = _step_of(ckpt)
+    if step is None:
+        return ""
+    older = [p for p in list_checkpoints(ckpt.parent.parent) if (_step_of(p) or 0) < step]
     if older:
         return f"; the previous checkpoint {older[-1]} is still usable (resume with --resume {older[-1]})"
     return ""
