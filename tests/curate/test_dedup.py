@@ -172,6 +172,7 @@ def test_finished_phases_are_not_redone_after_a_crash(tmp_path, planted, dask_cl
     assert third["resumed_phases"] == []
 
 
+@pytest.mark.slow
 def test_cjk_near_duplicates_use_character_shingles(tmp_path, dask_client):
     base = ("机器学习是人工智能的一个分支，它使计算机能够从数据中学习并改进性能。深度学习使用多层神经网络来表示复杂的函数，"
             "在图像识别、语音识别和自然语言处理中取得了显著的成果。研究人员不断提出新的模型结构和训练方法。")
