@@ -66,15 +66,34 @@ DATATROVE_REASONS = {
 FAMILY_ORDER = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
 
 
-def corpus_documents(shared: Path = SHARED) -> list[tuple[str, str]]:
-    """(id, text) of WikiText-2 articles and Shakespeare scenes of 30 speeches."""
+def detokenize_wikitext(text: str) -> str:
+    """WikiText-2 is stored tokenized (` , `, ` @-@ `, `<unk>`); put it back into running text."""
+    text = text.replace("<unk>", "unk")
+    text = re.sub(r" @([-.,])@ ", r"\1", text)
+    text = re.sub(r" ([.,;:!?)\]'])", r"\1", text)
+    text = re.sub(r"([(\[]) ", r"\1", text)
+    return re.sub(r" (n't|'s|'re|'ve|'ll|'d|'m)\b", r"\1", text)
+
+
+DOCUMENT_SETS = ("wikitext", "wikitext_detok", "scene", "speech")
+
+
+def corpus_documents(shared: Path = SHARED, sets=DOCUMENT_SETS) -> list[tuple[str, str]]:
+    """(id, text): WikiText-2 articles as stored (`wikitext`) and detokenized (`wikitext_detok`),
+    Shakespeare in scenes of 30 speeches (`scene`) and one speech per document (`speech`)."""
     docs = []
     for split in ("valid", "test"):
         raw = (shared / "corpus" / f"wikitext2_{split}.txt").read_text(encoding="utf-8")
         articles = [a for a in re.split(r"(?m)^(?= = [^=].* = \s*$)", raw) if a.strip()]
-        docs += [(f"wikitext-{split}-{i}", a) for i, a in enumerate(articles)]
+        if "wikitext" in sets:
+            docs += [(f"wikitext-{split}-{i}", a) for i, a in enumerate(articles)]
+        if "wikitext_detok" in sets:
+            docs += [(f"wikitext_detok-{split}-{i}", detokenize_wikitext(a)) for i, a in enumerate(articles)]
     speeches = (shared / "corpus" / "tinyshakespeare.txt").read_text(encoding="utf-8").split("\n\n")
-    docs += [(f"shakespeare-{i // 30}", "\n\n".join(speeches[i : i + 30])) for i in range(0, len(speeches), 30)]
+    if "scene" in sets:
+        docs += [(f"scene-{i // 30}", "\n\n".join(speeches[i : i + 30])) for i in range(0, len(speeches), 30)]
+    if "speech" in sets:
+        docs += [(f"speech-{i}", speech) for i, speech in enumerate(speeches) if speech.strip()]
     return docs
 
 
@@ -139,6 +158,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", default=None, help="also write the report here")
     parser.add_argument("--examples", type=int, default=3, help="disagreements shown per pair of reasons")
+    parser.add_argument("--sets", nargs="+", default=list(DOCUMENT_SETS), choices=DOCUMENT_SETS, help="document sets")
     parser.add_argument("--datatrove-worker", nargs=2, metavar=("IN", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.datatrove_worker:
@@ -150,7 +170,7 @@ def main() -> int:
     from tokenmill.curate.filter import FilterStage
     from tokenmill.curate.rules import RuleSet
 
-    docs = corpus_documents()
+    docs = corpus_documents(sets=args.sets)
     frame = pd.DataFrame({"id": [d[0] for d in docs], "text": [d[1] for d in docs], "source": "bench"})
     try:
         from tokenmill.curate.normalize import NormalizeStage
@@ -241,9 +261,10 @@ def main() -> int:
     kept_dt = sum(theirs[i] is None for i in ids)
     lines = [
         "bench/curate_filter.py: normalize + heuristic filters, one process (one core) each",
-        f"documents: {n} ({sum(i.startswith('wikitext') for i in ids)} WikiText-2 articles, "
-        f"{sum(i.startswith('shakespeare') for i in ids)} Shakespeare scenes), "
+        f"documents: {n} ({', '.join(f'{name} {sum(i.split(chr(45))[0] == name for i in ids)}' for name in args.sets)}), "
         f"{sum(map(len, normalized['text'])) / 1e6:.2f} M characters after normalize",
+        "  wikitext: WikiText-2 articles as stored (tokenized); wikitext_detok: the same, detokenized;",
+        "  scene: Shakespeare, 30 speeches per document; speech: one speech per document",
         f"normalize: {normalize_note}",
         f"datatrove {theirs_run['version']} (spaCy English word tokenizer), filters called directly, best of {args.repeat}",
         "",
@@ -257,6 +278,13 @@ def main() -> int:
         f"kept: tokenmill {kept_ours}/{n}, datatrove {kept_dt}/{n}",
         f"keep/reject agree on {keep_agree}/{n} documents ({keep_agree / n:.1%}); same reason on {reason_agree}/{n} ({reason_agree / n:.1%})",
         f"kept by both with identical C4-edited text: {text_agree}/{len(both_kept)}",
+        "by document set (keep/reject agree; kept by tokenmill / datatrove):",
+        *[
+            f"  {name:<18} {sum((ours[i] is None) == (theirs[i] is None) for i in group)}/{len(group)}; "
+            f"{sum(ours[i] is None for i in group)} / {sum(theirs[i] is None for i in group)}"
+            for name in args.sets
+            for group in [[i for i in ids if i.split("-")[0] == name]]
+        ],
         "each family alone on the normalized text:",
         *alone_lines,
     ]
