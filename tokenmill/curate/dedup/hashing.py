@@ -305,6 +305,45 @@ def minhash_batch(buf, offsets, kinds, n_word, n_char, a, b, scheme, seed, out, 
 
 
 @njit(cache=True)
+def minhash_batch32(buf, offsets, kinds, n_word, n_char, a, b, scheme, seed, out, n_shingles):
+    """AFFINE32 and FAST in 32-bit lanes: a, b, out are uint32, so the permutation loop is
+    `min(sig, a*h + b)` in uint32 (wrapping mod 2**32), which LLVM vectorizes 8 lanes per AVX2
+    instruction; 64-bit multiplies have no AVX2 form. FAST folds XXH64 to 32 bits and applies
+    the same affine map (datasketch 2.x's scheme with XXH64 in place of SHA-1 + fmix32)."""
+    num_perm = a.shape[0]
+    n_docs = offsets.shape[0] - 1
+    max_len = 1
+    for d in range(n_docs):
+        if offsets[d + 1] - offsets[d] + 1 > max_len:
+            max_len = offsets[d + 1] - offsets[d] + 1
+    starts = np.empty(max_len, dtype=np.int64)
+    ends = np.empty(max_len, dtype=np.int64)
+    block = np.empty(64, dtype=np.uint8)
+    state = np.empty(5, dtype=np.uint64)
+    for d in range(n_docs):
+        sig = out[d]
+        for j in range(num_perm):
+            sig[j] = np.uint32(0xFFFFFFFF)
+        n = n_word if kinds[d] == WORD else n_char
+        m = shingle_spans(buf, offsets[d], offsets[d + 1], kinds[d], n, starts, ends)
+        n_shingles[d] = m
+        for i in range(m):
+            if scheme == FAST:
+                h64 = xxh64(buf, starts[i], ends[i], seed)
+                h = (h64 ^ (h64 >> U64(32))) & MASK32
+            else:
+                h = sha1_first4_le(buf, starts[i], ends[i], block, state)
+                h ^= h >> U64(16)
+                h = (h * U64(0x85EBCA6B)) & MASK32
+                h ^= h >> U64(13)
+                h = (h * U64(0xC2B2AE35)) & MASK32
+                h ^= h >> U64(16)
+            h32 = np.uint32(h)
+            for j in range(num_perm):
+                sig[j] = min(sig[j], np.uint32((a[j] * h32 + b[j]) & MASK32))
+
+
+@njit(cache=True)
 def shingle_hashes_batch(buf, offsets, kinds, n_word, n_char, seed):
     """XXH64 of every shingle of a batch (for exact Jaccard verification and n-gram matching).
 

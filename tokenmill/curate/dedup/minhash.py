@@ -10,7 +10,8 @@ Schemes:
   SHA-1 first 4 bytes, `((a*h + b) mod 2**61-1) & 2**32-1` with uint64 wrap-around.
 - "affine32": datasketch 2.x's default scheme (`MinHash(num_perm, seed)` with no scheme):
   SHA-1 first 4 bytes, MurmurHash3 fmix32 pre-mix, `(a*h + b) mod 2**32`.
-- "fast": XXH64 + multiply-shift permutations: several times faster, same estimator quality,
+- "fast": XXH64 folded to 32 bits + affine maps mod 2**32 in 32-bit SIMD lanes: faster, same
+  estimator quality,
   but NOT comparable with datasketch signatures (an index records its scheme and refuses a
   run in another one).
 """
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tokenmill.curate.dedup.hashing import AFFINE32, FAST, LEGACY, MAX_HASH_32, MERSENNE_61, minhash_batch, shingle_hashes_batch
+from tokenmill.curate.dedup.hashing import AFFINE32, FAST, LEGACY, MAX_HASH_32, MERSENNE_61, minhash_batch, minhash_batch32, shingle_hashes_batch
 from tokenmill.curate.dedup.shingles import ShingleConfig, encode_batch
 from tokenmill.errors import ConfigError
 
@@ -46,10 +47,10 @@ def affine32_permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndar
 
 
 def fast_permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Odd multipliers and random offsets for multiply-shift hashing of 64-bit values."""
+    """Odd 32-bit multipliers and random offsets (affine maps mod 2**32 of a folded XXH64)."""
     gen = np.random.default_rng(seed)
-    a = gen.integers(0, 2**63, size=num_perm, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    b = gen.integers(0, 2**64 - 1, size=num_perm, dtype=np.uint64, endpoint=True)
+    a = gen.integers(0, 2**31, size=num_perm, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    b = gen.integers(0, 2**32, size=num_perm, dtype=np.uint64)
     return a, b
 
 
@@ -81,11 +82,19 @@ class MinHasher:
         n = len(batch.texts)
         out = np.empty((n, self.num_perm), dtype=np.uint64)
         counts = np.zeros(n, dtype=np.int64)
-        if n:
+        if n and self.scheme == "legacy":
             minhash_batch(
                 batch.buf, batch.offsets, batch.kinds, self.shingles.ngram, self.shingles.char_ngram,
-                self._a, self._b, SCHEMES[self.scheme][0], np.uint64(self.seed), out, counts,
+                self._a, self._b, LEGACY, np.uint64(self.seed), out, counts,
             )
+        elif n:
+            out32 = np.empty((n, self.num_perm), dtype=np.uint32)
+            minhash_batch32(
+                batch.buf, batch.offsets, batch.kinds, self.shingles.ngram, self.shingles.char_ngram,
+                self._a.astype(np.uint32), self._b.astype(np.uint32), SCHEMES[self.scheme][0], np.uint64(self.seed),
+                out32, counts,
+            )
+            out[:] = out32
         return out, counts
 
     def signatures(self, texts) -> np.ndarray:

@@ -26,6 +26,9 @@ from tokenmill.errors import ConfigError
 # Punctuation and symbols (anything that is neither a word character nor whitespace).
 _PUNCT = re.compile(r"[^\w\s]+")
 _WS = re.compile(r"\s+")
+# Runs of non-word characters: punctuation to spaces and whitespace collapsed in one pass
+# (same result as _PUNCT then _WS, half the regex time, which dominates batch hashing).
+_NON_WORD = re.compile(r"[^\w]+")
 # Scripts written without spaces between words: CJK ideographs, kana, Thai, Lao, Myanmar, Khmer.
 _NO_SPACE_SCRIPT = re.compile(
     "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]"
@@ -48,7 +51,7 @@ class TextNormalization:
         if self.lowercase:
             text = text.lower()
         if self.strip_punctuation:
-            text = _PUNCT.sub(" ", text)
+            return _NON_WORD.sub(" ", text).strip()
         return _WS.sub(" ", text).strip()
 
 
