@@ -38,13 +38,15 @@ STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 _TOKEN = re.compile(
     r"""
       (?:[A-Za-z]\.){2,}                                  # U.S. e.g.
-    | \w+[,;:?!]?-{2,}(?:\w+(?=\s|$))?(?=\s|$)               # sir,-- Capitol-- again,--but (spaCy keeps these whole)
+    | \w+[,;:?!]['’"]?-{2,}\w*                            # sir,-- again,--but friends,'--this (spaCy keeps these whole)
+    | \w+-{2,}(?=\s|$)                                     # Capitol--
+    | \w+,['’]\w+                                          # O,'tis
     | (?:[A-Za-z]|Mr|Mrs|Ms|Dr|St|Jr|Sr|Prof|Gen|Col|Capt|Rev|Mt|Ft|vs|etc|Inc|Ltd|Co|Corp
         |Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.(?=\s)  # J. Mr. Dr. (abbreviations)
     | [Cc]an(?=not\b)                                     # can|not
     | ['’](?:s|re|ve|ll|m|S|RE|VE|LL|M|em)\b              # clitics 's 're 've 'll 'm 'em
     | n['’]t\b                                            # do|n't
-    | (?:(?!n['’]t\b)\w)+(?:['’](?!(?:s|re|ve|ll|m|S|RE|VE|LL|M)\b)\w+)*(?:[.,:/]\d+)*  # words, call'd, 1,000 3.5
+    | (?:(?!n['’]t\b)\w)+(?:['’](?!(?:s|re|ve|ll|m|S|RE|VE|LL|M)\b)\w+)*(?:[.,:/]\d+)*(?:-(?=\d)\w+)*  # words, call'd, 1,000 3.5 M-82
     | @[-.,]@                                              # WikiText's @-@ @.@ @,@
     | \.{2,}                                               # ellipsis
     | -{2,}                                                # dash --
