@@ -180,7 +180,7 @@ def test_repetition_duplicate_characters(sep, field, reason):
 @pytest.mark.parametrize("n,limit", [(2, 0.20), (3, 0.18), (4, 0.16)])
 def test_repetition_top_ngram(n, limit):
     rule = only(GopherRepetition, f"max_top_{n}_gram")
-    gram = ["ab"] * 0 + [chr(ord("a") + i) * 2 for i in range(n)]  # "aa bb" / "aa bb cc" / ...
+    gram = [chr(ord("a") + i) * 2 for i in range(n)]  # "aa bb" / "aa bb cc" / ...
     gram_chars = len(" ".join(gram))
     repeats = 4
     head = " ".join(gram * repeats) + " "
@@ -203,6 +203,42 @@ def test_repetition_duplicated_ngrams(n):
     for total, expected in ((inside, None), (inside - 1, f"gopher_repetition.dup_{n}_gram")):
         text = head + "z" * (total - len(head))
         assert verdict(rule, text) == expected, (n, total)
+
+
+def test_ngram_statistics_match_the_reference_definitions():
+    """The NumPy n-gram levels against the plain definitions (top n-gram: len(" ".join) * count,
+    first seen wins a tie; duplicated n-grams: greedy left-to-right scan jumping past repeats)."""
+    import random
+
+    from tokenmill.curate.rules.gopher_repetition import duplicated_ngram_chars, top_ngram_chars
+
+    def top_reference(words, n):
+        grams = [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
+        if not grams:
+            return 0
+        gram, count = Counter(grams).most_common(1)[0]
+        return len(gram) * count
+
+    def dup_reference(words, n):
+        seen, repeated, i = set(), 0, 0
+        while i < len(words) - n + 1:
+            gram = tuple(words[i : i + n])
+            if gram in seen:
+                repeated += sum(map(len, gram))
+                i += n
+            else:
+                seen.add(gram)
+                i += 1
+        return repeated
+
+    rng = random.Random(0)
+    for _ in range(1500):
+        vocab = ["a", "bb", "ccc", "dddd", "e", "ff"][: rng.randint(1, 6)]
+        words = [rng.choice(vocab) for _ in range(rng.randint(0, 40))]
+        for n in (2, 3, 4):
+            assert top_ngram_chars(words, n) == top_reference(words, n), (words, n)
+        for n in range(5, 11):
+            assert duplicated_ngram_chars(words, n) == dup_reference(words, n), (words, n)
 
 
 def test_repetition_defaults_keep_varied_text_and_reject_boilerplate():
