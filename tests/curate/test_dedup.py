@@ -204,3 +204,30 @@ def test_cli_runs_dedup_and_reports_bad_input(tmp_path, planted, dask_client, ca
     assert "--bands and --rows" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="normalize"):
         DedupConfig(normalize="lower,stem")
+
+
+def test_label_propagation_finds_components_of_long_chains(tmp_path, dask_client):
+    from tokenmill.curate.dedup.components import connected_components
+    from tokenmill.curate.dedup.work import parquet_files, write_parquet_atomic
+
+    rng = np.random.default_rng(0)
+    # A 300-node path in shuffled node order (worst case for plain propagation), a star, a
+    # 2-cycle of index-style negative uids, and random small components.
+    path = rng.permutation(300) + 1000
+    edges = [(a, b) for a, b in zip(path[:-1], path[1:])]
+    edges += [(5000, 5000 + k) for k in range(1, 40)]
+    edges += [(-(1 << 62) + 7, 6000), (-(1 << 62) + 3, 6000)]
+    edges += [(10_000 + 2 * k, 10_001 + 2 * k) for k in range(50)]
+    frame = pd.DataFrame(edges, columns=["u", "v"])
+    frame = pd.DataFrame({"u": frame.min(axis=1), "v": frame.max(axis=1)}).astype("int64")
+    for i in range(3):
+        write_parquet_atomic(frame.iloc[i::3], tmp_path / "edges" / f"part-{i}.parquet")
+    result = connected_components(dask_client, parquet_files(tmp_path / "edges"), tmp_path / "cc", npartitions=3, progress=False)
+    labels = pd.concat([pd.read_parquet(f) for f in parquet_files(tmp_path / "cc" / "final")]).set_index("node")["label"]
+    assert result["components"] == 1 + 1 + 1 + 50 and result["nodes"] == 300 + 40 + 3 + 100
+    assert (labels.loc[path] == path.min()).all()
+    assert labels.loc[6000] == -(1 << 62) + 3
+    assert result["iterations"] < 20  # pointer jumping: far fewer than the path length
+    # A finished run is not redone.
+    again = connected_components(dask_client, parquet_files(tmp_path / "edges"), tmp_path / "cc", npartitions=3, progress=False)
+    assert again == result

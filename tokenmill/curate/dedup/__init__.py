@@ -70,7 +70,7 @@ def _command(args: argparse.Namespace) -> int:
 
     config = DedupConfig(
         method=args.method,
-        normalize=args.normalize if args.normalize is not None else ("lower,punct" if args.method == "fuzzy" else "none"),
+        normalize=args.normalize,
         keep=args.keep, threshold=args.threshold, num_perm=args.num_perm, seed=args.seed, scheme=args.scheme,
         bands=args.bands, rows=args.rows, ngram=args.ngram, char_ngram=args.char_ngram, shingle=args.shingle,
         verify=args.verify, index=args.index, update_index=not args.no_index_update,

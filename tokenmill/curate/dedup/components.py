@@ -2,9 +2,10 @@
 dataframes, with pointer jumping.
 
 Each node starts with the smallest id among itself and its neighbours; an iteration
-(1) propagates labels along every edge (a shuffle-join of edges with labels, then a group-by
-min) and (2) jumps pointers (label <- label of label), which halves path lengths so the number
-of iterations grows with the log of a component's diameter rather than the diameter. The
+(1) propagates labels along every edge and hooks the label node of each end to the other
+end's label (shuffle-joins of edges with labels, then a group-by min) and (2) jumps pointers
+(label <- label of label). Plain propagation needs as many iterations as a component's
+diameter (180 on a shuffled 300-node path); with hooking and jumping it took 7. The
 edges and labels stay partitioned across workers throughout; only the count of labels that
 changed reaches the client. Every iteration's labels are written to Parquet, so a crash resumes
 from the last finished iteration and memory does not accumulate task graphs.
@@ -88,14 +89,18 @@ def connected_components(client, edge_files: list[str], directory: Path, *, npar
     bar = tqdm(desc="dedup components", unit="iter", disable=not progress)
     while True:
         current = dd.read_parquet(parquet_files(directory / f"iter-{iteration:03d}"), columns=["node", "label"])
-        # (1) propagate along edges in both directions; `old` carries the node's current label.
-        to_v = edges.merge(current, left_on="u", right_on="node", how="inner", npartitions=npartitions)[["v", "label"]]
-        to_u = edges.merge(current, left_on="v", right_on="node", how="inner", npartitions=npartitions)[["u", "label"]]
-        candidates = dd.concat([
-            # int64 throughout (uids do not survive float64); NO_LABEL loses every max.
-            current.assign(old=current["label"])[["node", "label", "old"]],
-            to_v.rename(columns={"v": "node"}).assign(old=NO_LABEL),
-            to_u.rename(columns={"u": "node"}).assign(old=NO_LABEL),
+        # (1) propagate along edges in both directions, and hook: the label node of one end
+        # also gets the other end's label (Shiloach-Vishkin style), so whole trees merge at
+        # once; `old` carries the node's current label (int64 throughout: uids do not survive
+        # float64; NO_LABEL loses every max).
+        with_u = edges.merge(current.rename(columns={"label": "lu"}), left_on="u", right_on="node", how="inner",
+                             npartitions=npartitions)[["u", "v", "lu"]]
+        with_uv = with_u.merge(current.rename(columns={"label": "lv"}), left_on="v", right_on="node", how="inner",
+                               npartitions=npartitions)[["u", "v", "lu", "lv"]]
+        pairs = [("v", "lu"), ("u", "lv"), ("lv", "lu"), ("lu", "lv")]
+        candidates = dd.concat([current.assign(old=current["label"])[["node", "label", "old"]]] + [
+            with_uv[[node, label]].rename(columns={node: "node", label: "label"}).assign(old=NO_LABEL)
+            for node, label in pairs
         ])
         propagated = candidates.shuffle(on="node", npartitions=npartitions).map_partitions(_min_label_keep_old)
         # (2) pointer jumping: label <- min(label, label of label).

@@ -77,7 +77,8 @@ def parse_normalization(spec: str) -> TextNormalization:
 @dataclass
 class DedupConfig:
     method: Literal["fuzzy", "exact"] = "fuzzy"
-    normalize: str = "lower,punct"
+    # Default: "lower,punct" for fuzzy, "none" (whitespace collapsed only) for exact.
+    normalize: str | None = None
     keep: KeepRule = "first"
     # Fuzzy.
     threshold: float = 0.8
@@ -114,7 +115,11 @@ class DedupConfig:
             raise ConfigError(f"shuffle must be auto, p2p or tasks, not {self.shuffle!r}")
         if self.method == "exact" and self.index:
             raise ConfigError("--index is for fuzzy dedup")
+        if self.normalize is None:
+            self.normalize = "lower,punct" if self.method == "fuzzy" else "none"
         self.normalization  # validates
+        if self.method == "fuzzy":
+            self.lsh()  # validates bands/rows before any cluster starts
 
     @property
     def normalization(self) -> TextNormalization:

@@ -86,8 +86,9 @@ class WorkDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-# Phases whose files are written one per input file: their finished files are kept on resume.
-PER_FILE_PHASES = {"signatures", "hashes"}
+# Phases that keep their own partial progress on resume: per-file phases keep the finished
+# files; components keeps its last finished iteration.
+PER_FILE_PHASES = {"signatures", "hashes", "components"}
 
 
 def compute_with_progress(client, collection, desc: str, progress: bool) -> list:
