@@ -206,6 +206,7 @@ def test_cli_runs_dedup_and_reports_bad_input(tmp_path, planted, dask_client, ca
         DedupConfig(normalize="lower,stem")
 
 
+@pytest.mark.slow
 def test_label_propagation_finds_components_of_long_chains(tmp_path, dask_client):
     from tokenmill.curate.dedup.components import connected_components
     from tokenmill.curate.dedup.work import parquet_files, write_parquet_atomic
