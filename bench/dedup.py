@@ -22,7 +22,6 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import resource  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -62,16 +61,51 @@ def quality(frame: pd.DataFrame, planted, texts: dict[str, str]) -> dict[str, fl
     return {"pairs": len(predicted), "precision": good / max(1, len(predicted)), "recall_j090": found / max(1, len(high))}
 
 
+class PeakRSS:
+    """Samples this process's resident set size every 50 ms in a thread (ru_maxrss would report
+    a forked worker's parent peak)."""
+
+    def __init__(self):
+        import threading
+
+        import psutil
+
+        self.peak = 0
+        self._stop = threading.Event()
+        self._process = psutil.Process()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._process.memory_info().rss)
+            self._stop.wait(0.05)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return max(self.peak, self._process.memory_info().rss) / 2**20
+
+
+def _start_sampler(dask_worker=None):
+    dask_worker._bench_peak = PeakRSS()
+
+
+def _stop_sampler(dask_worker=None):
+    return dask_worker._bench_peak.stop()
+
+
 def run_tokenmill(src: Path, out: Path, workers: int, verify: bool, scheme: str) -> dict:
     from tokenmill.curate.cluster import dask_client
     from tokenmill.curate.dedup import DedupConfig, run_dedup
 
     with dask_client(workers=workers) as client:
+        client.run(_start_sampler)
         t0 = time.perf_counter()
         manifest = run_dedup(src, out, DedupConfig(threshold=0.8, verify=verify, scheme=scheme), client=client, progress=False)
         wall = time.perf_counter() - t0
-        peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-    return {"wall": wall, "peak_mb": [v / 1024 for v in peaks.values()], "manifest": manifest}
+        peaks = client.run(_stop_sampler)
+    return {"wall": wall, "peak_mb": list(peaks.values()), "manifest": manifest}
 
 
 def peer(src: Path, out_file: Path) -> None:
@@ -80,6 +114,7 @@ def peer(src: Path, out_file: Path) -> None:
 
     from tokenmill.curate.dedup import ShingleConfig, python_shingles
 
+    sampler = PeakRSS()
     docs = pd.concat([pd.read_parquet(f) for f in sorted(src.glob("*.parquet"))], ignore_index=True)
     config = ShingleConfig()
     t0 = time.perf_counter()
@@ -112,7 +147,7 @@ def peer(src: Path, out_file: Path) -> None:
             first[r] = d
     rejected = [d for d, r in zip(docs["id"], roots) if first[r] != d]
     wall = time.perf_counter() - t0
-    out_file.write_text(json.dumps({"wall": wall, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    out_file.write_text(json.dumps({"wall": wall, "peak_mb": sampler.stop(),
                                     "rejected": rejected}))
 
 
