@@ -175,8 +175,9 @@ def main() -> None:
         make_shard(shard)
         results: dict[str, list[dict]] = {"ours": [], "plain": []}
         child = [a for a in sys.argv[1:]]
-        for _ in range(args.repeats):
-            for which in ("plain", "ours"):
+        for repeat in range(args.repeats):
+            # Alternate the order too, so a load change on a shared machine hits both alike.
+            for which in (("plain", "ours") if repeat % 2 == 0 else ("ours", "plain")):
                 env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(ROOT))
                 done = subprocess.run([sys.executable, __file__, *child, "--which", which, "--shard", str(shard)],
                                       capture_output=True, text=True, env=env)
