@@ -44,15 +44,18 @@ def make_shard(prefix: Path) -> None:
 
 def bench_config(args, shard: Path, out: Path):
     from tokenmill.train.config import TrainConfig
-    from tokenmill.train.model import preset
+    from tokenmill.train.model import PRESETS, preset
 
-    model = preset(args.preset, vocab_size=512, max_seq_len=args.seq_len, n_layers=args.layers,
-                   hidden=args.hidden, n_heads=args.hidden // 64)
+    if args.layers:  # a small model of the preset's flavour
+        model = preset(args.preset, vocab_size=512, max_seq_len=args.seq_len, n_layers=args.layers,
+                       hidden=args.hidden, n_heads=args.hidden // 64)
+    else:  # the preset's own shape (e.g. --preset llama-1b --layers 0 on a GPU)
+        model = preset(args.preset, max_seq_len=max(args.seq_len, PRESETS[args.preset].max_seq_len))
     return TrainConfig(
         model=model, data=str(shard), out=str(out), seq_len=args.seq_len, steps=WARMUP + args.steps,
         global_batch_size=args.batch, micro_batch_size=args.micro_batch, lr=1e-3, min_lr=1e-4, lr_warmup_steps=2,
         device=args.device, precision=args.precision, tensorboard=False, progress=False, log_interval=WARMUP,
-        keep_last=1,
+        keep_last=1, compile=args.compile,
     ).validate()
 
 
@@ -110,6 +113,7 @@ def run_plain(args, shard: Path) -> dict:
     device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(cfg.seed)
     model = GPT(cfg.model).to(device)
+    forward = torch.compile(model) if args.compile else model
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -130,7 +134,7 @@ def run_plain(args, shard: Path) -> dict:
         for micro in batch.split(cfg.local_micro_batch_size):
             x, y = micro[:, :-1], micro[:, 1:]
             with autocast:
-                logits = model(x)
+                logits = forward(x)
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.reshape(-1)) / accum
             loss.backward()
             total += loss.item()  # nanoGPT reads the loss every step too
@@ -150,13 +154,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="timed steps (after 5 warm-up steps)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=4, help="0: the preset's own shape")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (both loops)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (the machine is shared)")
     parser.add_argument("--which", choices=["ours", "plain"], help=argparse.SUPPRESS)
     parser.add_argument("--shard", help=argparse.SUPPRESS)
