@@ -72,6 +72,10 @@ def test_filter_options_turn_rules_off_and_change_thresholds(tmp_path):
     config = tmp_path / "rules.yaml"
     config.write_text("gopher_quality:\n  min_words: 10\n  min_stop_words: null\nc4:\n  disable: [curly_bracket]\nfineweb: false\ngopher_repetition: false\n")
     assert sorted(FilterStage.from_options(config).process(docs).kept["id"]) == ["braces", "short"]
+    # the same mapping given to the dataclass (as a pipeline recipe does)
+    mapping = {"gopher_quality": {"min_words": 10, "min_stop_words": None}, "c4": {"disable": ["curly_bracket"]},
+               "fineweb": False, "gopher_repetition": False}
+    assert sorted(FilterStage(rules=mapping).process(docs).kept["id"]) == ["braces", "short"]
     with pytest.raises(ConfigError):
         FilterStage.from_options(disable=["gopher_quality.nonsense"])
     with pytest.raises(ConfigError, match="not found"):

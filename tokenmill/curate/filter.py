@@ -34,6 +34,15 @@ class FilterStage(DocumentStage):
 
     name = "filter"
 
+    def __post_init__(self) -> None:
+        # a mapping as in a rules YAML file (e.g. from a pipeline recipe): {family: {field: value}}
+        if isinstance(self.rules, dict):
+            rules = RuleSet()
+            rules.update(self.rules)
+            self.rules = rules
+        elif not isinstance(self.rules, RuleSet):
+            raise ConfigError(f"filter rules must be a RuleSet or a mapping, got {type(self.rules).__name__}")
+
     @classmethod
     def from_options(
         cls,
