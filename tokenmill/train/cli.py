@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from tokenmill.errors import ConfigError
 
@@ -46,14 +47,12 @@ def run_train(args: argparse.Namespace) -> int:
     if cfg.world_size > 1 and not under_torchrun():
         return launch_torchrun(cfg.world_size, _train_argv(args))
     if under_torchrun():
-        import os
-
         if int(os.environ["WORLD_SIZE"]) != cfg.world_size:
             raise ConfigError(
                 f"tp x pp x dp = {cfg.world_size} but torchrun started {os.environ['WORLD_SIZE']} processes"
             )
     result = train(cfg, resume=args.resume)
-    if result.losses:
+    if result.losses and int(os.environ.get("RANK", "0")) == 0:
         last = max(result.losses)
         print(f"trained to step {result.step}: loss {result.losses[last]:.4f}; checkpoint {result.checkpoint}")
     return 0

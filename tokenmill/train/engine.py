@@ -28,6 +28,10 @@ from tokenmill.train.config import TrainConfig
 from tokenmill.train.model import GPT, TransformerBlock
 from tokenmill.train.optim import build_optimizer
 
+# Optimizer state keyed by parameter name (not by index), so a checkpoint written under one
+# layout loads under any other.
+FLAT_OPTIMIZER_STATE = StateDictOptions(flatten_optimizer_state_dict=True)
+
 
 @runtime_checkable
 class Engine(Protocol):
@@ -162,9 +166,9 @@ class SingleProcessEngine:
     def state_dict_for_checkpoint(self) -> dict[str, Any]:
         return {
             "model": get_model_state_dict(self.model),
-            "optim": get_optimizer_state_dict(self.model, self.optimizer),
+            "optim": get_optimizer_state_dict(self.model, self.optimizer, options=FLAT_OPTIMIZER_STATE),
         }
 
     def load_state_dict_from_checkpoint(self, state: dict[str, Any]) -> None:
         set_model_state_dict(self.model, state["model"], options=StateDictOptions(strict=True))
-        set_optimizer_state_dict(self.model, self.optimizer, state["optim"])
+        set_optimizer_state_dict(self.model, self.optimizer, state["optim"], options=FLAT_OPTIMIZER_STATE)

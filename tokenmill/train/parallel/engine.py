@@ -29,7 +29,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from tokenmill.errors import ConfigError
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.engine import apply_activation_checkpointing, autocast_context, cross_entropy
+from tokenmill.train.engine import FLAT_OPTIMIZER_STATE, apply_activation_checkpointing, autocast_context, cross_entropy
 from tokenmill.train.model import GPT, ModelConfig
 from tokenmill.train.optim import build_optimizer
 from tokenmill.train.parallel.data_parallel import ZeroOneOptimizer, all_reduce_grads, apply_fsdp, local
@@ -37,9 +37,6 @@ from tokenmill.train.parallel.mesh import ParallelDims, build_mesh, init_distrib
 from tokenmill.train.parallel.pipeline import build_schedule, make_stage_module, split_layers, stage_ids
 from tokenmill.train.parallel.tensor_parallel import apply_tensor_parallel
 
-# Optimizer state keyed by parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"), so a
-# checkpoint does not depend on how parameters are grouped into stages or optimizers.
-_SD_OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
 class ParallelEngine:
@@ -254,15 +251,15 @@ class ParallelEngine:
         optim: dict[str, Any] = {}
         for part, opt in zip(self.model_parts, self.optimizers):
             model.update(get_model_state_dict(part))
-            optim.update(get_optimizer_state_dict(part, opt, options=_SD_OPTIONS))
+            optim.update(get_optimizer_state_dict(part, opt, options=FLAT_OPTIMIZER_STATE))
         return {"model": model, "optim": optim}
 
     def load_state_dict_from_checkpoint(self, state: dict[str, Any]) -> None:
         for part, opt in zip(self.model_parts, self.optimizers):
             keys = get_model_state_dict(part).keys()
             set_model_state_dict(part, {k: state["model"][k] for k in keys}, options=StateDictOptions(strict=True))
-            okeys = get_optimizer_state_dict(part, opt, options=_SD_OPTIONS).keys()
-            set_optimizer_state_dict(part, opt, {k: state["optim"][k] for k in okeys}, options=_SD_OPTIONS)
+            okeys = get_optimizer_state_dict(part, opt, options=FLAT_OPTIMIZER_STATE).keys()
+            set_optimizer_state_dict(part, opt, {k: state["optim"][k] for k in okeys}, options=FLAT_OPTIMIZER_STATE)
 
 
 def build_parallel_engine(model_config: ModelConfig, train_config: TrainConfig, device: torch.device | None = None,
