@@ -178,12 +178,7 @@ def run_decontaminate(input, output, tasks: list[str] | list[EvalTask], *, ngram
         raise ConfigError(f"eval task names must be unique, got {names}; name them with NAME=PATH")
     stage = Decontaminate(tasks=parsed, ngram=ngram, normalize=normalize)
     table = build_table(parsed, ngram, normalize)  # fail early on bad task files, and record stats
-    manifest = run_stage(stage, input, output, **runner)
-    manifest["eval_tasks"] = table.stats
-    from tokenmill.curate.stage import write_manifest
-
-    write_manifest(Path(output), manifest)
-    return manifest
+    return run_stage(stage, input, output, finalize=lambda manifest: manifest.update(eval_tasks=table.stats), **runner)
 
 
 def add_command(stages: argparse._SubParsersAction) -> None:

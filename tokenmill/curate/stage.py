@@ -15,7 +15,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -175,8 +175,13 @@ def run_tasks(
     scheduler: str | None = None,
     workers: int | None = None,
     progress: bool = True,
+    finalize: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run partition tasks on Dask and publish `output` (kept/, rejected/, manifest.json)."""
+    """Run partition tasks on Dask and publish `output` (kept/, rejected/, manifest.json).
+
+    `finalize` may add stage-specific entries to the manifest before it is written, so the
+    published directory is complete the moment it appears.
+    """
     from distributed import as_completed
     from tqdm.auto import tqdm
 
@@ -219,6 +224,8 @@ def run_tasks(
             },
             "stats": dict(sorted(totals["stats"].items())),
         }
+        if finalize is not None:
+            finalize(manifest)
         write_manifest(tmp_dir, manifest)
         publish(tmp_dir, output)
     except BaseException:
@@ -236,6 +243,7 @@ def run_stage(
     scheduler: str | None = None,
     workers: int | None = None,
     progress: bool = True,
+    finalize: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run a `DocumentStage` over a document input (stage directory or Parquet files)."""
     files = resolve_input_files(input)
@@ -252,4 +260,5 @@ def run_stage(
         scheduler=scheduler,
         workers=workers,
         progress=progress,
+        finalize=finalize,
     )

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -500,23 +499,23 @@ def run_dedup(
 
         tasks = [ApplyDecisions(str(path), part, str(work.dir("decisions")), reason, config.batch_rows) for part, path in enumerate(files)]
         t0 = time.time()
+
+        def add_dedup_details(manifest: dict) -> None:
+            phase_seconds["apply"] = round(time.time() - t0, 3)
+            manifest["timings"]["seconds"] = round(time.time() - started, 3)
+            manifest["timings"]["phases"] = phase_seconds
+            manifest["resumed_phases"] = work.resumed
+            manifest["dedup"] = stats_extra
+
         manifest = run_tasks(
             "dedup", asdict(config), tasks, output,
             inputs=[str(Path(p).resolve()) for p in (input if isinstance(input, (list, tuple)) else [input])],
             upstream=upstream_manifest(input), versions=_versions(), client=dask, progress=progress,
+            finalize=add_dedup_details,
         )
-        phase_seconds["apply"] = round(time.time() - t0, 3)
         if config.method == "fuzzy" and config.index:
             _update_index(dask, config, files, work, index_meta, progress)
 
-    # The stage runner wrote the manifest; add what only the dedup run knows.
-    manifest["timings"]["seconds"] = round(time.time() - started, 3)
-    manifest["timings"]["phases"] = phase_seconds
-    manifest["resumed_phases"] = work.resumed
-    manifest["dedup"] = stats_extra
-    from tokenmill.curate.stage import write_manifest
-
-    write_manifest(output, manifest)
     if not config.keep_work:
         work.remove()
     return manifest
