@@ -21,18 +21,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# Run as `python bench/curate_filter.py`, Python puts bench/ first on sys.path, where
-# bench/tokenize.py would shadow the standard library's `tokenize`: take bench/ off the path.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections import Counter  # noqa: E402
+import argparse
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+from collections import Counter
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))

@@ -12,7 +12,7 @@ process tree. Corpora: WikiText-2 (valid + test) and Tiny Shakespeare from ../sh
 document per paragraph, repeated --repeat times (ids made unique) to make the run long enough
 to time.
 
-Usage: python bench/tokenize.py [--repeat 4] [--workers 2] [--vocab-size 8192]
+Usage: python bench/encode.py [--repeat 4] [--workers 2] [--vocab-size 8192]
 """
 
 from __future__ import annotations
@@ -20,22 +20,6 @@ from __future__ import annotations
 import os
 import sys
 
-if __name__ == "tokenize":
-    # Another script in bench/ was run as `python bench/X.py`, so bench/ is first on sys.path
-    # and `import tokenize` (pandas, inspect and linecache do it) found this file. Put the
-    # standard library's module in its place; the import statement then returns that one.
-    import importlib.util
-    import sysconfig
-
-    _spec = importlib.util.spec_from_file_location("tokenize", os.path.join(sysconfig.get_paths()["stdlib"], "tokenize.py"))
-    _stdlib_tokenize = importlib.util.module_from_spec(_spec)
-    sys.modules["tokenize"] = _stdlib_tokenize
-    _spec.loader.exec_module(_stdlib_tokenize)
-
-# Run as `python bench/tokenize.py`, this file's folder comes first on sys.path and this file
-# would shadow the standard library's `tokenize` for what it imports: drop that entry.
-if __name__ in ("__main__", "__mp_main__") and sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
 
 import argparse
 import json
@@ -186,7 +170,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--vocab-size", type=int, default=8192)
-    parser.add_argument("--output", default=str(REPO / "bench" / "results" / "tokenize.txt"))
+    parser.add_argument("--output", default=str(REPO / "bench" / "results" / "encode.txt"))
     args = parser.parse_args()
 
     import pyarrow.parquet as pq

@@ -19,11 +19,7 @@ both are printed next to each other: they must be equal.
 from __future__ import annotations
 
 import sys
-from os.path import abspath, dirname
 
-# bench/ holds a tokenize.py of its own: keep this script's folder off sys.path, before anything
-# imports the standard library's tokenize (logging -> traceback -> linecache does).
-sys.path[:] = [p for p in sys.path if abspath(p or ".") != dirname(abspath(__file__))]
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402

@@ -15,16 +15,9 @@ Usage: python bench/loader.py [--tokens 1e9] [--seq-len 2048]
 
 from __future__ import annotations
 
-import os
-import sys
-
-# bench/ holds tokenize.py, which would shadow the standard library's `tokenize` for anything
-# imported later (pandas, inspect): take this file's folder off sys.path.
-if __name__ in ("__main__", "__mp_main__") and sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
-
 import argparse
 import json
+import os
 import re
 import subprocess
 import tempfile

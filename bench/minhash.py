@@ -14,14 +14,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# bench/tokenize.py would shadow the standard library's tokenize (used by scipy via inspect).
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import argparse  # noqa: E402
-import os  # noqa: E402
-import time  # noqa: E402
+import argparse
+import os
+import time
 
-import numpy as np  # noqa: E402
+import numpy as np
 from datasketch import MinHash
 
 from tokenmill.curate.dedup import MinHasher, ShingleConfig, python_shingles

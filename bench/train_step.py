@@ -15,10 +15,6 @@ from __future__ import annotations
 
 import sys
 
-# bench/tokenize.py would shadow the standard library's `tokenize` (which torch needs) when
-# this script's folder is sys.path[0]: drop that entry before importing anything else.
-if sys.path and sys.path[0] and __file__.startswith(sys.path[0]):
-    sys.path.pop(0)
 
 import argparse
 import json

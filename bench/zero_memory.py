@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import sys
 
-# bench/ holds a script named tokenize.py: keep this directory off sys.path so the standard
-# library's tokenize (imported by torch) is not shadowed when this file runs as a script.
-sys.path[:] = [p for p in sys.path if p not in ("", __file__.rsplit("/", 1)[0])]
 
 import os
 import socket
