@@ -251,6 +251,26 @@ def shingle_spans(buf, start, end, kind, n, starts_out, ends_out):
     return m
 
 
+@njit(cache=True, inline="always")
+def _fmix32(h):
+    """MurmurHash3's fmix32 finalizer, in 32 bits (datasketch 2.x's affine32 scheme)."""
+    h ^= h >> U64(16)
+    h = (h * U64(0x85EBCA6B)) & MASK32
+    h ^= h >> U64(13)
+    h = (h * U64(0xC2B2AE35)) & MASK32
+    h ^= h >> U64(16)
+    return h
+
+
+@njit(cache=True)
+def _span_buffers(offsets):
+    """Shingle start/end buffers large enough for the longest document of a batch."""
+    max_len = 1
+    for d in range(offsets.shape[0] - 1):
+        max_len = max(max_len, offsets[d + 1] - offsets[d] + 1)
+    return np.empty(max_len, dtype=np.int64), np.empty(max_len, dtype=np.int64)
+
+
 @njit(cache=True)
 def minhash_batch(buf, offsets, kinds, n_word, n_char, a, b, scheme, seed, out, n_shingles):
     """MinHash signatures of a batch of normalized documents.
@@ -263,12 +283,7 @@ def minhash_batch(buf, offsets, kinds, n_word, n_char, a, b, scheme, seed, out, 
     n_shingles: int64[n_docs], the shingle count of each document."""
     num_perm = a.shape[0]
     n_docs = offsets.shape[0] - 1
-    max_len = 1
-    for d in range(n_docs):
-        if offsets[d + 1] - offsets[d] + 1 > max_len:
-            max_len = offsets[d + 1] - offsets[d] + 1
-    starts = np.empty(max_len, dtype=np.int64)
-    ends = np.empty(max_len, dtype=np.int64)
+    starts, ends = _span_buffers(offsets)
     block = np.empty(64, dtype=np.uint8)
     state = np.empty(5, dtype=np.uint64)
     for d in range(n_docs):
@@ -285,13 +300,7 @@ def minhash_batch(buf, offsets, kinds, n_word, n_char, a, b, scheme, seed, out, 
                 for j in range(num_perm):
                     sig[j] = min(sig[j], (a[j] * h + b[j]) >> U64(32))
             elif scheme == AFFINE32:
-                h = sha1_first4_le(buf, starts[i], ends[i], block, state)
-                # MurmurHash3 fmix32, in 32 bits.
-                h ^= h >> U64(16)
-                h = (h * U64(0x85EBCA6B)) & MASK32
-                h ^= h >> U64(13)
-                h = (h * U64(0xC2B2AE35)) & MASK32
-                h ^= h >> U64(16)
+                h = _fmix32(sha1_first4_le(buf, starts[i], ends[i], block, state))
                 for j in range(num_perm):
                     sig[j] = min(sig[j], (a[j] * h + b[j]) & MASK32)
             else:
@@ -312,12 +321,7 @@ def minhash_batch32(buf, offsets, kinds, n_word, n_char, a, b, scheme, seed, out
     the same affine map (datasketch 2.x's scheme with XXH64 in place of SHA-1 + fmix32)."""
     num_perm = a.shape[0]
     n_docs = offsets.shape[0] - 1
-    max_len = 1
-    for d in range(n_docs):
-        if offsets[d + 1] - offsets[d] + 1 > max_len:
-            max_len = offsets[d + 1] - offsets[d] + 1
-    starts = np.empty(max_len, dtype=np.int64)
-    ends = np.empty(max_len, dtype=np.int64)
+    starts, ends = _span_buffers(offsets)
     block = np.empty(64, dtype=np.uint8)
     state = np.empty(5, dtype=np.uint64)
     for d in range(n_docs):
@@ -332,12 +336,7 @@ def minhash_batch32(buf, offsets, kinds, n_word, n_char, a, b, scheme, seed, out
                 h64 = xxh64(buf, starts[i], ends[i], seed)
                 h = (h64 ^ (h64 >> U64(32))) & MASK32
             else:
-                h = sha1_first4_le(buf, starts[i], ends[i], block, state)
-                h ^= h >> U64(16)
-                h = (h * U64(0x85EBCA6B)) & MASK32
-                h ^= h >> U64(13)
-                h = (h * U64(0xC2B2AE35)) & MASK32
-                h ^= h >> U64(16)
+                h = _fmix32(sha1_first4_le(buf, starts[i], ends[i], block, state))
             h32 = np.uint32(h)
             for j in range(num_perm):
                 sig[j] = min(sig[j], np.uint32((a[j] * h32 + b[j]) & MASK32))
@@ -355,12 +354,7 @@ def shingle_hashes_batch(buf, offsets, kinds, n_word, n_char, seed):
     span_start = np.empty(cap, dtype=np.int64)
     span_end = np.empty(cap, dtype=np.int64)
     doc_offsets = np.zeros(n_docs + 1, dtype=np.int64)
-    max_len = 1
-    for d in range(n_docs):
-        if offsets[d + 1] - offsets[d] + 1 > max_len:
-            max_len = offsets[d + 1] - offsets[d] + 1
-    starts = np.empty(max_len, dtype=np.int64)
-    ends = np.empty(max_len, dtype=np.int64)
+    starts, ends = _span_buffers(offsets)
     k = 0
     for d in range(n_docs):
         n = n_word if kinds[d] == WORD else n_char
