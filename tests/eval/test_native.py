@@ -7,11 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-checkpoint = pytest.importorskip("tokenmill.train.checkpoint", reason="tokenmill.train.checkpoint not available")
-
-from tokenmill.eval.evaluator import evaluate_task, load_task_data  # noqa: E402
-from tokenmill.eval.models import HFModel, NativeModel, load_model  # noqa: E402
-from tokenmill.eval.tasks import get_task  # noqa: E402
+from tokenmill.eval.evaluator import evaluate_task, load_task_data
+from tokenmill.eval.models import HFModel, NativeModel, load_model
+from tokenmill.eval.tasks import get_task
+from tokenmill.train import checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -111,7 +111,6 @@ def test_blend_needs_exactly_one_of_weight_or_epochs(tmp_path, corpus):
 
 
 def test_train_config_checked_by_the_trainer_schema(tmp_path, corpus):
-    pytest.importorskip("tokenmill.train.config")
     text = GOOD + "train:\n  config: {stepz: 3}\n"
     message = problems_of(tmp_path, text)
     assert "train.config" in message and "stepz" in message
@@ -160,7 +159,6 @@ def test_demo_recipe_validates_with_and_without_eval_data(tmp_path, shared_data)
 
 
 def test_mtnlg_dry_run_prints_the_plan_and_layout(tmp_path, capsys):
-    pytest.importorskip("tokenmill.train.plan")
     from tokenmill.cli import main
 
     assert main(["run", str(REPO / "recipes" / "mtnlg.yaml"), "--workdir", str(tmp_path / "w"), "--dry-run"]) == 0
@@ -213,7 +211,6 @@ curate:
 
 
 def test_classifier_trained_in_the_run_comes_before_the_stage_using_it(tmp_path, corpus):
-    pytest.importorskip("tokenmill.curate.classifier")
     steps = build_plan(load_recipe(write(tmp_path, CLASSIFIED)), tmp_path / "w")
     names = [s.name for s in steps]
     assert names == ["ingest.web", "curate.web.normalize", "ingest.wiki", "curate.wiki.normalize",
@@ -225,7 +222,6 @@ def test_classifier_trained_in_the_run_comes_before_the_stage_using_it(tmp_path,
 
 
 def test_classifier_names_and_options_are_checked(tmp_path, corpus):
-    pytest.importorskip("tokenmill.curate.classifier")
     text = CLASSIFIED.replace("classifier: quality", "classifier: qualty").replace("epoch: 3", "epochs: 3").replace(
         "negative: [web]", "negative: [webb]")
     message = problems_of(tmp_path, text)

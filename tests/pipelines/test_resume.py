@@ -15,8 +15,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-pytest.importorskip("tokenmill.tokenize.encode")
-pytest.importorskip("tokenmill.train.loop")
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,6 @@ from tokenmill.pipelines.recipe import load_recipe
 from tokenmill.pipelines.report import SECTIONS
 from tokenmill.pipelines.runner import run_recipe
 
-pytest.importorskip("tokenmill.tokenize.encode")
 
 # Four runs of a 12-step recipe on a LocalCluster: about a minute on an idle 2-core machine.
 pytestmark = pytest.mark.slow
@@ -178,7 +177,6 @@ def test_report_renders_in_headless_chromium(first_run, tmp_path):
 def test_quality_classifier_trained_in_the_run(tmp_path, shared_data, dask_client):
     """MT-NLG's classifier: trained on reference text (Wikipedia) against other text, then used
     by a `classify` stage of the same run."""
-    pytest.importorskip("tokenmill.curate.classifier")
     corpus = shared_data / "corpus"
     path = tmp_path / "classify.yaml"
     path.write_text(textwrap.dedent(f"""

@@ -23,7 +23,7 @@ def shards(tmp_path):
             writer.add_document(rng.integers(0, 5000, size=int(rng.integers(3, 50))))
         writer.finalize()
         prefixes.append(str(tmp_path / f"s{seed}"))
-    (tmp_path / "blend.yaml").write_text(f"- prefix: s1\n  weight: 2\n- prefix: s2\n  weight: 1\n")
+    (tmp_path / "blend.yaml").write_text("- prefix: s1\n  weight: 2\n- prefix: s2\n  weight: 1\n")
     return prefixes, tmp_path / "blend.yaml"
 
 
