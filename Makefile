@@ -10,7 +10,7 @@ EVAL_DATA ?= $(wildcard ../shared/data/eval)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 PYTEST_FLAGS ?=
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo test test-fast bench bench-env megatron-env clean
 
 install: $(INSTALLED)
 
@@ -37,6 +37,18 @@ test-fast: install
 
 bench: install
 	for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
+
+# Peers that cannot share tokenmill's environment, each in its own (git-ignored) one.
+# datatrove: bench/curate_filter.py and bench/encode.py compare against it (skipped without it).
+bench-env:
+	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
+	.venv-bench/bin/pip install --quiet "datatrove==0.10.1" spacy regex pandas tokenizers
+
+# Megatron-Core needs Python >= 3.12: tests/compat/ and bench/loader.py read our shards with it.
+PYTHON312 ?= python3.12
+megatron-env:
+	test -x .venv-megatron/bin/python || $(PYTHON312) -m venv .venv-megatron
+	.venv-megatron/bin/pip install --quiet "megatron-core==0.19.2" torch numpy
 
 clean:
 	rm -rf $(VENV) demo-work .pytest_cache
