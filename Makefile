@@ -39,12 +39,12 @@ bench: install
 	for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
 # Peers that cannot share tokenmill's environment, each in its own (git-ignored) one.
-# datatrove: bench/curate_filter.py and bench/encode.py compare against it (skipped without it).
+# datatrove: bench/curate_filter.py and bench/tokenize_encode.py compare against it (skipped without it).
 bench-env:
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
 	.venv-bench/bin/pip install --quiet "datatrove==0.10.1" spacy regex pandas tokenizers
 
-# Megatron-Core needs Python >= 3.12: tests/compat/ and bench/loader.py read our shards with it.
+# Megatron-Core needs Python >= 3.12: tests/compat/ and bench/tokenize_loader.py read our shards with it.
 PYTHON312 ?= python3.12
 megatron-env:
 	test -x .venv-megatron/bin/python || $(PYTHON312) -m venv .venv-megatron

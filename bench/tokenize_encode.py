@@ -12,7 +12,7 @@ process tree. Corpora: WikiText-2 (valid + test) and Tiny Shakespeare from ../sh
 document per paragraph, repeated --repeat times (ids made unique) to make the run long enough
 to time.
 
-Usage: python bench/encode.py [--repeat 4] [--workers 2] [--vocab-size 8192]
+Usage: python bench/tokenize_encode.py [--repeat 4] [--workers 2] [--vocab-size 8192]
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--vocab-size", type=int, default=8192)
-    parser.add_argument("--output", default=str(REPO / "bench" / "results" / "encode.txt"))
+    parser.add_argument("--output", default=str(REPO / "bench" / "results" / "tokenize_encode.txt"))
     args = parser.parse_args()
 
     import pyarrow.parquet as pq

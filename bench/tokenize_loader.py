@@ -10,7 +10,7 @@ present).
    sparse .bin): time to build the document / sample / shuffle indices (no cache) with ours
    (numba) and with Megatron's GPTDataset (C++ helpers), and that the indices are equal.
 
-Usage: python bench/loader.py [--tokens 1e9] [--seq-len 2048]
+Usage: python bench/tokenize_loader.py [--tokens 1e9] [--seq-len 2048]
 """
 
 from __future__ import annotations
