@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
-EVAL_DATA ?= $(wildcard ../shared/data/eval)
+EVAL_DATA ?= $(wildcard $(or $(TOKENMILL_SHARED_DATA),../shared/data)/eval)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 PYTEST_FLAGS ?=
 
@@ -45,7 +45,8 @@ bench-env:
 	.venv-bench/bin/pip install --quiet "datatrove==0.10.1" spacy regex pandas tokenizers
 
 # Megatron-Core needs Python >= 3.12: tests/compat/ and bench/tokenize_loader.py read our shards with it.
-PYTHON312 ?= python3.12
+# pyenv's shim for python3.12 fails unless 3.12 is selected, so a pyenv 3.12 install is preferred.
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 megatron-env:
 	test -x .venv-megatron/bin/python || $(PYTHON312) -m venv .venv-megatron
 	.venv-megatron/bin/pip install --quiet "megatron-core==0.19.2" torch numpy
