@@ -37,10 +37,15 @@ LAYOUTS_2 = {
     "dp2_zero1": ({}, {"dp": 2, "zero": 1}),
     "dp2_zero2": ({}, {"dp": 2, "zero": 2}),
     "dp2_zero3": ({}, {"dp": 2, "zero": 3}),
+    # Tied input/output embeddings: one weight under tp, two copies kept equal under pp.
+    "tp2_tied": ({"tie_embeddings": True}, {"tp": 2}),
+    "pp2_1f1b_tied": ({"tie_embeddings": True}, {"pp": 2, "pp_schedule": "1f1b"}),
+    "pp2_interleaved_tied": ({"n_layers": 4, "tie_embeddings": True},
+                             {"pp": 2, "pp_schedule": "interleaved", "virtual_stages": 2}),
 }
 LAYOUTS_8 = {
     "tp2_pp2_dp2_zero3_sp": ({}, {"tp": 2, "pp": 2, "dp": 2, "zero": 3, "sequence_parallel": True}),
-    "tp2_pp2_dp2_zero1": ({}, {"tp": 2, "pp": 2, "dp": 2, "zero": 1}),
+    "tp2_pp2_dp2_zero1_tied": ({"tie_embeddings": True}, {"tp": 2, "pp": 2, "dp": 2, "zero": 1}),
 }
 ALL = {**LAYOUTS_2, **LAYOUTS_8}
 

@@ -32,7 +32,9 @@ def make_config(layout: str):
     from tokenmill.train.config import TrainConfig
     from tokenmill.train.model import ModelConfig
 
-    model = ModelConfig("gpt2", 128, 2, 64, 4, max_seq_len=SEQ)
+    # Tied embeddings, as the gpt2 presets have them: under pp the head's copy is saved and
+    # loaded under the embedding's name, the harder case for resharding.
+    model = ModelConfig("gpt2", 128, 2, 64, 4, max_seq_len=SEQ, tie_embeddings=True)
     return TrainConfig(model=model, seq_len=SEQ, global_batch_size=GLOBAL_BATCH, micro_batch_size=MICRO_BATCH,
                        lr=LR, min_lr=LR, clip_grad=1.0, seed=11, progress=False, tensorboard=False,
                        **LAYOUTS[layout]).validate()

@@ -5,6 +5,12 @@ Composition (torchtitan's order): build the model (same RNG as the single-proces
 runs are comparable), split it into pipeline stages, then per stage tensor parallel,
 activation checkpointing, `compile` per block, FSDP2 (ZeRO-2/3); then the optimizer (ZeRO-1
 shards it by whole parameters) and the pipeline schedule.
+
+Tied input/output embeddings under pipeline parallelism (Megatron's scheme): the first stage
+holds the embedding, the last stage a copy of it as the head; after backward the two gradients
+are summed over the embedding group, so both copies take the same step. The copy is counted
+once in the gradient norm and saved under the embedding's name in the optimizer state, so
+checkpoints load across layouts.
 """
 
 from __future__ import annotations
@@ -33,10 +39,19 @@ from tokenmill.train.engine import FLAT_OPTIMIZER_STATE, apply_activation_checkp
 from tokenmill.train.model import GPT, ModelConfig
 from tokenmill.train.optim import build_optimizer
 from tokenmill.train.parallel.data_parallel import ZeroOneOptimizer, all_reduce_grads, apply_fsdp, local
-from tokenmill.train.parallel.mesh import ParallelDims, build_mesh, init_distributed, validate_layout
+from tokenmill.train.parallel.mesh import ParallelDims, build_mesh, embedding_group, init_distributed, validate_layout
 from tokenmill.train.parallel.pipeline import build_schedule, make_stage_module, split_layers, stage_ids
 from tokenmill.train.parallel.tensor_parallel import apply_tensor_parallel
 
+EMBEDDING_WEIGHT, HEAD_WEIGHT = "tok_embeddings.weight", "output.weight"
+
+
+def _optimizer_key_as_embedding(key: str) -> str:
+    """A flat optimizer-state key of the head's copy of tied embeddings under the embedding's name."""
+    for prefix in ("state.", "param_groups."):
+        if key.startswith(prefix + HEAD_WEIGHT + "."):
+            return prefix + EMBEDDING_WEIGHT + key[len(prefix + HEAD_WEIGHT):]
+    return key
 
 
 class ParallelEngine:
@@ -78,6 +93,17 @@ class ParallelEngine:
             if dims.zero >= 2 and dims.dp > 1:
                 apply_fsdp(part, self.mesh["dp"], dims.zero)
         self.model_parts: list[nn.Module] = parts
+
+        # This rank's copy of tied embeddings when a pipeline splits them (first / last stage).
+        self._embedding_group = None
+        self._tied_copy: nn.Parameter | None = None
+        if model_config.tie_embeddings and dims.pp > 1:
+            self._embedding_group = embedding_group(self.mesh)
+            if self.pp_rank == 0:
+                self._tied_copy = parts[0].tok_embeddings.weight
+            elif self.pp_rank == dims.pp - 1:
+                self._tied_copy = parts[-1].output.weight
+        self._head_copy_part = len(parts) - 1 if self._tied_copy is not None and self.pp_rank == dims.pp - 1 else None
 
         self._zero1 = dims.zero == 1 and dims.dp > 1
         if self._zero1:
@@ -166,6 +192,8 @@ class ParallelEngine:
                     schedule.step(*args)
             loss = (torch.stack([local(l).detach().float() for l in losses]).mean() if last
                     else torch.zeros((), device=self.device))
+            if self._tied_copy is not None:
+                self._sum_tied_gradients()
         else:
             (model,) = self.model_parts
             total = torch.zeros((), device=self.device)
@@ -180,13 +208,27 @@ class ParallelEngine:
         return self._mean_over(loss)
 
     @torch.no_grad()
+    def _sum_tied_gradients(self) -> None:
+        """The tied weight's gradient is the embedding's plus the head's: sum the two copies'."""
+        copy = self._tied_copy
+        assert copy is not None and copy.grad is not None
+        grad = copy.grad
+        if isinstance(grad, DTensor) and grad.placements != copy.placements:
+            # DTensor's embedding backward leaves a replicated gradient; the head's is sharded
+            # over the vocabulary like the weight. Pair up the same rows on both sides.
+            grad = copy.grad = grad.redistribute(grad.device_mesh, copy.placements)
+        dist.all_reduce(local(grad), group=self._embedding_group)
+
+    @torch.no_grad()
     def clip_grad_norm(self, max_norm: float) -> float:
         """The norm of the whole model's gradient: each rank sums the squares of what it holds,
         divided by how many ranks hold the same values, then one all-reduce over the world."""
         ranks_per_stage = self.dims.dp * self.dims.tp
         grads = [p.grad for p in self.parameters() if p.grad is not None]
+        head_copy = self._tied_copy if self._head_copy_part is not None else None
+        counted = [p.grad for p in self.parameters() if p.grad is not None and p is not head_copy]
         total = torch.zeros((), dtype=torch.float64, device=self.device)
-        for g in grads:
+        for g in counted:
             copies = ranks_per_stage
             if isinstance(g, DTensor):
                 for dim, placement in enumerate(g.placements):
@@ -249,17 +291,24 @@ class ParallelEngine:
     def state_dict_for_checkpoint(self) -> dict[str, Any]:
         model: dict[str, Any] = {}
         optim: dict[str, Any] = {}
-        for part, opt in zip(self.model_parts, self.optimizers):
+        for index, (part, opt) in enumerate(zip(self.model_parts, self.optimizers)):
             model.update(get_model_state_dict(part))
-            optim.update(get_optimizer_state_dict(part, opt, options=FLAT_OPTIMIZER_STATE))
+            part_optim = get_optimizer_state_dict(part, opt, options=FLAT_OPTIMIZER_STATE)
+            optim.update({self._optimizer_key(index, k): v for k, v in part_optim.items()})
         return {"model": model, "optim": optim}
 
     def load_state_dict_from_checkpoint(self, state: dict[str, Any]) -> None:
-        for part, opt in zip(self.model_parts, self.optimizers):
+        for index, (part, opt) in enumerate(zip(self.model_parts, self.optimizers)):
             keys = get_model_state_dict(part).keys()
             set_model_state_dict(part, {k: state["model"][k] for k in keys}, options=StateDictOptions(strict=True))
             okeys = get_optimizer_state_dict(part, opt, options=FLAT_OPTIMIZER_STATE).keys()
-            set_optimizer_state_dict(part, opt, {k: state["optim"][k] for k in okeys}, options=FLAT_OPTIMIZER_STATE)
+            part_optim = {k: state["optim"][self._optimizer_key(index, k)] for k in okeys}
+            set_optimizer_state_dict(part, opt, part_optim, options=FLAT_OPTIMIZER_STATE)
+
+    def _optimizer_key(self, part_index: int, key: str) -> str:
+        """The checkpoint key of a part's optimizer-state entry: one process names the tied
+        weight after the embedding, so the head's copy is saved and loaded under that name."""
+        return _optimizer_key_as_embedding(key) if part_index == self._head_copy_part else key
 
 
 def build_parallel_engine(model_config: ModelConfig, train_config: TrainConfig, device: torch.device | None = None,

@@ -69,11 +69,6 @@ def validate_layout(dims: ParallelDims, model: ModelConfig, seq_len: int, world_
             f"pp: {dims.num_stages} pipeline stages (pp={dims.pp} x virtual_stages={dims.stages_per_rank}) "
             f"but the model has only {model.n_layers} layers; every stage needs at least one"
         )
-    if model.tie_embeddings and (dims.pp > 1 or dims.tp > 1):
-        raise ConfigError(
-            "model.tie_embeddings: tied input/output embeddings are not supported with tp > 1 or pp > 1; "
-            "set model.tie_embeddings: false"
-        )
 
 
 def init_distributed(device: torch.device | None = None) -> torch.device:
@@ -93,3 +88,19 @@ def init_distributed(device: torch.device | None = None) -> torch.device:
 def build_mesh(dims: ParallelDims, device_type: str = "cpu") -> DeviceMesh:
     """A 3D mesh ("pp", "dp", "tp"); every dim exists even when its size is 1."""
     return init_device_mesh(device_type, (dims.pp, dims.dp, dims.tp), mesh_dim_names=MESH_DIMS)
+
+
+def embedding_group(mesh: DeviceMesh) -> dist.ProcessGroup | None:
+    """Megatron's embedding group: the first and the last pipeline rank at this rank's (dp, tp)
+    position, which hold the two copies of tied input/output embeddings (None off those ranks).
+    Every rank takes part in creating every pair's group, as `new_group` requires."""
+    ranks = mesh.mesh
+    pp = ranks.shape[0]
+    mine = None
+    for dp_index in range(ranks.shape[1]):
+        for tp_index in range(ranks.shape[2]):
+            pair = [int(ranks[0, dp_index, tp_index]), int(ranks[pp - 1, dp_index, tp_index])]
+            group = dist.new_group(pair)
+            if dist.get_rank() in pair:
+                mine = group
+    return mine

@@ -4,7 +4,8 @@
 - Attention: q/k/v column-parallel (each rank its own heads), out row-parallel.
 - MLP: up/gate column-parallel, down row-parallel.
 - Head: column-parallel over the vocabulary, left sharded (``Shard(-1)``) so the loss runs
-  under ``loss_parallel()`` and the full logits are never gathered.
+  under ``loss_parallel()`` and the full logits are never gathered. Tied embeddings stay tied:
+  the embedding and the head split the same weight the same way (rows = vocabulary).
 - Sequence parallel: the residual stream between blocks is split along the sequence, so the
   norms and dropout run on T/tp positions; each block all-gathers before attention / MLP and
   reduce-scatters after. The embedding output is replicated and split at the first block
@@ -28,6 +29,8 @@ from torch.distributed.tensor.parallel import (
 def apply_tensor_parallel(part: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool) -> None:
     """Parallelize one pipeline part in place (the parts it does not own are None / absent)."""
     sp = sequence_parallel
+    embeddings, head = getattr(part, "tok_embeddings", None), getattr(part, "output", None)
+    tied = embeddings is not None and head is not None and head.weight is embeddings.weight
     if getattr(part, "tok_embeddings", None) is not None:
         parallelize_module(part, tp_mesh, {
             "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
@@ -66,3 +69,7 @@ def apply_tensor_parallel(part: nn.Module, tp_mesh: DeviceMesh, sequence_paralle
         )
     if head_plan:
         parallelize_module(part, tp_mesh, head_plan)  # type: ignore[arg-type]
+    if tied:
+        # Each plan distributed its own copy of the shared weight; both are Shard(0) over the
+        # vocabulary, so the head can take the embedding's again.
+        part.output.weight = part.tok_embeddings.weight
