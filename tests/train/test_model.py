@@ -74,13 +74,25 @@ def test_causal(name: str) -> None:
 
 
 def test_meta_device_init_then_to_empty() -> None:
-    cfg = preset("tiny-llama")
+    """A model built on the meta device and initialized after `to_empty` has exactly the
+    weights of one built directly with the same seed, and so has a pipeline stage built alone
+    (its parameters are initialized by name, not in construction order)."""
+    cfg = preset("tiny-llama", n_layers=4, tie_embeddings=True)
     with torch.device("meta"):
-        model = GPT(cfg)
+        model = GPT(cfg, init_seed=5)
     model.to_empty(device="cpu")
+    model.output.weight = model.tok_embeddings.weight
     model.init_weights(buffer_device=torch.device("cpu"))
-    reference = GPT(cfg)
+    reference = GPT(cfg, init_seed=5)
     torch.testing.assert_close(model.rope, reference.rope)
+    for (name, a), (_, b) in zip(model.named_parameters(), reference.named_parameters()):
+        assert torch.equal(a, b), name
+    last_stage = GPT(cfg, init_seed=5)
+    del last_stage.layers["0"], last_stage.layers["1"]
+    last_stage.tok_embeddings = None
+    last_stage.init_weights()
+    assert torch.equal(last_stage.layers["3"].attention.wo.weight, reference.layers["3"].attention.wo.weight)
+    assert torch.equal(last_stage.output.weight, reference.tok_embeddings.weight)  # the tied copy
     assert torch.isfinite(model(torch.randint(0, 512, (1, 8)))).all()
 
 

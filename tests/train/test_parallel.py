@@ -39,6 +39,7 @@ LAYOUTS_2 = {
     "dp2_zero3": ({}, {"dp": 2, "zero": 3}),
     # Tied input/output embeddings: one weight under tp, two copies kept equal under pp.
     "tp2_tied": ({"tie_embeddings": True}, {"tp": 2}),
+    "dp2_zero3_tied": ({"tie_embeddings": True}, {"dp": 2, "zero": 3}),
     "pp2_1f1b_tied": ({"tie_embeddings": True}, {"pp": 2, "pp_schedule": "1f1b"}),
     "pp2_interleaved_tied": ({"n_layers": 4, "tie_embeddings": True},
                              {"pp": 2, "pp_schedule": "interleaved", "virtual_stages": 2}),

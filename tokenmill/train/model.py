@@ -17,6 +17,7 @@ layout of this file is part of the contract:
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import asdict, dataclass, fields, replace
 
 import torch
@@ -263,11 +264,18 @@ class TransformerBlock(nn.Module):
         return x + self.dropout(self.feed_forward(self.ffn_norm(x)))
 
 
+def _parameter_seed(init_seed: int, name: str) -> int:
+    return (init_seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63
+
+
 class GPT(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, init_seed: int | None = None) -> None:
         super().__init__()
         cfg.validate()
         self.config = cfg
+        # Every parameter starts from its own generator, seeded by this and its name, so a
+        # pipeline stage or tensor shard built on its own gets the values the whole model has.
+        self.init_seed = int(torch.randint(0, 2**31, (), device="cpu")) if init_seed is None else init_seed
         self.tok_embeddings: nn.Embedding | None = nn.Embedding(cfg.vocab_size, cfg.hidden)
         self.pos_embeddings: nn.Embedding | None = (
             nn.Embedding(cfg.max_seq_len, cfg.hidden) if cfg.flavour == "gpt2" else None
@@ -290,28 +298,33 @@ class GPT(nn.Module):
     def init_weights(self, buffer_device: torch.device | None = None) -> None:
         """Megatron init: N(0, init_std) everywhere, output projections of each residual
         branch (wo, w2) with std / sqrt(2 * n_layers); biases zero, norms one."""
-        cfg = self.config
-        std, out_std = cfg.init_std, cfg.init_std / math.sqrt(2 * cfg.n_layers)
+        self.init_buffers(buffer_device)
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                self.init_parameter(name, param)
+
+    def init_buffers(self, device: torch.device | None = None) -> None:
+        """Recompute the non-persistent buffers (the RoPE table), e.g. after ``to_empty``."""
         if self.rope is not None:
-            device = buffer_device or self.rope.device
+            cfg = self.config
             with torch.no_grad():
-                self.rope = rope_cache(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta, device=device)
-        for module in (self.tok_embeddings, self.pos_embeddings):
-            if module is not None:
-                nn.init.normal_(module.weight, 0.0, std)
-        for block in self.layers.values():
-            for name, linear in block.named_modules():
-                if isinstance(linear, nn.Linear):
-                    is_out = name.endswith("wo") or name.endswith("w2")
-                    nn.init.normal_(linear.weight, 0.0, out_std if is_out else std)
-                    if linear.bias is not None:
-                        nn.init.zeros_(linear.bias)
-            for norm in (block.attention_norm, block.ffn_norm):
-                norm.reset_parameters()
-        if self.norm is not None:
-            self.norm.reset_parameters()
-        if self.output is not None and not (cfg.tie_embeddings and self.tok_embeddings is not None):
-            nn.init.normal_(self.output.weight, 0.0, std)
+                self.rope = rope_cache(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta, device=device or self.rope.device)
+
+    def init_parameter(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """Fill ``tensor`` (the full-size parameter ``name``) with its initial value, in place."""
+        cfg = self.config
+        if tensor.is_meta:
+            return tensor
+        module, kind = name.rsplit(".", 2)[-2:]
+        if kind == "bias":
+            return tensor.zero_()
+        if module.endswith("norm"):
+            return tensor.fill_(1.0)
+        std = cfg.init_std / math.sqrt(2 * cfg.n_layers) if module in ("wo", "w2") else cfg.init_std
+        if cfg.tie_embeddings and name == "output.weight":
+            name = "tok_embeddings.weight"  # a pipeline's last stage holds the tied weight under this name
+        generator = torch.Generator(device=tensor.device).manual_seed(_parameter_seed(self.init_seed, name))
+        return tensor.normal_(0.0, std, generator=generator)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, T] -> logits [B, T, vocab]; hidden states in/out on middle stages."""

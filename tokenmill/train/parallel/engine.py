@@ -1,10 +1,10 @@
 """The parallel engine: the plain GPT under tensor (+ sequence) x pipeline x data (ZeRO)
 parallelism, behind the same `Engine` protocol as the single-process one.
 
-Composition (torchtitan's order): build the model (same RNG as the single-process engine, so
-runs are comparable), split it into pipeline stages, then per stage tensor parallel,
-activation checkpointing, `compile` per block, FSDP2 (ZeRO-2/3); then the optimizer (ZeRO-1
-shards it by whole parameters) and the pipeline schedule.
+Composition (torchtitan's order): build the model on the meta device, split it into pipeline
+stages, then per stage tensor parallel, activation checkpointing, `compile` per block, FSDP2
+(ZeRO-2/3), and only then allocate and initialize this rank's share; then the optimizer
+(ZeRO-1 shards it by whole parameters) and the pipeline schedule.
 
 Tied input/output embeddings under pipeline parallelism (Megatron's scheme): the first stage
 holds the embedding, the last stage a copy of it as the head; after backward the two gradients
@@ -30,6 +30,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.placement_types import _StridedShard
 from torch.distributed.tensor.parallel import loss_parallel
 
@@ -46,6 +47,24 @@ from tokenmill.train.parallel.tensor_parallel import apply_tensor_parallel
 EMBEDDING_WEIGHT, HEAD_WEIGHT = "tok_embeddings.weight", "output.weight"
 
 
+@torch.no_grad()
+def materialize(part: GPT, device: torch.device) -> None:
+    """Allocate a (possibly sharded) meta-device part on `device` and give every parameter its
+    initial value: the full tensor from the parameter's own generator, of which this rank keeps
+    its shard. One full parameter at a time is the only transient cost."""
+    part.to_empty(device=device)
+    if part.config.tie_embeddings and part.tok_embeddings is not None and part.output is not None:
+        part.output.weight = part.tok_embeddings.weight  # to_empty gives each module its own copy
+    part.init_buffers(device)
+    for name, param in part.named_parameters():
+        if not isinstance(param, DTensor):
+            part.init_parameter(name, param)
+            continue
+        full = part.init_parameter(name, torch.empty(param.shape, dtype=param.dtype, device=device))
+        shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+        param.to_local().copy_(full[tuple(slice(o, o + n) for o, n in zip(offset, shape))])
+
+
 def _optimizer_key_as_embedding(key: str) -> str:
     """A flat optimizer-state key of the head's copy of tied embeddings under the embedding's name."""
     for prefix in ("state.", "param_groups."):
@@ -57,8 +76,7 @@ def _optimizer_key_as_embedding(key: str) -> str:
 class ParallelEngine:
     """tp x pp x dp processes training one model; every rank runs the same calls."""
 
-    def __init__(self, model_config: ModelConfig, cfg: TrainConfig, device: torch.device | None = None,
-                 model: GPT | None = None) -> None:
+    def __init__(self, model_config: ModelConfig, cfg: TrainConfig, device: torch.device | None = None) -> None:
         self.cfg = cfg
         self.dims = dims = ParallelDims.from_config(cfg)
         self.device = init_distributed(device)
@@ -73,9 +91,13 @@ class ParallelEngine:
         self.is_logging_rank = dist.get_rank() == 0
         self.model_config = model_config
 
-        # The full model from the caller's RNG state, exactly as the single-process engine
-        # builds it; distributing it below keeps the values (parity tests rely on this).
-        full = (model if model is not None else GPT(model_config)).to(self.device)
+        # The whole model exists only on the meta device: each rank materializes just its
+        # stages' share of it (below), so a 530B model never has to fit in one process. The
+        # init seed is drawn from the caller's RNG as the single-process engine draws it, and
+        # every parameter's value depends only on it and the parameter's name, so any layout
+        # starts from the same weights as one process (the parity tests rely on this).
+        with torch.device("meta"):
+            full = GPT(model_config)
         self.stage_ids = stage_ids(self.pp_rank, dims.pp, dims.stages_per_rank)
         if dims.pp > 1:
             bounds = split_layers(model_config, dims.num_stages)
@@ -92,6 +114,7 @@ class ParallelEngine:
                     block.compile()
             if dims.zero >= 2 and dims.dp > 1:
                 apply_fsdp(part, self.mesh["dp"], dims.zero)
+            materialize(part, self.device)
         self.model_parts: list[nn.Module] = parts
 
         # This rank's copy of tied embeddings when a pipeline splits them (first / last stage).
@@ -311,7 +334,7 @@ class ParallelEngine:
         return _optimizer_key_as_embedding(key) if part_index == self._head_copy_part else key
 
 
-def build_parallel_engine(model_config: ModelConfig, train_config: TrainConfig, device: torch.device | None = None,
-                          model: GPT | None = None) -> ParallelEngine:
+def build_parallel_engine(model_config: ModelConfig, train_config: TrainConfig,
+                          device: torch.device | None = None) -> ParallelEngine:
     """The engine for `train_config`'s tp x pp x dp layout (call on every rank, after seeding)."""
-    return ParallelEngine(model_config, train_config, device, model)
+    return ParallelEngine(model_config, train_config, device)
