@@ -42,7 +42,7 @@ bench: install
 # datatrove: bench/curate_filter.py and bench/tokenize_encode.py compare against it (skipped without it).
 bench-env:
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
-	.venv-bench/bin/pip install --quiet "datatrove==0.10.1" spacy regex pandas tokenizers
+	.venv-bench/bin/pip install --quiet "datatrove==0.10.1" spacy regex pandas pyarrow tokenizers
 
 # Megatron-Core needs Python >= 3.12: tests/compat/ and bench/tokenize_loader.py read our shards with it.
 # pyenv's shim for python3.12 fails unless 3.12 is selected, so a pyenv 3.12 install is preferred.
