@@ -74,6 +74,44 @@ def test_exact_dedup_across_partitions(tmp_path, articles, dask_client):
     assert dict(zip(rejected["id"], rejected["kept_id"]))["a7"] == "c3"  # 0.3 beats no score
 
 
+def test_exact_index_dedups_new_data_against_the_old_corpus(tmp_path, articles, dask_client):
+    """Exact dedup with --index: a later run rejects documents already in the corpus (kept id
+    from the old run) and its own duplicates, then adds what it kept to the index."""
+    index = tmp_path / "index"
+    old = pd.DataFrame({"id": [f"old{i}" for i in range(40)], "text": articles[:40], "source": "old"})
+    old = pd.concat([old, pd.DataFrame({"id": ["old_dup"], "text": [articles[3]], "source": "old"})], ignore_index=True)
+    config = DedupConfig(method="exact", normalize="lower", index=str(index))
+    run_dedup(write_parts(old, tmp_path / "old"), tmp_path / "old_out", config, client=dask_client, progress=False)
+    kept_old, rejected_old, _ = read_stage(tmp_path / "old_out")
+    assert set(rejected_old["id"]) == {"old_dup"}
+    meta = json.loads((index / "index.json").read_text())
+    assert meta["documents"] == 40 and meta["params"]["method"] == "exact"
+
+    new = pd.DataFrame({
+        "id": ["n0", "n1", "n2", "n3", "n4"],
+        "text": [articles[2].upper(), articles[50], articles[50], articles[51], articles[10]],
+        "source": "new",
+    })
+    run_dedup(write_parts(new, tmp_path / "new", 2), tmp_path / "new_out", config, client=dask_client, progress=False)
+    kept, rejected, manifest = read_stage(tmp_path / "new_out")
+    check_accounting(manifest, kept, rejected, len(new))
+    assert manifest["dedup"]["index_documents"] == 40
+    # n2 sits in the first file (n0, n2, n4), so it comes before n1 in input order.
+    assert dict(zip(rejected["id"], rejected["kept_id"])) == {"n0": "old2", "n1": "n2", "n4": "old10"}
+    assert set(kept["id"]) == {"n2", "n3"}
+    assert json.loads((index / "index.json").read_text())["documents"] == 42
+    # A third run sees the second one's documents too.
+    again = pd.DataFrame({"id": ["m0"], "text": [articles[51]], "source": "again"})
+    run_dedup(write_parts(again, tmp_path / "again", 1), tmp_path / "again_out", config, client=dask_client, progress=False)
+    _, rejected, _ = read_stage(tmp_path / "again_out")
+    assert dict(zip(rejected["id"], rejected["kept_id"])) == {"m0": "n3"}
+    # An exact index is not a fuzzy one, and the normalization must match.
+    with pytest.raises(ConfigError, match="method: index 'exact' vs run 'fuzzy'"):
+        run_dedup(tmp_path / "again", tmp_path / "x", DedupConfig(index=str(index)), client=dask_client, progress=False)
+    with pytest.raises(ConfigError, match="normalize: index 'lower' vs run 'none'"):
+        run_dedup(tmp_path / "again", tmp_path / "x", DedupConfig(method="exact", index=str(index)), client=dask_client, progress=False)
+
+
 def fuzzy_quality(directory, planted):
     kept, rejected, manifest = read_stage(directory)
     check_accounting(manifest, kept, rejected, len(planted.documents))

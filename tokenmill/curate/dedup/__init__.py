@@ -41,6 +41,10 @@ def add_command(stages: argparse._SubParsersAction) -> None:
                         "default lower,punct for fuzzy, none for exact")
     parser.add_argument("--keep", choices=["first", "longest", "quality"], default=d.keep,
                         help="which document of a cluster to keep: first in input order, longest, or highest quality_score")
+    parser.add_argument("--index", default=None,
+                        help="an index directory: dedup against the documents of earlier runs, then add the kept ones "
+                        "to it (created if missing; it stores hashes for exact, band keys for fuzzy dedup)")
+    parser.add_argument("--no-index-update", action="store_true", help="query --index without adding the kept documents")
     fuzzy = parser.add_argument_group("fuzzy")
     fuzzy.add_argument("--threshold", type=float, default=d.threshold, help="Jaccard threshold (default 0.8)")
     fuzzy.add_argument("--num-perm", type=int, default=d.num_perm)
@@ -55,9 +59,6 @@ def add_command(stages: argparse._SubParsersAction) -> None:
     fuzzy.add_argument("--shingle", choices=["auto", "word", "char"], default=d.shingle,
                        help="auto: character n-grams for documents mostly in scripts without spaces (CJK, Thai)")
     fuzzy.add_argument("--verify", action="store_true", help="check every candidate pair by exact Jaccard of the shingle sets")
-    fuzzy.add_argument("--index", default=None,
-                       help="an index directory: dedup against its documents, then add the kept ones to it (created if missing)")
-    fuzzy.add_argument("--no-index-update", action="store_true", help="query --index without adding the kept documents")
     run = parser.add_argument_group("execution")
     run.add_argument("--work-dir", default=None, help="checkpoints (default: .<output>.work beside --output); a rerun resumes there")
     run.add_argument("--keep-work", action="store_true", help="keep the checkpoints after success")

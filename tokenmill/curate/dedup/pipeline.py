@@ -112,8 +112,6 @@ class DedupConfig:
             raise ConfigError(f"--threshold must be in (0, 1), got {self.threshold}")
         if self.shuffle not in ("auto", "p2p", "tasks"):
             raise ConfigError(f"shuffle must be auto, p2p or tasks, not {self.shuffle!r}")
-        if self.method == "exact" and self.index:
-            raise ConfigError("--index is for fuzzy dedup")
         if self.normalize is None:
             self.normalize = "lower,punct" if self.method == "fuzzy" else "none"
         self.normalization  # validates
@@ -136,12 +134,24 @@ class DedupConfig:
 
     def index_signature(self) -> dict[str, Any]:
         """What an index must share with a run that queries it."""
+        if self.method == "exact":
+            return {"format": INDEX_FORMAT, "method": "exact", "normalize": self.normalize}
         lsh = self.lsh()
         return {
-            "format": INDEX_FORMAT, "num_perm": self.num_perm, "seed": self.seed, "scheme": self.scheme,
+            "format": INDEX_FORMAT, "method": "fuzzy", "num_perm": self.num_perm, "seed": self.seed, "scheme": self.scheme,
             "bands": lsh.bands, "rows": lsh.rows, "ngram": self.ngram, "char_ngram": self.char_ngram,
             "shingle": self.shingle, "normalize": self.normalize,
         }
+
+    @property
+    def index_rows_dir(self) -> str:
+        """The index's folder of per-document rows: text hashes (exact) or band keys (fuzzy),
+        the same rows the run's first phase writes to its work directory."""
+        return "hashes" if self.method == "exact" else "bands"
+
+    @property
+    def first_phase(self) -> str:
+        return "hashes" if self.method == "exact" else "signatures"
 
 
 def _band_columns(bands: int) -> list[str]:
@@ -271,13 +281,15 @@ def _choose_exact(frame: pd.DataFrame, keep: KeepRule) -> pd.DataFrame:
         return _empty_decisions()
     ordered = _order_frame(frame, "group", keep)
     first = ordered.groupby("group", sort=False).head(1).set_index("group")
-    return pd.DataFrame({
+    decisions = pd.DataFrame({
         "uid": ordered["uid"].to_numpy(np.int64),
         "part": ordered["part"].to_numpy(np.int64),
         "cluster_id": ordered["group"].map(first["id"]).astype(str).to_numpy(),
         "kept_id": ordered["group"].map(first["id"]).astype(str).to_numpy(),
         "keep": ordered["uid"].to_numpy() == ordered["group"].map(first["uid"]).to_numpy(),
     })
+    decisions = decisions[decisions["part"] >= 0]  # index documents are not in this input
+    return decisions
 
 
 def _empty_decisions() -> pd.DataFrame:
@@ -363,24 +375,26 @@ def check_index(config: DedupConfig) -> tuple[list[str], dict[str, Any] | None]:
     if meta is None:
         return [], None
     expected = config.index_signature()
-    mismatched = {k: (meta["params"].get(k), v) for k, v in expected.items() if meta["params"].get(k) != v}
+    built = {"method": "fuzzy", **meta["params"]}  # indexes from before exact ones existed are fuzzy
+    mismatched = {k: (built.get(k), v) for k, v in expected.items() if built.get(k) != v}
     if mismatched:
         detail = ", ".join(f"{k}: index {a!r} vs run {b!r}" for k, (a, b) in mismatched.items())
         raise ConfigError(f"index {index} was built with other parameters ({detail})")
     if config.verify and not meta.get("shingles"):
         raise ConfigError(f"index {index} has no shingle sets; it cannot be used with --verify (rebuild it with --verify)")
-    return parquet_files(index / "bands"), meta
+    return parquet_files(index / config.index_rows_dir), meta
 
 
-def _index_rows(sig_path: str, decisions: str, part: int, index_part: int, out: str, keep_shingles: bool) -> int:
+def _index_rows(rows_path: str, decisions: str, part: int, index_part: int, out: str, keep_shingles: bool) -> int:
     """The kept documents of one input file as index rows (uids moved below every input uid)."""
-    frame = pd.read_parquet(sig_path)
+    frame = pd.read_parquet(rows_path)
     files = parquet_files(Path(decisions) / f"part={part}")
     if files:
         dec = pd.concat([pd.read_parquet(f, columns=["uid", "keep"]) for f in files], ignore_index=True)
         dropped = set(dec.loc[~dec["keep"], "uid"].tolist())
         frame = frame[~frame["uid"].isin(dropped)]
-    frame = frame[frame["n_shingles"] > 0]
+    if "n_shingles" in frame.columns:
+        frame = frame[frame["n_shingles"] > 0]  # a document without shingles matches nothing
     rows = (frame["uid"].to_numpy(np.int64) & np.int64((1 << ROW_BITS) - 1))
     frame = frame.assign(uid=INDEX_UID_BASE + ((np.int64(index_part) << np.int64(ROW_BITS)) | rows), part=np.int64(-1))
     if not keep_shingles and "shingles" in frame.columns:
@@ -407,7 +421,7 @@ def run_dedup(
     config = config or DedupConfig()
     files = resolve_input_files(input)
     output = Path(output).resolve()
-    index_files, index_meta = check_index(config) if config.method == "fuzzy" else ([], None)
+    index_files, index_meta = check_index(config)
     fingerprint = {
         "config": asdict(config) | {"work_dir": None, "keep_work": None},
         "inputs": [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files],
@@ -429,7 +443,7 @@ def run_dedup(
             info1 = timed("hashes", lambda d: _run_per_file(dask, hash_file, files, d, config, "dedup hashes", progress))
             npart = max(n_workers, math.ceil(info1["docs"] / config.partition_rows))
             shuffle.set(npart == n_workers)
-            hashes = parquet_files(work.dir("hashes"))
+            hashes = parquet_files(work.dir("hashes")) + index_files
 
             def decide(directory: Path) -> dict:
                 frame = dd.read_parquet(hashes, columns=["uid", "id", "part", "length", "quality", "h1", "h2"])
@@ -441,7 +455,8 @@ def run_dedup(
 
             timed("decisions", decide)
             reason = "exact_duplicate"
-            stats_extra: dict[str, Any] = {}
+            stats_extra: dict[str, Any] = {
+                "index_documents": sum(pq.ParquetFile(f).metadata.num_rows for f in index_files)}
         else:
             lsh = config.lsh()
             bands = _band_columns(lsh.bands)
@@ -513,7 +528,7 @@ def run_dedup(
             upstream=upstream_manifest(input), versions=_versions(), client=dask, progress=progress,
             finalize=add_dedup_details,
         )
-        if config.method == "fuzzy" and config.index:
+        if config.index:
             _update_index(dask, config, files, work, index_meta, progress)
 
     if not config.keep_work:
@@ -544,16 +559,18 @@ class _ShuffleChoice:
 
 
 def _update_index(client, config: DedupConfig, files: list[Path], work: WorkDir, meta: dict | None, progress: bool) -> None:
-    """Append the kept documents' band keys (and shingle sets with --verify) to the index."""
+    """Append the kept documents' rows to the index: text hashes (exact), or band keys and,
+    with --verify, shingle sets (fuzzy)."""
     if not config.update_index:
         return
     index = Path(config.index)
-    (index / "bands").mkdir(parents=True, exist_ok=True)
-    existing = parquet_files(index / "bands")
+    rows_dir = index / config.index_rows_dir
+    rows_dir.mkdir(parents=True, exist_ok=True)
+    existing = parquet_files(rows_dir)
     first = 0 if not existing else max(int(Path(f).stem.split("-")[1]) for f in existing) + 1
-    sigs = {int(Path(f).stem.split("-")[1]): f for f in parquet_files(work.dir("signatures"))}
+    rows = {int(Path(f).stem.split("-")[1]): f for f in parquet_files(work.dir(config.first_phase))}
     futures = [
-        client.submit(_index_rows, sigs[part], str(work.dir("decisions")), part, first + part, str(index / "bands"), config.verify, pure=False)
+        client.submit(_index_rows, rows[part], str(work.dir("decisions")), part, first + part, str(rows_dir), config.verify, pure=False)
         for part in range(len(files))
     ]
     added = sum(f.result() for f in futures)
