@@ -259,9 +259,8 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu") -> 
     with torch.device("meta"):
         model = GPT(config)
     model.to_empty(device=device)
+    model.tie_embedding_weights()
     model.init_weights(buffer_device=torch.device(device))
-    if config.tie_embeddings:  # to_empty may give the tied pair separate storage
-        model.output.weight = model.tok_embeddings.weight  # type: ignore[union-attr]
     state = {"model": {k: v for k, v in model.state_dict().items()}}
     _dcp_load(state, ckpt)
     model.load_state_dict(state["model"])

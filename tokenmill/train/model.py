@@ -291,9 +291,15 @@ class GPT(nn.Module):
             self.register_buffer("rope", rope_cache(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta), persistent=False)
         else:
             self.rope = None
-        if cfg.tie_embeddings:
-            self.output.weight = self.tok_embeddings.weight
+        self.tie_embedding_weights()
         self.init_weights()
+
+    def tie_embedding_weights(self) -> None:
+        """Make the head use the embedding's weight (with ``tie_embeddings``, when this module
+        holds both). Called again after anything that replaces parameters one module at a time
+        (``to_empty``, tensor-parallel plans), which gives each module its own copy."""
+        if self.config.tie_embeddings and self.tok_embeddings is not None and self.output is not None:
+            self.output.weight = self.tok_embeddings.weight
 
     def init_weights(self, buffer_device: torch.device | None = None) -> None:
         """Megatron init: N(0, init_std) everywhere, output projections of each residual

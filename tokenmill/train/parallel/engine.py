@@ -53,8 +53,7 @@ def materialize(part: GPT, device: torch.device) -> None:
     initial value: the full tensor from the parameter's own generator, of which this rank keeps
     its shard. One full parameter at a time is the only transient cost."""
     part.to_empty(device=device)
-    if part.config.tie_embeddings and part.tok_embeddings is not None and part.output is not None:
-        part.output.weight = part.tok_embeddings.weight  # to_empty gives each module its own copy
+    part.tie_embedding_weights()
     part.init_buffers(device)
     for name, param in part.named_parameters():
         if not isinstance(param, DTensor):

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (
@@ -25,12 +24,12 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+from tokenmill.train.model import GPT
 
-def apply_tensor_parallel(part: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool) -> None:
+
+def apply_tensor_parallel(part: GPT, tp_mesh: DeviceMesh, sequence_parallel: bool) -> None:
     """Parallelize one pipeline part in place (the parts it does not own are None / absent)."""
     sp = sequence_parallel
-    embeddings, head = getattr(part, "tok_embeddings", None), getattr(part, "output", None)
-    tied = embeddings is not None and head is not None and head.weight is embeddings.weight
     if getattr(part, "tok_embeddings", None) is not None:
         parallelize_module(part, tp_mesh, {
             "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
@@ -69,7 +68,6 @@ def apply_tensor_parallel(part: nn.Module, tp_mesh: DeviceMesh, sequence_paralle
         )
     if head_plan:
         parallelize_module(part, tp_mesh, head_plan)  # type: ignore[arg-type]
-    if tied:
-        # Each plan distributed its own copy of the shared weight; both are Shard(0) over the
-        # vocabulary, so the head can take the embedding's again.
-        part.output.weight = part.tok_embeddings.weight
+    # Each plan distributed its own copy of a tied weight; both are Shard(0) over the
+    # vocabulary, so the head can take the embedding's again.
+    part.tie_embedding_weights()
