@@ -7,7 +7,9 @@ it exists, the raw line: `invalid_utf8` (`invalid_encoding` with another `--enco
 format.
 
 Each file is read by its extension (`.jsonl`/`.json`/`.ndjson`, `.parquet`, `.txt`/`.text`/`.md`,
-each of the line formats optionally `.gz` / `.zst` compressed) unless `--format` says otherwise.
+each of the line formats optionally `.gz` / `.zst` compressed; web archives `.warc`, `.wet`
+(optionally `.gz`, e.g. Common Crawl's `.warc.gz` / `.warc.wet.gz`) and saved pages `.html` /
+`.htm` (optionally `.gz`), read by `tokenmill.curate.webarchive`) unless `--format` says otherwise.
 
 Ids: the input's id field when given, else `<where>:<offset>`. `<where>` names the file once:
 the file name for a file given on its own (it is also the default source), `<dir>:<path inside>`
@@ -33,11 +35,14 @@ from typing import IO, Any
 
 import pandas as pd
 
+from tokenmill.curate import webarchive
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import StageOutput, run_tasks
 from tokenmill.errors import TokenmillError
 
-FORMATS = ("jsonl", "parquet", "text")
+FORMATS = ("jsonl", "parquet", "text", "warc", "wet", "html")
+# Formats read record by record from an archive, which is only ever gzip-compressed.
+ARCHIVE_FORMATS = ("warc", "wet")
 ENCODING_ERRORS = ("reject", "replace")
 # Extensions (before an optional .gz / .zst) that name a format.
 EXTENSIONS = {
@@ -48,6 +53,10 @@ EXTENSIONS = {
     ".txt": "text",
     ".text": "text",
     ".md": "text",
+    ".warc": "warc",
+    ".wet": "wet",
+    ".html": "html",
+    ".htm": "html",
 }
 COMPRESSIONS = (".gz", ".zst")
 # Uncompressed JSONL files are split into byte ranges of this size, aligned to line starts.
@@ -71,6 +80,7 @@ REASONS = {
     "missing_id": "no {id_field!r} field (see --id-field)",
     "corrupt_file": "a truncated or corrupt file: the records before the damage were kept",
     "unknown_format": "a file in an input directory whose extension names no format (use --format to read it)",
+    **webarchive.REASONS,
 }
 
 
@@ -119,6 +129,8 @@ def detect_format(path: Path) -> str | None:
     fmt = EXTENSIONS.get(Path(name).suffix)
     if fmt == "parquet" and compression:
         return None  # Parquet compresses inside the file; a .parquet.gz cannot be read by row group
+    if fmt in ARCHIVE_FORMATS and compression not in (None, ".gz"):
+        return None
     return fmt
 
 
@@ -391,6 +403,23 @@ class UnknownFile:
         yield batch.flush()
 
 
+@dataclass
+class WithColumns:
+    """Another task's output with extra (null) columns, so that every part of a stage that also
+    read web archives has their columns and the kept/ directory reads as one table."""
+
+    task: Any
+    columns: tuple[str, ...]
+
+    def run(self) -> Iterator[StageOutput]:
+        for output in self.task.run():
+            for frame in (output.kept, output.rejected):
+                for column in self.columns:
+                    if column not in frame.columns:
+                        frame[column] = pd.Series([None] * len(frame), index=frame.index, dtype=object)
+            yield output
+
+
 def _directory_files(directory: Path) -> list[Path]:
     """Files under `directory`, sorted, skipping hidden files and directories (.git, .DS_Store)."""
     return sorted(
@@ -422,6 +451,10 @@ def _file_tasks(path: Path, prefix: str, source: str, fmt: str, options: IngestO
             tasks.append(ParquetChunk(str(path), prefix, source, options, [index], first_row))
             first_row += metadata.row_group(index).num_rows
         return tasks
+    if fmt in ARCHIVE_FORMATS:
+        return [webarchive.WarcFile(str(path), source, fmt)]
+    if fmt == "html":
+        return [webarchive.HtmlFiles([(str(path), prefix)], source)]
     return [TextChunk([(str(path), prefix)], source, options)]
 
 
@@ -452,6 +485,7 @@ def plan_tasks(paths: list[str | Path], options: IngestOptions) -> list[Any]:
                 raise TokenmillError(f"input directory {path} holds no files")
             source = options.source or path.name
             pending_text: list[tuple[str, str]] = []
+            pending_html: list[tuple[str, str]] = []
             for file in files:
                 relative = file.relative_to(path).as_posix()
                 prefix = f"{source}:{path.name}/{relative}" if shared_source else f"{source}:{relative}"
@@ -461,10 +495,14 @@ def plan_tasks(paths: list[str | Path], options: IngestOptions) -> list[Any]:
                     tasks.append(UnknownFile(str(file), prefix, source))
                 elif fmt == "text":
                     pending_text.append((str(file), prefix))  # grouped: one task per many small files
+                elif fmt == "html":
+                    pending_html.append((str(file), prefix))
                 else:
                     tasks.extend(_file_tasks(file, prefix, source, fmt, options))
             for start in range(0, len(pending_text), TEXT_FILES_PER_TASK):
                 tasks.append(TextChunk(pending_text[start : start + TEXT_FILES_PER_TASK], source, options))
+            for start in range(0, len(pending_html), TEXT_FILES_PER_TASK):
+                tasks.append(webarchive.HtmlFiles(pending_html[start : start + TEXT_FILES_PER_TASK], source))
             continue
         fmt = options.format or detect_format(path)
         if fmt is None:
@@ -477,6 +515,9 @@ def plan_tasks(paths: list[str | Path], options: IngestOptions) -> list[Any]:
         tasks.extend(_file_tasks(path, prefix, source, fmt, options))
     if not tasks:
         raise TokenmillError("no input files given")
+    web = (webarchive.WarcFile, webarchive.HtmlFiles)
+    if any(isinstance(task, web) for task in tasks) and not all(isinstance(task, web) for task in tasks):
+        tasks = [task if isinstance(task, web) else WithColumns(task, webarchive.WEB_COLUMNS) for task in tasks]
     return tasks
 
 
@@ -544,9 +585,10 @@ STAGES = (
         io="files",
         in_recipes=False,
         report=_report,
-        help="read JSONL / Parquet / text corpora into Parquet documents",
+        help="read JSONL / Parquet / text corpora and web archives (WARC, WET, HTML) into Parquet documents",
         description="Read raw corpora into Parquet documents, each file by its extension (.jsonl, .json,"
-        " .ndjson, .parquet, .txt, .md; line formats also .gz / .zst). Bad records, undecodable text and files of"
+        " .ndjson, .parquet, .txt, .md; line formats also .gz / .zst), web archives (.warc, .warc.gz, .warc.wet.gz:"
+        " one document per HTML response or WET text record) and saved pages (.html, .htm, .html.gz). Bad records, undecodable text and files of"
         " unknown format in a directory are rejected with a reason.",
     ),
 )

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from tokenmill.errors import ConfigError
 
-SOURCE_FORMATS = ("jsonl", "parquet", "text", "python-docs")
+SOURCE_FORMATS = ("jsonl", "parquet", "text", "warc", "wet", "html", "python-docs")
 
 
 class _Strict(BaseModel):
@@ -31,7 +31,7 @@ class Source(_Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
     path: str | list[str] | None = None
-    format: Literal["jsonl", "parquet", "text", "python-docs"] | None = None
+    format: Literal["jsonl", "parquet", "text", "warc", "wet", "html", "python-docs"] | None = None
     text_field: str = "text"
     id_field: str | None = None
     separator: str | None = None

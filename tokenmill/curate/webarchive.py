@@ -1,0 +1,398 @@
+"""Web archives -> documents: WARC and WET files and saved HTML pages (read by `ingest`).
+
+One document per HTML `response` record of a WARC (or `conversion` record of a WET file), with
+id = its `WARC-Record-ID` and the columns `url`, `date` (WARC-Date), `warc_record_id`,
+`content_type` (MIME type without parameters), `charset` (the codec the text was decoded with)
+and `source`. `text` is the decoded HTML (the `extract` stage turns it into main text) or, for
+WET, Common Crawl's plain text (`content_type` text/plain). A saved page (`.html`, `.htm`,
+`.html.gz`) is one document named after its file.
+
+Records that are not documents (warcinfo, request, metadata, resource, revisit) are counted in
+the manifest's stats as `records.<type>`; responses that are not usable pages are rejected with
+a reason (`REASONS`). Archives are streamed record by record with FastWARC (bench/warc_read.py:
+several times faster than warcio on the same files).
+
+The charset of a page: the HTTP header's, else a `<meta charset>` / `http-equiv` declaration in
+its first bytes, else detected by uchardet (resiliparse's `detect_encoding`: a C library, fast
+enough to run on every page, and it maps labels the way browsers do, e.g. gb2312 -> gbk).
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from tokenmill.curate.stage import StageOutput
+
+# Document columns beyond id, text and source.
+WEB_COLUMNS = ("url", "date", "warc_record_id", "content_type", "charset")
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+# A declared charset is looked for in this many leading bytes (HTML's prescan reads 1024;
+# real pages often put a long <head> before it).
+META_PRESCAN_BYTES = 4096
+# A page whose bytes do not decode in its charset is kept with U+FFFD in their place when they are
+# at most this share of its bytes; beyond that it is rejected as `warc.undecodable`.
+MAX_REPLACED_SHARE = 0.01
+# Records per output batch: bounds a worker's memory on large archives.
+BATCH_RECORDS = 2_000
+RAW_PREVIEW_CHARS = 2_000
+
+REASONS = {
+    "warc.not_html": "a WARC response whose payload is not HTML (its content type is in `raw`)",
+    "warc.http_status": "a WARC response with an HTTP status other than 200 (redirects, errors; in `raw`)",
+    "warc.empty": "a WARC response or WET record with an empty body",
+    "warc.undecodable": "a page whose bytes do not decode (more than 1% undecodable, or a broken content encoding)",
+    "truncated_archive": "a WARC/WET file cut off mid-record: the records before the cut were kept",
+    "html.empty": "a saved HTML page with no content",
+    "html.undecodable": "a saved HTML page whose bytes do not decode (more than 1% undecodable)",
+}
+
+_META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.IGNORECASE)
+_HTML_START = re.compile(rb"\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body)", re.IGNORECASE | re.DOTALL)
+
+
+class _WebBatcher:
+    """Kept and rejected web documents, emitted as `StageOutput` batches."""
+
+    kept_columns = ["id", "text", "source", *WEB_COLUMNS]
+    rejected_columns = [*kept_columns, "reason", "raw"]
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.kept: list[dict[str, Any]] = []
+        self.rejected: list[dict[str, Any]] = []
+        self.stats: dict[str, int] = {}
+
+    def keep(self, doc_id: str, text: str, meta: dict[str, Any]) -> None:
+        self.kept.append({"id": doc_id, "text": text, "source": self.source, **meta})
+
+    def reject(self, doc_id: str, reason: str, raw: str, meta: dict[str, Any]) -> None:
+        if len(raw) > RAW_PREVIEW_CHARS:
+            raw = raw[:RAW_PREVIEW_CHARS] + "..."
+        self.rejected.append({"id": doc_id, "text": None, "source": self.source, **meta, "reason": reason, "raw": raw})
+
+    def count(self, key: str, n: int = 1) -> None:
+        self.stats[key] = self.stats.get(key, 0) + n
+
+    def __len__(self) -> int:
+        return len(self.kept) + len(self.rejected)
+
+    def flush(self) -> StageOutput:
+        kept = pd.DataFrame(self.kept, columns=self.kept_columns)
+        rejected = pd.DataFrame(self.rejected, columns=self.rejected_columns)
+        output = StageOutput(n_in=len(kept) + len(rejected), kept=kept, rejected=rejected, stats=self.stats)
+        self.kept, self.rejected, self.stats = [], [], {}
+        return output
+
+
+class _Undecodable(Exception):
+    """A payload that cannot be turned into text; the message says why."""
+
+
+def _codec(label: str | None) -> str | None:
+    """Python codec for a charset label, mapped as browsers map it (WHATWG); None if unknown."""
+    if not label:
+        return None
+    from resiliparse.parse.encoding import map_encoding_to_html5
+
+    name = map_encoding_to_html5(label.strip().strip("\"'"), fallback_utf8=False)
+    if name is None:
+        return None
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        return None
+
+
+def page_charset(body: bytes, declared: str | None) -> tuple[str, str]:
+    """(codec, how it was found): byte-order mark, HTTP header, <meta> declaration, or detection."""
+    if body.startswith(codecs.BOM_UTF8):
+        return "utf-8", "bom"
+    codec = _codec(declared)
+    if codec:
+        return codec, "header"
+    match = _META_CHARSET.search(body, 0, META_PRESCAN_BYTES)
+    codec = _codec(match.group(1).decode("ascii", "replace")) if match else None
+    if codec:
+        return codec, "meta"
+    from resiliparse.parse.encoding import detect_encoding
+
+    return codecs.lookup(detect_encoding(body)).name, "detected"
+
+
+def decode_page(body: bytes, declared: str | None, stats: _WebBatcher) -> tuple[str, str]:
+    """(text, codec). Raises `_Undecodable` when too many bytes do not decode."""
+    from tokenmill.curate import ingest
+
+    codec, how = page_charset(body, declared)
+    stats.count(f"charset.{how}")
+    try:
+        return body.decode(codec), codec
+    except UnicodeDecodeError:
+        pass
+    if how != "detected":
+        # A declared charset that does not fit the bytes is common; the bytes themselves decide.
+        from resiliparse.parse.encoding import detect_encoding
+
+        detected = codecs.lookup(detect_encoding(body)).name
+        if detected != codec:
+            try:
+                text = body.decode(detected)
+            except UnicodeDecodeError:
+                pass
+            else:
+                stats.count("charset.declared_wrong")
+                return text, detected
+    ingest._replaced.bytes = 0
+    text = body.decode(codec, errors="tokenmill-count-replace")
+    replaced = ingest._replaced.bytes
+    if replaced > MAX_REPLACED_SHARE * len(body):
+        raise _Undecodable(f"{replaced} of {len(body)} bytes are not valid {codec}")
+    stats.count("replaced_bytes", replaced)
+    stats.count("docs_with_replaced_bytes")
+    return text, codec
+
+
+def _dechunk(body: bytes) -> bytes:
+    """The payload of an HTTP `Transfer-Encoding: chunked` body; ValueError if it is not one."""
+    out = bytearray()
+    position = 0
+    while True:
+        line_end = body.index(b"\r\n", position)
+        size = int(body[position:line_end].split(b";", 1)[0].strip(), 16)
+        position = line_end + 2
+        if size == 0:
+            return bytes(out)
+        if position + size > len(body):
+            raise ValueError("chunk runs past the end of the body")
+        out += body[position : position + size]
+        position += size + 2
+
+
+def _decompress(body: bytes, encoding: str) -> bytes:
+    if encoding in ("gzip", "x-gzip"):
+        return zlib.decompress(body, 47)  # gzip or zlib header, detected
+    if encoding == "deflate":
+        try:
+            return zlib.decompress(body)
+        except zlib.error:
+            return zlib.decompress(body, -15)  # raw deflate, as some servers send it
+    if encoding == "br":
+        import brotli
+
+        return brotli.decompress(body)
+    raise ValueError(f"unsupported content encoding {encoding!r}")
+
+
+def http_payload(body: bytes, transfer_encoding: str | None, content_encoding: str | None, stats: _WebBatcher) -> bytes:
+    """The entity an HTTP response carried, with transfer and content encodings undone.
+
+    Archives often store a payload already decoded under its original headers (ClueWeb09 does):
+    a body that fails to decode and does not start like the encoding's output is taken as is and
+    counted (`encoding_already_undone`); one that starts like it but fails is undecodable.
+    """
+    if transfer_encoding and "chunked" in transfer_encoding.lower():
+        try:
+            body = _dechunk(body)
+        except ValueError:
+            stats.count("encoding_already_undone")
+    encoding = (content_encoding or "").strip().lower()
+    if encoding in ("", "identity", "none"):
+        return body
+    try:
+        return _decompress(body, encoding)
+    except Exception as error:  # zlib.error, brotli.error, ValueError: all mean "not this encoding"
+        looks_encoded = (
+            body[:2] == b"\x1f\x8b" if encoding in ("gzip", "x-gzip") else not _HTML_START.match(body[:1024])
+        )
+        if looks_encoded:
+            raise _Undecodable(f"Content-Encoding {encoding}: {error}") from None
+        stats.count("encoding_already_undone")
+        return body
+
+
+def _target_uri(value: str | None) -> str | None:
+    # wget writes the URI in angle brackets (as the WARC 1.0 text's grammar shows it).
+    if value is None:
+        return None
+    value = value.strip()
+    return value[1:-1] if value.startswith("<") and value.endswith(">") else value
+
+
+def _is_html(content_type: str, body: bytes) -> bool:
+    if content_type in HTML_TYPES:
+        return True
+    # No (or a generic) declared type: sniff the markup, as browsers do.
+    return content_type in ("", "application/octet-stream", "text/plain", "unknown/unknown") and bool(
+        _HTML_START.match(body[:1024])
+    )
+
+
+@dataclass
+class WarcFile:
+    """All records of one WARC or WET file, streamed in order."""
+
+    path: str
+    source: str
+    kind: str = "warc"  # "warc": HTML responses; "wet": conversion records
+
+    def run(self) -> Iterator[StageOutput]:
+        from fastwarc.warc import ArchiveIterator, WarcRecordType
+
+        batch = _WebBatcher(self.source)
+        records = ArchiveIterator(
+            self.path,
+            record_types=WarcRecordType.any_type,
+            parse_http=False,  # parsed below, for responses only
+            quirks_mode=True,  # ClueWeb and other older writers bend the format
+            fsspec_args=False,
+        )
+        number = 0
+        try:
+            for record in records:
+                number += 1
+                if not self._record(record, number, batch):
+                    break
+                if len(batch) >= BATCH_RECORDS:
+                    yield batch.flush()
+        except OSError as error:
+            # Damaged compression: the records before it were kept; nothing after it is guessed at.
+            batch.reject(
+                f"{self.source}:{self.path.rsplit('/', 1)[-1]}:truncated",
+                "truncated_archive",
+                f"{self.path}: unreadable after record {number}: {error}",
+                {},
+            )
+        yield batch.flush()
+
+    def _record(self, record: Any, number: int, batch: _WebBatcher) -> bool:
+        """Handle one record; False when the archive ends in a damaged record."""
+        from fastwarc.warc import WarcRecordType
+
+        record_type = record.record_type
+        headers = record.headers
+        record_id = record.record_id
+        declared = headers.get("Content-Length")
+        if declared is None or record_id is None:
+            return self._truncated(record_id, number, "the record's header is incomplete", batch)
+        declared_length = record.content_length
+        is_document = (self.kind == "warc" and record_type == WarcRecordType.response) or (
+            self.kind == "wet" and record_type == WarcRecordType.conversion
+        )
+        if not is_document:
+            consumed = record.reader.consume()
+            if consumed != declared_length:
+                return self._truncated(record_id, number, f"{consumed} of {declared_length} bytes", batch)
+            batch.count(f"records.{record_type}")
+            return True
+        batch.count(f"records.{'response' if self.kind == 'warc' else 'conversion'}")
+        meta = {
+            "url": _target_uri(headers.get("WARC-Target-URI")),
+            "date": headers.get("WARC-Date"),
+            "warc_record_id": record_id,
+            "content_type": None,
+            "charset": None,
+        }
+        if self.kind == "wet":
+            body = record.reader.read()
+            if len(body) != declared_length:
+                return self._truncated(record_id, number, f"{len(body)} of {declared_length} bytes", batch)
+            meta["content_type"] = "text/plain"
+            meta["charset"] = "utf-8"
+            try:
+                text = body.decode("utf-8")  # Common Crawl writes WET text as UTF-8
+            except UnicodeDecodeError as error:
+                batch.reject(record_id, "warc.undecodable", str(error), meta)
+                return True
+            return self._keep(record_id, text, meta, batch)
+        if record.is_http:
+            record.parse_http(quirks_mode=True)
+        body = record.reader.read()
+        if len(body) != record.content_length:
+            return self._truncated(record_id, number, f"{len(body)} of {record.content_length} body bytes", batch)
+        http = record.http_headers
+        if http is None or not record.is_http:
+            batch.reject(record_id, "warc.not_html", f"not an HTTP response: {headers.get('Content-Type')}", meta)
+            return True
+        content_type = (record.http_content_type or "").strip().lower()
+        meta["content_type"] = content_type or None
+        status = http.status_code
+        if status != 200:
+            batch.reject(record_id, "warc.http_status", f"HTTP {status}: {http.status_line}", meta)
+            return True
+        try:
+            payload = http_payload(body, http.get("Transfer-Encoding"), http.get("Content-Encoding"), batch)
+        except _Undecodable as error:
+            batch.reject(record_id, "warc.undecodable", str(error), meta)
+            return True
+        if not payload.strip():
+            batch.reject(record_id, "warc.empty", f"{len(payload)} bytes of payload", meta)
+            return True
+        if not _is_html(content_type, payload):
+            batch.reject(record_id, "warc.not_html", f"Content-Type: {http.get('Content-Type')}", meta)
+            return True
+        if content_type not in HTML_TYPES:
+            meta["content_type"] = "text/html"  # sniffed
+        try:
+            text, codec = decode_page(payload, record.http_charset, batch)
+        except _Undecodable as error:
+            batch.reject(record_id, "warc.undecodable", str(error), meta)
+            return True
+        meta["charset"] = codec
+        return self._keep(record_id, text, meta, batch)
+
+    def _keep(self, record_id: str, text: str, meta: dict[str, Any], batch: _WebBatcher) -> bool:
+        if not text.strip():
+            batch.reject(record_id, "warc.empty", "no text", meta)
+        else:
+            batch.keep(record_id, text, meta)
+        return True
+
+    def _truncated(self, record_id: str | None, number: int, detail: str, batch: _WebBatcher) -> bool:
+        batch.reject(
+            record_id or f"{self.source}:{self.path.rsplit('/', 1)[-1]}:truncated",
+            "truncated_archive",
+            f"{self.path}: record {number} is cut off ({detail}); it and anything after it were not read",
+            {"warc_record_id": record_id},
+        )
+        return False
+
+
+@dataclass
+class HtmlFiles:
+    """Saved pages, one document per file, named by the file."""
+
+    files: list[tuple[str, str]]  # (path, id)
+    source: str
+
+    def run(self) -> Iterator[StageOutput]:
+        from tokenmill.curate.ingest import _open_binary
+
+        batch = _WebBatcher(self.source)
+        for path, doc_id in self.files:
+            meta = {"url": None, "date": None, "warc_record_id": None, "content_type": "text/html", "charset": None}
+            try:
+                with _open_binary(path) as handle:
+                    body = handle.read()
+            except (OSError, EOFError) as error:
+                batch.reject(doc_id, "corrupt_file", f"{type(error).__name__}: {error}", meta)
+                continue
+            if not body.strip():
+                batch.reject(doc_id, "html.empty", f"{len(body)} bytes", meta)
+                continue
+            try:
+                text, codec = decode_page(body, None, batch)
+            except _Undecodable as error:
+                batch.reject(doc_id, "html.undecodable", str(error), meta)
+                continue
+            meta["charset"] = codec
+            batch.keep(doc_id, text, meta)
+            if len(batch) >= BATCH_RECORDS:
+                yield batch.flush()
+        yield batch.flush()
