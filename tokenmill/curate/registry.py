@@ -29,6 +29,7 @@ from tokenmill.errors import ConfigError
 
 # The modules that declare stages, in pipeline order (the order of `tokenmill curate --help`).
 STAGE_MODULES = (
+    "tokenmill.curate.fetch",
     "tokenmill.curate.ingest",
     "tokenmill.curate.normalize",
     "tokenmill.curate.langid",
