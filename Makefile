@@ -59,6 +59,8 @@ bench: install
 bench-env:
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
 	.venv-bench/bin/pip install --quiet "datatrove==0.10.1" spacy regex pandas pyarrow tokenizers
+# bench/web.py: datatrove's WarcReader and Trafilatura extractor need these.
+	.venv-bench/bin/pip install --quiet warcio faust-cchardet python-magic trafilatura lxml_html_clean
 
 # Megatron-Core needs Python >= 3.12: tests/compat/ and bench/tokenize_loader.py read our shards with it.
 # pyenv's shim for python3.12 fails unless 3.12 is selected, so a pyenv 3.12 install is preferred.

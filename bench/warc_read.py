@@ -77,6 +77,14 @@ def worker(reader: str, repeat: int) -> dict[str, float]:
     }
 
 
+def write_result(lines: list[str], out: Path) -> None:
+    """Print a bench's result and store it where bench/results/ keeps it."""
+    text = "\n".join(lines)
+    print(text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
@@ -115,10 +123,7 @@ def main() -> None:
         lines.append("  note: the readers counted different numbers of records")
     ratio = results["fastwarc"]["records_per_s"] / results["warcio"]["records_per_s"]
     lines.append(f"fastwarc / warcio: {ratio:.1f}x records per CPU second")
-    text = "\n".join(lines)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
+    write_result(lines, args.out)
 
 
 if __name__ == "__main__":
