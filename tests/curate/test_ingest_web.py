@@ -304,3 +304,42 @@ def test_saved_pages(shared_data, tmp_path):
         assert kept.loc[kept["id"] == f"pages:{path.name}", "text"].iloc[0] == gzip.decompress(
             path.read_bytes()
         ).decode(kept.loc[kept["id"] == f"pages:{path.name}", "charset"].iloc[0])
+
+
+@pytest.mark.slow
+def test_recipe_source_reads_archives(warc_dir, tmp_path):
+    """A recipe's `sources` entry goes through the same reader."""
+    from tokenmill.pipelines.recipe import load_recipe
+    from tokenmill.pipelines.runner import run_recipe
+
+    recipe = tmp_path / "web.yaml"
+    recipe.write_text(
+        f"name: web\nsources:\n  - name: crawl\n    path: [{warc_dir / 'whirlwind.warc.gz'}, {warc_dir / 'whirlwind.warc.wet.gz'}]\n"
+        "curate:\n  - stage: normalize\n"
+    )
+    result = run_recipe(load_recipe(recipe), tmp_path / "work", until=["ingest.crawl"], progress=False, workers=1)
+    ingested = next(s for s in result.steps if s.name == "ingest.crawl")
+    assert ingested.status == "ran"
+    kept = pd.read_parquet(tmp_path / "work" / "curate" / "crawl" / "00-ingest" / "kept")
+    assert sorted(kept["content_type"]) == ["text/html", "text/plain"]
+    assert (kept["source"] == "crawl").all() and kept["url"].nunique() == 1
+
+
+def test_files_that_are_no_archives(warc_dir, tmp_path):
+    html = tmp_path / "page.warc"
+    html.write_text("<html><body>saved with the wrong name</body></html>\n")
+    header_only = tmp_path / "header.warc"
+    header_only.write_bytes(b"WARC/1.0\r\nWARC-Type: warcinfo\r\n")
+    damaged = bytearray((warc_dir / "wget-sample-0000.warc.gz").read_bytes())
+    damaged[150_000:150_400] = bytes(400)  # zeroed bytes inside a gzip member
+    (tmp_path / "damaged.warc.gz").write_bytes(bytes(damaged))
+    all_kept, _, _ = run_task(WarcFile(str(warc_dir / "wget-sample-0000.warc.gz"), "web"))
+    for path, reason in [
+        (html, "corrupt_file"),
+        (header_only, "truncated_archive"),
+        (tmp_path / "damaged.warc.gz", "corrupt_file"),
+    ]:
+        kept, rejected, _ = run_task(WarcFile(str(path), "web"))
+        assert rejected["reason"].tolist() == [reason], path.name
+        assert kept["text"].tolist() == all_kept["text"].tolist()[: len(kept)]
+    assert "no WARC record" in run_task(WarcFile(str(html), "web"))[1]["raw"].iloc[0]

@@ -20,6 +20,7 @@ enough to run on every page, and it maps labels the way browsers do, e.g. gb2312
 from __future__ import annotations
 
 import codecs
+import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -246,15 +247,15 @@ class WarcFile:
         from fastwarc.warc import ArchiveIterator, WarcRecordType
 
         batch = _WebBatcher(self.source)
-        records = ArchiveIterator(
-            self.path,
-            record_types=WarcRecordType.any_type,
-            parse_http=False,  # parsed below, for responses only
-            quirks_mode=True,  # ClueWeb and other older writers bend the format
-            fsspec_args=False,
-        )
         number = 0
         try:
+            records = ArchiveIterator(
+                self.path,
+                record_types=WarcRecordType.any_type,
+                parse_http=False,  # parsed below, for responses only
+                quirks_mode=True,  # ClueWeb and other older writers bend the format
+                fsspec_args=False,
+            )
             for record in records:
                 number += 1
                 if not self._record(record, number, batch):
@@ -262,13 +263,23 @@ class WarcFile:
                 if len(batch) >= BATCH_RECORDS:
                     yield batch.flush()
         except OSError as error:
-            # Damaged compression: the records before it were kept; nothing after it is guessed at.
+            # Damaged bytes (a gzip data error): the records before them were kept; nothing after
+            # them is guessed at.
             batch.reject(
-                f"{self.source}:{self.path.rsplit('/', 1)[-1]}:truncated",
-                "truncated_archive",
+                f"{self.source}:{os.path.basename(self.path)}:corrupt",
+                "corrupt_file",
                 f"{self.path}: unreadable after record {number}: {error}",
                 {},
             )
+        else:
+            if number == 0 and os.path.getsize(self.path) > 0:
+                # Bytes but not one record: not an archive (a misnamed file), said rather than skipped.
+                batch.reject(
+                    f"{self.source}:{os.path.basename(self.path)}",
+                    "corrupt_file",
+                    f"{self.path}: no {self.kind.upper()} record in its {os.path.getsize(self.path)} bytes",
+                    {},
+                )
         yield batch.flush()
 
     def _record(self, record: Any, number: int, batch: _WebBatcher) -> bool:
@@ -356,7 +367,7 @@ class WarcFile:
 
     def _truncated(self, record_id: str | None, number: int, detail: str, batch: _WebBatcher) -> bool:
         batch.reject(
-            record_id or f"{self.source}:{self.path.rsplit('/', 1)[-1]}:truncated",
+            record_id or f"{self.source}:{os.path.basename(self.path)}:truncated",
             "truncated_archive",
             f"{self.path}: record {number} is cut off ({detail}); it and anything after it were not read",
             {"warc_record_id": record_id},
