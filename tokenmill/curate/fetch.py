@@ -75,6 +75,8 @@ def _classify(error: BaseException) -> str:
     status = getattr(error, "status", None) or getattr(error, "code", None)
     if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429):
         return "fatal"
+    if "Credentials" in type(error).__name__ or isinstance(error, PermissionError):
+        return "fatal"  # botocore's NoCredentialsError: waiting does not bring credentials
     if isinstance(error, (OSError, asyncio.TimeoutError, TimeoutError, ConnectionError)):
         return "transient"
     module = type(error).__module__ or ""
