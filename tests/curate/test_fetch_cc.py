@@ -186,3 +186,48 @@ def test_clear_errors(crawl, tmp_path):
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "failed after 2 attempts" in done.stderr and "Cannot connect" in done.stderr
     assert not (tmp_path / "cc").exists() or not list((tmp_path / "cc").rglob("*.warc.gz"))
+
+
+@pytest.fixture
+def s3_crawl(shared_data, monkeypatch):
+    """The same crawl layout in a bucket of a local S3 server (moto), as s3://commoncrawl/."""
+    import boto3
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+    }.items():
+        monkeypatch.setenv(key, value)
+    s3fs.S3FileSystem.clear_instance_cache()  # a cached client would keep another endpoint
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="commoncrawl")
+    for path, name in WARCS.items():
+        client.put_object(Bucket="commoncrawl", Key=path, Body=(shared_data / "web" / "warc" / name).read_bytes())
+    client.put_object(
+        Bucket="commoncrawl", Key=f"crawl-data/{SNAPSHOT}/warc.paths.gz", Body=gzip.compress("\n".join(WARCS).encode())
+    )
+    yield "s3://commoncrawl/"
+    s3fs.S3FileSystem.clear_instance_cache()
+    server.stop()
+
+
+def test_fetch_from_s3_resumes_a_partial_file(s3_crawl, shared_data, tmp_path, monkeypatch):
+    monkeypatch.setattr(fetch, "CHUNK_BYTES", CHUNK)
+    out = tmp_path / "cc"
+    first, source = next(iter(WARCS.items()))
+    expected = (shared_data / "web" / "warc" / source).read_bytes()
+    (out / first).parent.mkdir(parents=True)
+    (out / (first + ".part")).write_bytes(expected[:50_000])  # left by an interrupted run
+    result = fetch_cc(SNAPSHOT, 2, out, base_url=s3_crawl, retries=0, progress=False)
+    assert (result["downloaded"], result["resumed"]) == (1, 1)
+    assert (out / first).read_bytes() == expected
+    assert not list(out.rglob("*.part"))
+    with pytest.raises(TokenmillError, match="snapshot CC-MAIN-2019-01 not found"):
+        fetch_cc("CC-MAIN-2019-01", 1, out, base_url=s3_crawl, retries=0, progress=False)
