@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill.train.lifecycle import AGENT_PID_ENV, LAUNCHER_PID_ENV, die_with_parent, env_pid
+from tokenmill.train.watchdog import PEER_FAILED_EXIT
 
 log = logging.getLogger("tokenmill.train.agent")  # also when run as __main__
 FAILURES = "failures.jsonl"
@@ -56,10 +57,12 @@ def record_failure(run_dir: str | Path | None, event: dict[str, Any]) -> None:
 
 
 def root_causes(failures: dict[int, Any], collateral: set[int] = frozenset()) -> list[tuple[int, Any]]:
-    """The failures that ended an attempt, by rank: torchrun SIGTERMs the other ranks as soon
-    as one fails, and this agent kills stopped ones (``collateral`` pids); those are effects."""
+    """The failures that ended an attempt, by rank. Effects are left out: the ranks torchrun
+    SIGTERMs as soon as one fails, stopped ones this agent killed (``collateral`` pids), and
+    ranks whose collective failed because a peer did (`PEER_FAILED_EXIT`)."""
+    effects = (-signal.SIGTERM, PEER_FAILED_EXIT)
     causes = [
-        (rank, f) for rank, f in sorted(failures.items()) if f.pid not in collateral and f.exitcode != -signal.SIGTERM
+        (rank, f) for rank, f in sorted(failures.items()) if f.pid not in collateral and f.exitcode not in effects
     ]
     return causes or sorted(failures.items())
 

@@ -26,6 +26,7 @@ from tokenmill.errors import TokenmillError
 log = logging.getLogger(__name__)
 
 HANG_EXIT = 124  # as timeout(1): the job did not finish in time
+PEER_FAILED_EXIT = 75  # EX_TEMPFAIL: this rank is fine, a peer failed (the agent looks past it)
 POLL_SECONDS = 1.0
 _TORCH_DISTRIBUTED = os.sep + os.path.join("torch", "distributed") + os.sep
 _TOKENMILL = os.sep + "tokenmill" + os.sep
@@ -60,7 +61,9 @@ def collective_of(frame: FrameType | None) -> tuple[FrameType, str, str] | None:
 
 
 class CollectiveError(TokenmillError):
-    """A collective failed or waited too long; the message names the rank and the operation."""
+    """A collective failed because a peer did; the message names the rank and the operation."""
+
+    exit_status = PEER_FAILED_EXIT
 
 
 def collective_failure(error: BaseException, rank: int) -> CollectiveError | None:
