@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         print(f"tokenmill: error: {error}", file=sys.stderr)
-        return 1
+        return error.exit_status
     except KeyboardInterrupt:
         if debug:
             traceback.print_exc()

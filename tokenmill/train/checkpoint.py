@@ -11,7 +11,9 @@ Layout of one checkpoint::
     checkpoints/latest                         the name of the newest complete checkpoint
 
 Writes are atomic: everything goes to ``.tmp_step_<N>/`` and is renamed into place, then
-``latest`` is replaced; a crash mid-save leaves the previous checkpoint untouched.
+``latest`` is replaced; a crash mid-save leaves the previous checkpoint untouched. With
+``AsyncCheckpointer`` the files are written in the background while training goes on, and
+published the same way once complete.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 import random
 import shutil
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,7 @@ import torch.distributed.checkpoint as dcp
 
 from tokenmill.errors import TokenmillError
 from tokenmill.infra.atomic import atomic_path
+from tokenmill.train.faults import inject
 from tokenmill.train.model import GPT, ModelConfig
 
 META = "meta.json"
@@ -100,34 +104,102 @@ def _file_table(directory: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def save_checkpoint(
-    run_dir: str | Path, step: int, state: dict[str, Any], meta: dict[str, Any], keep_last: int = 3
-) -> Path:
-    """Save DCP ``state`` + ``meta`` as ``step_<step>`` atomically; prune to the last K."""
+def _paths(run_dir: str | Path, step: int) -> tuple[Path, Path, Path]:
     root = Path(run_dir) / "checkpoints"
-    final = root / f"step_{step}"
-    tmp = root / f".tmp_step_{step}"
+    return root, root / f"step_{step}", root / f".tmp_step_{step}"
+
+
+def _prepare(run_dir: str | Path, step: int) -> Path:
+    """An empty ``.tmp_step_<step>`` for every rank to write into; returns its path."""
+    root, _, tmp = _paths(run_dir, step)
     if _rank() == 0:
         root.mkdir(parents=True, exist_ok=True)
         if tmp.exists():
             shutil.rmtree(tmp)
     _barrier()
+    return tmp
+
+
+def _publish(run_dir: str | Path, step: int, meta: dict[str, Any], keep_last: int) -> Path:
+    """Rank 0, once every rank's files are in ``.tmp_step_<step>``: meta.json, the rename
+    into place, ``latest``, pruning to the last ``keep_last``."""
+    root, final, tmp = _paths(run_dir, step)
+    meta = dict(meta, step=step, format_version=FORMAT_VERSION, files=_file_table(tmp))
+    _write_json(tmp / META, meta)
+    if final.exists():  # re-saving the same step (e.g. after a resume): replace it
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(root)
+    _write_text_atomic(root / LATEST, final.name)
+    for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def save_checkpoint(
+    run_dir: str | Path, step: int, state: dict[str, Any], meta: dict[str, Any], keep_last: int = 3
+) -> Path:
+    """Save DCP ``state`` + ``meta`` as ``step_<step>`` atomically; prune to the last K."""
+    tmp = _prepare(run_dir, step)
     with warnings.catch_warnings():  # one process without a process group is intended here
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp.save(state, checkpoint_id=str(tmp))
     _barrier()
     if _rank() == 0:
-        meta = dict(meta, step=step, format_version=FORMAT_VERSION, files=_file_table(tmp))
-        _write_json(tmp / META, meta)
-        if final.exists():  # re-saving the same step (e.g. after a resume): replace it
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _fsync_dir(root)
-        _write_text_atomic(root / LATEST, final.name)
-        for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
-            shutil.rmtree(old, ignore_errors=True)
+        _publish(run_dir, step, meta, keep_last)
     _barrier()
-    return final
+    return _paths(run_dir, step)[1]
+
+
+class AsyncCheckpointer:
+    """Checkpoints written in the background (DCP ``async_save``), one at a time.
+
+    ``save`` returns once the state is copied (staged) to host memory; the files are written
+    by a thread while training goes on, over a process group of their own (gloo), so the
+    writer's collectives never interleave with the training's. Rank 0 publishes the step
+    directory and ``latest`` only after every rank's files are written: a run killed
+    before that resumes from the previous complete checkpoint."""
+
+    def __init__(self) -> None:
+        self._pending: Future | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenmill-checkpoint")
+        self._group: dist.ProcessGroup | None = None
+
+    def save(
+        self, run_dir: str | Path, step: int, state: dict[str, Any], meta: dict[str, Any], keep_last: int = 3
+    ) -> Path:
+        self.wait()  # one checkpoint in flight: the previous one is published first
+        distributed = dist.is_available() and dist.is_initialized()
+        if not distributed:  # one process is intended; DCP warns from its writer thread
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        elif self._group is None:
+            self._group = dist.new_group(backend="gloo")  # every rank, at the same save
+        tmp = _prepare(run_dir, step)
+        written = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self._group, no_dist=not distributed)
+        rank = _rank()
+
+        def finish() -> None:
+            written.result()  # this rank's files; on rank 0 also .metadata, i.e. every rank's
+            inject("checkpoint", step)
+            if rank == 0:
+                _publish(run_dir, step, meta, keep_last)
+
+        self._pending = self._executor.submit(finish)
+        return _paths(run_dir, step)[1]
+
+    def poll(self) -> None:
+        """Raise the error of a finished background write, if any."""
+        if self._pending is not None and self._pending.done():
+            self.wait()
+
+    def wait(self) -> None:
+        """Block until the checkpoint in flight is published (or raise its error)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

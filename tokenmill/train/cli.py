@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenmill.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tokenmill.train.config import TrainConfig
+
+log = logging.getLogger(__name__)
 
 # Bundled training configs are tokenmill/recipes/train-<name>.yaml: `tokenmill train tiny`.
 RECIPE_PREFIX = "train-"
@@ -51,6 +58,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ):
         train.add_argument(f"--{name}", type=int, help=f"{meaning}; overrides `{name}:`")
     train.add_argument("--device", help="auto, cpu, cuda, cuda:N; overrides `device:`")
+    train.add_argument(
+        "--max-restarts",
+        type=_non_negative,
+        metavar="N",
+        help="when a rank fails, restart all ranks from the latest checkpoint, up to N times "
+        "(torchrun's elastic agent); overrides `parallel.max_restarts`",
+    )
     train.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
     train.set_defaults(func=run_train)
 
@@ -62,6 +76,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its latest)")
     export.add_argument("outdir", help="output directory")
     export.set_defaults(func=run_export)
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def restart_resume(cfg: TrainConfig, resume: bool | str) -> bool | str:
+    """What a rank resumes from: on a restart by the elastic agent, the run's latest complete
+    checkpoint (when it has one); otherwise what the command line asked for."""
+    from tokenmill.train.checkpoint import list_checkpoints
+
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if restart == 0:
+        return resume
+    found = list_checkpoints(cfg.out)
+    if int(os.environ.get("RANK", "0")) == 0:
+        where = f"from {found[-1]}" if found else "from the start (no checkpoint yet)"
+        log.warning("restart %d of %d: resuming %s", restart, cfg.parallel.max_restarts, where)
+    return True if found else resume
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -92,6 +131,8 @@ def run_train(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FutureWarning)
         cfg = load_config(config_path, overrides)
+    if args.max_restarts is not None:
+        cfg.parallel.max_restarts = args.max_restarts
 
     def deprecations() -> None:
         # Once, from the launcher (not from every rank), when the config has passed its checks:
@@ -100,7 +141,8 @@ def run_train(args: argparse.Namespace) -> int:
             for warning in caught:
                 print(f"tokenmill: warning: {warning.message}", file=sys.stderr)
 
-    if cfg.world_size > 1 and not under_torchrun():
+    # Restarts need an agent to restart the ranks: one process then runs under it as well.
+    if (cfg.world_size > 1 or cfg.parallel.max_restarts > 0) and not under_torchrun():
         from tokenmill.train.lifecycle import check_run_unlocked
         from tokenmill.train.loop import prepare
 
@@ -108,7 +150,9 @@ def run_train(args: argparse.Namespace) -> int:
         prepare(cfg, resume=args.resume)
         check_run_unlocked(cfg.out)
         deprecations()
-        return launch_torchrun(cfg.world_size, _train_argv(args, config_path))
+        return launch_torchrun(
+            cfg.world_size, _train_argv(args, config_path), max_restarts=cfg.parallel.max_restarts, run_dir=cfg.out
+        )
     if under_torchrun():
         if int(os.environ["WORLD_SIZE"]) != cfg.world_size:
             raise ConfigError(
@@ -117,7 +161,7 @@ def run_train(args: argparse.Namespace) -> int:
     from tokenmill.train.loop import train
 
     deprecations()
-    result = train(cfg, resume=args.resume)
+    result = train(cfg, resume=restart_resume(cfg, args.resume) if under_torchrun() else args.resume)
     if result.losses and int(os.environ.get("RANK", "0")) == 0:
         last = max(result.losses)
         print(f"trained to step {result.step}: loss {result.losses[last]:.4f}; checkpoint {result.checkpoint}")
@@ -135,6 +179,8 @@ def _train_argv(args: argparse.Namespace, config: str | Path | None = None) -> l
         argv.append("--resume")
     elif args.resume:
         argv += ["--resume", str(args.resume)]
+    if args.max_restarts is not None:
+        argv += ["--max-restarts", str(args.max_restarts)]
     if args.no_progress:
         argv.append("--no-progress")
     return argv

@@ -6,8 +6,8 @@ out: runs/train                        # the run directory (logs, checkpoints, t
 dataset: {path: data/shard, split: "969,30,1", tokenizer: null, seq_len: null}
 optimizer: {lr: 3.0e-4, min_lr: 3.0e-5, weight_decay: 0.1, clip_grad: 1.0}
 schedule: {steps: 100, global_batch_size: 8, warmup_steps: 10, decay_style: cosine}
-parallel: {tp: 1, pp: 1, dp: 1, zero: 0, precision: fp32, activation_checkpointing: "off"}
-checkpoint: {interval: 0, keep_last: 3}
+parallel: {tp: 1, pp: 1, dp: 1, zero: 0, precision: fp32, max_restarts: 0, collective_timeout: 1800}
+checkpoint: {interval: 0, keep_last: 3, async_save: false}
 logging: {interval: 1, eval_interval: 0, tensorboard: true}
 ```
 
@@ -234,6 +234,12 @@ class ParallelConfig(_Section):
     compile: Bool = False
     precision: Annotated[str, BeforeValidator(_str), _choice(PRECISIONS)] = "fp32"
     device: Str = "auto"  # auto | cpu | cuda | cuda:N
+    # Restarts of all ranks after one fails (torchrun's --max-restarts); each restart resumes
+    # from the run's latest complete checkpoint. 0: a failed rank ends the job.
+    max_restarts: NonNegativeInt = 0
+    # Seconds a rank may wait in one collective for the other ranks before the job ends with
+    # an error naming the rank and the operation (tokenmill.train.watchdog), instead of hanging.
+    collective_timeout: Annotated[float, BeforeValidator(_float), _at_least(1)] = 1800.0
 
     @property
     def world_size(self) -> int:
@@ -251,6 +257,9 @@ class ParallelConfig(_Section):
 class CheckpointConfig(_Section):
     interval: NonNegativeInt = 0  # 0: only at the end
     keep_last: Positive = 3
+    # Write checkpoints in the background (DCP async_save): training goes on while the files
+    # are written; the step directory and `latest` are published once the write completes.
+    async_save: Bool = False
 
 
 class LoggingConfig(_Section):

@@ -1,9 +1,9 @@
 """Run in-process on one device, or re-launch under torchrun when the config asks for more.
 
-`tokenmill train` started by a user with tp*pp*dp > 1 checks the config, the data and the
-layout itself (so a mistake is one line, before any worker starts), then runs
-`python -m tokenmill.train.agent W train ...`: torchrun with `--standalone
---nproc-per-node W -m tokenmill.cli` (see agent.py). Started by torchrun (``LOCAL_RANK``
+`tokenmill train` started by a user with tp*pp*dp > 1 (or with restarts asked for) checks the
+config, the data and the layout itself (so a mistake is one line, before any worker starts),
+then runs `python -m tokenmill.train.agent W --max-restarts N -- train ...`: torchrun with
+`--standalone --nproc-per-node W --max-restarts N -m tokenmill.cli` (see agent.py). Started by torchrun (``LOCAL_RANK``
 set) it just runs, so multi-node users call torchrun themselves with `--nnodes` and the same
 arguments.
 
@@ -41,11 +41,16 @@ def child_env(world_size: int) -> dict[str, str]:
     return env
 
 
-def launch_torchrun(world_size: int, argv: list[str]) -> int:
+def launch_torchrun(world_size: int, argv: list[str], max_restarts: int = 0, run_dir: str | None = None) -> int:
     """Run ``tokenmill <argv>`` in ``world_size`` local processes; return the exit status.
+    A failed rank restarts them all, up to ``max_restarts`` times; failures are recorded in
+    ``run_dir``.
 
     KeyboardInterrupt (Ctrl-C) stops the workers, then propagates to the caller."""
-    command = [sys.executable, "-m", "tokenmill.train.agent", str(world_size), *argv]
+    command = [sys.executable, "-m", "tokenmill.train.agent", str(world_size), f"--max-restarts={max_restarts}"]
+    if run_dir:
+        command.append(f"--run-dir={run_dir}")
+    command += ["--", *argv]
     try:
         agent = subprocess.Popen(command, env=child_env(world_size), start_new_session=True)
     except OSError as error:

@@ -24,6 +24,7 @@ import yaml
 
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.train.checkpoint import (
+    AsyncCheckpointer,
     list_checkpoints,
     load_checkpoint,
     read_meta,
@@ -34,10 +35,12 @@ from tokenmill.train.checkpoint import (
 )
 from tokenmill.train.config import TrainConfig, resolve_vocab_size
 from tokenmill.train.engine import Engine, SingleProcessEngine
+from tokenmill.train.faults import inject
 from tokenmill.train.lifecycle import RunLock
 from tokenmill.train.metrics import MetricsLogger, format_record, peak_flops, peak_memory_bytes
 from tokenmill.train.model import GPT
 from tokenmill.train.optim import Schedule
+from tokenmill.train.watchdog import CollectiveWatchdog, collective_failure
 
 log = logging.getLogger(__name__)
 
@@ -207,10 +210,21 @@ def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine
     prepared = prepare(cfg, resume)
     # The writing process (rank 0 under torchrun) holds the run directory before anything in
     # it is changed; a second run on it stops here.
-    lock = RunLock(cfg.out).acquire() if int(os.environ.get("RANK", "0")) == 0 else None
+    rank = int(os.environ.get("RANK", "0"))
+    lock = RunLock(cfg.out).acquire() if rank == 0 else None
+    # Ranks wait for each other from the engine's first collective on: none waits forever.
+    watchdog = CollectiveWatchdog(cfg.parallel.collective_timeout, rank).start() if cfg.world_size > 1 else None
     try:
         return _train(cfg, prepared, engine)
+    except RuntimeError as error:
+        # A peer that died or stopped answering: one line naming this rank and the operation.
+        failure = collective_failure(error, rank) if cfg.world_size > 1 else None
+        if failure is None:
+            raise
+        raise failure from error
     finally:
+        if watchdog is not None:
+            watchdog.stop()
         if lock is not None:
             lock.release()
 
@@ -261,6 +275,7 @@ def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None) -> Train
     flops_per_token = cfg.model.flops_per_token(cfg.sequence_length)
     mbs = cfg.local_micro_batch_size
     result = TrainResult(run_dir=run_dir, step=step, consumed_samples=consumed)
+    checkpointer = AsyncCheckpointer() if cfg.checkpoint.async_save else None
 
     def save() -> Path:
         meta = {
@@ -271,9 +286,8 @@ def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None) -> Train
             "consumed_samples": consumed,
             "rng": rng_state(),
         }
-        return save_checkpoint(
-            run_dir, step, engine.state_dict_for_checkpoint(), meta, keep_last=cfg.checkpoint.keep_last
-        )
+        write = checkpointer.save if checkpointer is not None else save_checkpoint
+        return write(run_dir, step, engine.state_dict_for_checkpoint(), meta, keep_last=cfg.checkpoint.keep_last)
 
     bar = None
     if engine.is_logging_rank and cfg.logging.progress:
@@ -337,9 +351,16 @@ def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None) -> Train
                 bar.update(1)
             if cfg.checkpoint.interval and step % cfg.checkpoint.interval == 0 and step != cfg.schedule.steps:
                 result.checkpoint = save()
+            if checkpointer is not None:
+                checkpointer.poll()  # a failed background write stops the run here
+            inject("step", step)
         if step > result.step or ckpt_path is None:
             result.checkpoint = save()
+        if checkpointer is not None:
+            checkpointer.wait()  # the run ends with its last checkpoint published
     finally:
+        if checkpointer is not None:
+            checkpointer.close()
         if bar is not None:
             bar.close()
         logger.close()
