@@ -30,6 +30,7 @@ from tokenmill.errors import ConfigError
 # The modules that declare stages, in pipeline order (the order of `tokenmill curate --help`).
 STAGE_MODULES = (
     "tokenmill.curate.ingest",
+    "tokenmill.curate.extract",
     "tokenmill.curate.normalize",
     "tokenmill.curate.langid",
     "tokenmill.curate.filter",
