@@ -9,7 +9,8 @@ precision and recall, F1 of the means), beside the figures the benchmark publish
 per CPU second (process time of the extracting process, the best of --repeat passes over the 181
 pages, so the load of a shared machine counts as little as it can). Each extractor runs in its own
 process, so its peak RSS (ru_maxrss) is its own. Peers: trafilatura (its default path and its
-fast mode, comments excluded as the benchmark runs it) and jusText, run here on the same pages.
+fast mode, comments excluded as the benchmark runs it), Resiliparse with its default
+main-content options (as the benchmark runs it) and jusText, run here on the same pages.
 
 Memory: --long-run pages (the 181 pages, cycled) through the default extractor two ways, with the
 RSS sampled every 100 pages: in one process (how lxml-based extraction is usually called), and
@@ -54,6 +55,10 @@ def _peer(name: str):
         import trafilatura
 
         return lambda html: trafilatura.extract(html, include_comments=False, fast=True)
+    if name == "resiliparse (defaults)":
+        from resiliparse.extract.html2text import extract_plain_text
+
+        return lambda html: extract_plain_text(html, main_content=True)
     if name == "justext":
         import justext
 
@@ -167,15 +172,18 @@ def main() -> None:
         f"article-extraction-benchmark: 181 pages; trafilatura {version('trafilatura')},"
         f" resiliparse {version('resiliparse')}, justext {version('justext')}, lxml {version('lxml')}"
     )
-    print(f"{'extractor':<22} {'precision':>9} {'recall':>7} {'F1':>6} {'published F1':>12} {'pages/CPU s':>11} {'peak RSS':>9}")
+    print(
+        f"{'extractor':<24} {'precision':>9} {'recall':>7} {'F1':>6} {'published F1':>12} {'pages/CPU s':>11} {'peak RSS':>9}"
+    )
     rows = {}
-    for name in ["trafilatura", "trafilatura --fast", "justext", *[e for e in EXTRACTORS if e != "trafilatura"]]:
+    peers = ["trafilatura", "trafilatura --fast", "resiliparse (defaults)", "justext"]
+    for name in [*peers, *[e for e in EXTRACTORS if e != "trafilatura"]]:
         row = rows[name] = in_subprocess("--one", name, "--repeat", str(args.repeat))
         label = f"{name} (tokenmill)" if name in EXTRACTORS and name != "trafilatura" else name
         label += " *" if name == DEFAULT_EXTRACTOR else ""
         published = f"{PUBLISHED[name]:.3f}" if name in PUBLISHED else ""
         print(
-            f"{label:<22} {row['precision']:>9.3f} {row['recall']:>7.3f} {row['f1']:>6.3f} {published:>12}"
+            f"{label:<24} {row['precision']:>9.3f} {row['recall']:>7.3f} {row['f1']:>6.3f} {published:>12}"
             f" {row['pages_per_cpu_s']:>11.0f} {row['peak_rss_mb']:>6.0f} MB",
             flush=True,
         )
