@@ -25,6 +25,7 @@ Extractors (`EXTRACTORS`):
 
 from __future__ import annotations
 
+import atexit
 import logging
 from collections import Counter
 from collections.abc import Iterable
@@ -58,8 +59,16 @@ _PROCESSES: dict[tuple[str, float, int], ExtractorProcess] = {}
 def extractor_process(extractor: str, timeout: float, recycle_after: int) -> ExtractorProcess:
     key = (extractor, timeout, recycle_after)
     if key not in _PROCESSES:
+        if not _PROCESSES:
+            atexit.register(_close_processes)
         _PROCESSES[key] = ExtractorProcess(extractor, timeout=timeout, recycle_after=recycle_after)
     return _PROCESSES[key]
+
+
+def _close_processes() -> None:
+    """Stop the children when this process exits (they would also stop at end of input)."""
+    for process in _PROCESSES.values():
+        process.close()
 
 
 def is_html_type(content_type: Any) -> bool:
