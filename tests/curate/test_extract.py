@@ -132,6 +132,18 @@ def test_each_extractor_extracts_a_real_page(shared_data, extractor):
     assert tp / (tp + fn) > 0.9 and title
 
 
+@pytest.mark.parametrize("extractor", ["lean", "trafilatura", "resiliparse"])
+def test_xhtml_with_an_encoding_declaration_extracts(extractor):
+    # lxml refuses a str that declares its encoding; XHTML pages often start with one.
+    body = "<p>" + "A sentence of the article body, long enough to count as text. " * 10 + "</p>"
+    page = (
+        '<?xml version="1.0" encoding="utf-8"?>\n<!DOCTYPE html><html xmlns="http://www.w3.org/1999/xhtml">'
+        f"<head><title>An XHTML page</title></head><body><article>{body}</article></body></html>"
+    )
+    title, text = extract_page(extractor, page)
+    assert title == "An XHTML page" and text.count("A sentence of the article body") == 10
+
+
 # ---- pathological pages
 
 
