@@ -31,6 +31,7 @@ from tokenmill.errors import ConfigError
 STAGE_MODULES = (
     "tokenmill.curate.fetch",
     "tokenmill.curate.ingest",
+    "tokenmill.curate.extract",
     "tokenmill.curate.normalize",
     "tokenmill.curate.langid",
     "tokenmill.curate.filter",

@@ -1,0 +1,209 @@
+"""HTML -> main text: quality and speed of each extractor on the article-extraction benchmark,
+and memory over a long run.
+
+    python bench/extract.py [--long-run 3000] [--repeat 2]
+
+Quality: the 181 pages of ../shared/data/web/extraction scored with that benchmark's own metric
+(`tokenmill.curate.html_text.extraction_scores`: word 4-gram shingle multisets, mean per-page
+precision and recall, F1 of the means), beside the figures the benchmark publishes. Speed: pages
+per CPU second (process time of the extracting process, the best of --repeat passes over the 181
+pages, so the load of a shared machine counts as little as it can). Each extractor runs in its own
+process, so its peak RSS (ru_maxrss) is its own. Peers: trafilatura (its default path and its
+fast mode, comments excluded as the benchmark runs it), Resiliparse with its default
+main-content options (as the benchmark runs it) and jusText, run here on the same pages.
+
+Memory: --long-run pages (the 181 pages, cycled) through the default extractor two ways, with the
+RSS sampled every 100 pages: in one process (how lxml-based extraction is usually called), and
+through the stage's child process recycled every 1,000 pages (ExtractorProcess).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+
+import argparse  # noqa: E402
+import gzip  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+DATA = Path(os.environ.get("TOKENMILL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+PUBLISHED = {"trafilatura": 0.958, "justext": 0.804}  # the benchmark's README, latest evaluation
+
+
+def load_pages() -> list[tuple[str, str, str]]:
+    """(key, html, true article body) of each benchmark page, in key order."""
+    root = DATA / "web" / "extraction"
+    truth = json.loads((root / "ground-truth.json").read_text())
+    pages = []
+    for path in sorted((root / "html").glob("*.html.gz")):
+        key = path.name.split(".")[0]
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            pages.append((key, f.read(), truth[key]["articleBody"]))
+    return pages
+
+
+def _peer(name: str):
+    """A peer extractor run as its authors document it: html -> text."""
+    if name == "trafilatura --fast":
+        import trafilatura
+
+        return lambda html: trafilatura.extract(html, include_comments=False, fast=True)
+    if name == "resiliparse (defaults)":
+        from resiliparse.extract.html2text import extract_plain_text
+
+        return lambda html: extract_plain_text(html, main_content=True)
+    if name == "justext":
+        import justext
+
+        stoplist = justext.get_stoplist("English")
+
+        def run(html: str) -> str:
+            paragraphs = justext.justext(html.encode("utf-8"), stoplist)
+            return "\n".join(p.text for p in paragraphs if not p.is_boilerplate)
+
+        return run
+    raise KeyError(name)
+
+
+def measure_one(name: str, repeat: int) -> dict:
+    """In this process: the extractor's scores, pages per CPU second and peak RSS."""
+    from tokenmill.curate.html_text import EXTRACTORS, extraction_scores
+
+    extract = EXTRACTORS[name] if name in EXTRACTORS else _peer(name)
+    pages = load_pages()
+    extract(pages[0][1])  # imports and caches outside the timing
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.process_time()
+        texts = [extract(html) or "" for _, html, _ in pages]
+        best = min(best, time.process_time() - started)
+    scores = extraction_scores((true, text) for (_, _, true), text in zip(pages, texts))
+    return {
+        **scores,
+        "pages": len(pages),
+        "pages_per_cpu_s": len(pages) / best,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def rss_mb(pid: int) -> float:
+    import psutil
+
+    return psutil.Process(pid).memory_info().rss / 2**20
+
+
+def long_run_in_process(n_pages: int) -> dict:
+    from tokenmill.curate.html_text import DEFAULT_EXTRACTOR, extract_page
+
+    pages = [html for _, html, _ in load_pages()]
+    samples = []
+    for i in range(n_pages):
+        extract_page(DEFAULT_EXTRACTOR, pages[i % len(pages)])
+        if i % 100 == 99:
+            samples.append(rss_mb(os.getpid()))
+    return {"samples": samples}
+
+
+def long_run_child(n_pages: int, recycle_after: int) -> dict:
+    from tokenmill.curate.html_text import DEFAULT_EXTRACTOR, ExtractorProcess
+
+    pages = [html for _, html, _ in load_pages()]
+    process = ExtractorProcess(DEFAULT_EXTRACTOR, timeout=60, recycle_after=recycle_after)
+    samples = []
+    try:
+        for i in range(n_pages):
+            status, _, _ = process.extract(pages[i % len(pages)])
+            assert status == "ok", status
+            if i % 100 == 99:
+                samples.append(rss_mb(process._child.pid) + rss_mb(os.getpid()))
+    finally:
+        process.close()
+    return {"samples": samples, "children": process.started}
+
+
+def in_subprocess(*args: str) -> dict:
+    """Run this script with `args` in a fresh Python and return the JSON it prints."""
+    done = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, check=False, env=os.environ.copy()
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def describe(samples: list[float]) -> str:
+    third = max(1, len(samples) // 3)
+    first, last = samples[:third], samples[-third:]
+    return (
+        f"RSS first third {min(first):.0f}-{max(first):.0f} MB, last third {min(last):.0f}-{max(last):.0f} MB,"
+        f" peak {max(samples):.0f} MB"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=2, help="timed passes per extractor (the best is kept)")
+    parser.add_argument("--long-run", type=int, default=3000, help="pages for the memory runs (0: skip)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--memory", choices=["in-process", "child"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure_one(args.one, args.repeat)))
+        return
+    if args.memory == "in-process":
+        print(json.dumps(long_run_in_process(args.long_run)))
+        return
+    if args.memory == "child":
+        print(json.dumps(long_run_child(args.long_run, recycle_after=1000)))
+        return
+
+    from importlib.metadata import version
+
+    from tokenmill.curate.html_text import DEFAULT_EXTRACTOR, EXTRACTORS
+
+    print(
+        f"article-extraction-benchmark: 181 pages; trafilatura {version('trafilatura')},"
+        f" resiliparse {version('resiliparse')}, justext {version('justext')}, lxml {version('lxml')}"
+    )
+    print(
+        f"{'extractor':<24} {'precision':>9} {'recall':>7} {'F1':>6} {'published F1':>12} {'pages/CPU s':>11} {'peak RSS':>9}"
+    )
+    rows = {}
+    peers = ["trafilatura", "trafilatura --fast", "resiliparse (defaults)", "justext"]
+    for name in [*peers, *[e for e in EXTRACTORS if e != "trafilatura"]]:
+        row = rows[name] = in_subprocess("--one", name, "--repeat", str(args.repeat))
+        label = f"{name} (tokenmill)" if name in EXTRACTORS and name != "trafilatura" else name
+        label += " *" if name == DEFAULT_EXTRACTOR else ""
+        published = f"{PUBLISHED[name]:.3f}" if name in PUBLISHED else ""
+        print(
+            f"{label:<24} {row['precision']:>9.3f} {row['recall']:>7.3f} {row['f1']:>6.3f} {published:>12}"
+            f" {row['pages_per_cpu_s']:>11.0f} {row['peak_rss_mb']:>6.0f} MB",
+            flush=True,
+        )
+    reference = rows["trafilatura"]["pages_per_cpu_s"]
+    print("* the default. Speed against trafilatura (pages per CPU second):")
+    for name in EXTRACTORS:
+        if name != "trafilatura":
+            f1_delta = rows[name]["f1"] - rows["trafilatura"]["f1"]
+            print(f"  {name}: {rows[name]['pages_per_cpu_s'] / reference:.2f}x, F1 {f1_delta:+.3f}")
+
+    if args.long_run:
+        print(f"\nmemory over {args.long_run} pages (the 181 pages cycled), {DEFAULT_EXTRACTOR} extractor:")
+        alone = in_subprocess("--memory", "in-process", "--long-run", str(args.long_run))
+        print(f"  in one process, no recycling: {describe(alone['samples'])}")
+        child = in_subprocess("--memory", "child", "--long-run", str(args.long_run))
+        print(
+            f"  stage's child process recycled every 1000 pages ({child['children']} children),"
+            f" parent + child: {describe(child['samples'])}"
+        )
+
+
+if __name__ == "__main__":
+    main()
