@@ -100,3 +100,27 @@ def test_clear_errors(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
             storage.read_text(f"{bucket}/a.txt")
     finally:
         s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_work_and_run_directories_must_be_local() -> None:
+    from tokenmill.errors import ConfigError
+    from tokenmill.pipelines.runner import local_workdir
+    from tokenmill.train.config import TrainConfig
+
+    with pytest.raises(TokenmillError, match="work directory s3://b/work: it must be local"):
+        local_workdir("s3://b/work")
+    with pytest.raises(ConfigError, match="out: s3://b/run: the run directory"):
+        TrainConfig(data="s3://b/shard", out="s3://b/run").validate()
+
+
+def test_missing_s3fs_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    import fsspec.registry
+
+    monkeypatch.setitem(sys.modules, "s3fs", None)  # what `import s3fs` finds without the package
+    monkeypatch.delitem(fsspec.registry._registry, "s3", raising=False)
+    with pytest.raises(
+        TokenmillError, match=r"^reading or writing s3://b/x needs s3fs \(pip install 'tokenmill\[s3\]'\)$"
+    ):
+        storage.exists("s3://b/x")

@@ -35,7 +35,7 @@ def _documents(shared_data: Path, bucket: str) -> str:
     return f"{bucket}/docs"
 
 
-def test_encode_onto_a_bucket_and_train_from_its_cache(bucket, shared_data, s3_dask_client, tmp_path) -> None:
+def test_encode_onto_a_bucket_and_train_from_its_cache(bucket, shared_data, s3_dask_client, tmp_path, capsys) -> None:
     docs = _documents(shared_data, bucket)
     tokenizer_url = train_tokenizer(docs, 300, f"{bucket}/tok/tokenizer.json")
     assert tokenizer_url == f"{bucket}/tok/tokenizer.json"
@@ -72,6 +72,10 @@ def test_encode_onto_a_bucket_and_train_from_its_cache(bucket, shared_data, s3_d
     assert resolve_blend(prefix) == local_prefix and cached.stat().st_mtime_ns == mtime
     dataset = IndexedDataset(local_prefix)
     assert len(dataset) == meta["documents"]
+    from tokenmill.cli import main
+
+    assert main(["tokenize", "inspect", prefix, "--docs", "1"]) == 0
+    assert f"{local_prefix}: {meta['documents']} documents, {meta['tokens']} tokens" in capsys.readouterr().out
 
     from tokenmill.train.config import TrainConfig
     from tokenmill.train.loop import train
