@@ -119,7 +119,7 @@ def test_missing_s3fs_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None
     import fsspec.registry
 
     monkeypatch.setitem(sys.modules, "s3fs", None)  # what `import s3fs` finds without the package
-    monkeypatch.delitem(fsspec.registry._registry, "s3", raising=False)
+    monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, "s3", raising=False)
     with pytest.raises(
         TokenmillError, match=r"^reading or writing s3://b/x needs s3fs \(pip install 'tokenmill\[s3\]'\)$"
     ):

@@ -75,7 +75,7 @@ def test_encode_onto_a_bucket_and_train_from_its_cache(bucket, shared_data, s3_d
     from tokenmill.cli import main
 
     assert main(["tokenize", "inspect", prefix, "--docs", "1"]) == 0
-    assert f"{local_prefix}: {meta['documents']} documents, {meta['tokens']} tokens" in capsys.readouterr().out
+    assert f"{prefix}: {meta['documents']} documents, {meta['tokens']} tokens" in capsys.readouterr().out
 
     from tokenmill.train.config import TrainConfig
     from tokenmill.train.loop import train
