@@ -129,6 +129,7 @@ def test_ingest_reads_a_text_file_from_a_bucket_like_a_local_one(bucket, shared_
     assert report["balanced"]
 
 
+@pytest.mark.slow
 def test_interrupted_publication_never_looks_finished(bucket, s3_dask_client, monkeypatch) -> None:
     storage.write_text(f"{bucket}/raw/a.jsonl", "\n".join(json.dumps({"text": f"document {i}"}) for i in range(5)))
     out = f"{bucket}/stage"

@@ -114,12 +114,12 @@ def test_work_and_run_directories_must_be_local() -> None:
 
 
 def test_missing_s3fs_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
     import sys
 
-    import fsspec.registry
-
+    registry = importlib.import_module("fsspec.registry")  # the module; `fsspec.registry` is a mapping
     monkeypatch.setitem(sys.modules, "s3fs", None)  # what `import s3fs` finds without the package
-    monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, "s3", raising=False)
+    monkeypatch.delitem(registry._registry, "s3", raising=False)
     with pytest.raises(
         TokenmillError, match=r"^reading or writing s3://b/x needs s3fs \(pip install 'tokenmill\[s3\]'\)$"
     ):
