@@ -201,10 +201,12 @@ def list_files(directory: str | os.PathLike, suffix: str | None = None) -> list[
 
 def open_input(path: str | os.PathLike, compression: str | None = None) -> IO[bytes]:
     """A binary file object for reading; ``compression`` is ``gzip`` or ``zstd`` (or None)."""
-    if not is_url(path):
-        return open(local_path(path), "rb")
     import fsspec
 
+    if not is_url(path):
+        if compression is None:
+            return open(local_path(path), "rb")
+        return fsspec.open(str(local_path(path)), "rb", compression=compression).open()
     filesystem(str(path))  # the clear error for a missing package
     with storage_errors(path, "read"):
         return fsspec.open(str(path), "rb", compression=compression).open()
