@@ -352,3 +352,18 @@ def test_label_propagation_finds_components_of_long_chains(tmp_path, dask_client
         dask_client, parquet_files(tmp_path / "edges"), tmp_path / "cc", npartitions=3, progress=False
     )
     assert again == result
+
+
+@pytest.mark.parametrize("method", ["exact", "fuzzy"])
+def test_an_empty_input_part_is_no_error(tmp_path, articles, dask_client, method):
+    """A stage that rejects a whole batch publishes an empty kept part; dedup reads past it."""
+    docs = articles[:6] + [articles[0]]
+    write_documents(
+        pd.DataFrame({"id": [f"d{i}" for i in range(len(docs))], "text": docs, "source": "w"}),
+        tmp_path / "in" / "a.parquet",
+    )
+    write_documents(pd.DataFrame({"id": [], "text": [], "source": []}, dtype=str), tmp_path / "in" / "b.parquet")
+    manifest = run_dedup(
+        tmp_path / "in", tmp_path / "out", DedupConfig(method=method), client=dask_client, progress=False
+    )
+    assert manifest["counts"]["in"] == 7 and manifest["counts"]["kept"] == 6

@@ -14,10 +14,10 @@ as in GPT-3's procedure.
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,7 @@ from tokenmill.curate.dedup.shingles import ShingleConfig, encode_batch
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.infra import storage
 
 HASH_SEED = 13
 
@@ -46,16 +47,17 @@ class EvalTask:
             name, spec = spec.split("=", 1)
         fields: tuple[str, ...] = ()
         path = spec
-        if ":" in spec and not Path(spec).exists():
+        # The last ':' separates fields, unless it belongs to a URL's scheme or the path exists.
+        if ":" in spec.split("://", 1)[-1] and not storage.exists(spec):
             path, field_list = spec.rsplit(":", 1)
             fields = tuple(f.strip() for f in field_list.split(",") if f.strip())
-        if not Path(path).is_file():
+        if not storage.isfile(path):
             raise TokenmillError(f"eval task file not found: {path}")
-        return cls(name or Path(path).name.split(".")[0], str(Path(path).resolve()), fields)
+        return cls(name or storage.basename(path).split(".")[0], storage.absolute(path), fields)
 
     def texts(self) -> list[str]:
         out: list[str] = []
-        with open(self.path, encoding="utf-8") as handle:
+        with io.TextIOWrapper(storage.open_input(self.path), encoding="utf-8") as handle:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
@@ -235,7 +237,7 @@ class DecontaminateOptions:
 def decontamination_tasks(tasks: list[str] | None, data_dir: str | None) -> list[str]:
     out = list(tasks or [])
     if data_dir:
-        out += [str(p) for p in sorted(Path(data_dir).glob("*.jsonl"))]
+        out += [name for name, relative in storage.list_files(data_dir, ".jsonl") if "/" not in relative]
     if not out:
         raise ConfigError("decontaminate needs `tasks` (JSONL files) or a `data_dir` holding .jsonl task files")
     return out

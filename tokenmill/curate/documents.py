@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tokenmill.errors import TokenmillError
+from tokenmill.infra import storage
 from tokenmill.infra.documents import (  # noqa: F401  (the contract, re-exported for the stages)
     KEPT_DIR,
     MANIFEST_FILE,
@@ -34,7 +35,11 @@ STRING_COLUMNS = ("id", "text", "source", "reason", "raw", "lang", "kept_id", "c
 def read_documents(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
     """Read one Parquet file of documents into pandas, checking the required columns."""
     try:
-        table = pq.read_table(path, columns=columns)
+        table = (
+            storage.parquet_file(path).read(columns=columns)
+            if storage.is_url(path)
+            else pq.read_table(path, columns=columns)
+        )
     except (pa.ArrowInvalid, OSError) as error:
         raise TokenmillError(f"cannot read Parquet file {path}: {error}") from None
     if columns is None:
@@ -60,6 +65,11 @@ def to_arrow(frame: pd.DataFrame) -> pa.Table:
 
 
 def write_documents(frame: pd.DataFrame, path: str | Path) -> None:
+    """Write one Parquet file of documents (a local path or a URL)."""
+    if storage.is_url(path):
+        with storage.open_output(path) as handle:
+            pq.write_table(to_arrow(frame.reset_index(drop=True)), handle, compression="zstd")
+        return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(to_arrow(frame.reset_index(drop=True)), path, compression="zstd")

@@ -39,6 +39,7 @@ from tokenmill.curate import webarchive
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import StageOutput, run_tasks
 from tokenmill.errors import TokenmillError
+from tokenmill.infra import storage
 
 FORMATS = ("jsonl", "parquet", "text", "warc", "wet", "html")
 # Formats read record by record from an archive, which is only ever gzip-compressed.
@@ -241,6 +242,8 @@ def _undecodable_reason(options: IngestOptions) -> str:
 
 def _open_binary(path: str) -> IO[bytes]:
     compression = _compression(path)
+    if storage.is_url(path):
+        return storage.open_input(path, {".gz": "gzip", ".zst": "zstd"}.get(compression or ""))
     if compression == ".gz":
         return gzip.open(path, "rb")
     if compression == ".zst":
@@ -311,9 +314,8 @@ class ParquetChunk:
     first_row: int = 0
 
     def run(self) -> Iterator[StageOutput]:
-        import pyarrow.parquet as pq
 
-        parquet_file = pq.ParquetFile(self.path)
+        parquet_file = storage.parquet_file(self.path)
         names = parquet_file.schema_arrow.names
         if self.options.text_field not in names:
             raise TokenmillError(
@@ -420,31 +422,17 @@ class WithColumns:
             yield output
 
 
-def _directory_files(directory: Path) -> list[Path]:
-    """Files under `directory`, sorted, skipping hidden files and directories (.git, .DS_Store)."""
-    return sorted(
-        p
-        for p in directory.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(directory).parts)
-    )
-
-
-def _file_tasks(path: Path, prefix: str, source: str, fmt: str, options: IngestOptions) -> list[Any]:
+def _file_tasks(path: str, prefix: str, source: str, fmt: str, options: IngestOptions) -> list[Any]:
     if fmt == "jsonl":
-        if _compression(path.name):
+        if _compression(path):
             return [JsonlChunk(str(path), prefix, source, options)]
-        size = path.stat().st_size
+        size = storage.size(path)
         return [
             JsonlChunk(str(path), prefix, source, options, start, min(start + JSONL_CHUNK_BYTES, size))
             for start in range(0, max(size, 1), JSONL_CHUNK_BYTES)
         ]
     if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            metadata = pq.ParquetFile(path).metadata
-        except Exception as error:  # pyarrow raises several types for a corrupt file
-            raise TokenmillError(f"cannot read Parquet file {path}: {error}") from None
+        metadata = storage.parquet_file(path).metadata
         tasks: list[Any] = []
         first_row = 0
         for index in range(metadata.num_row_groups):
@@ -463,9 +451,9 @@ def plan_tasks(paths: list[str | Path], options: IngestOptions) -> list[Any]:
     if options.format is not None and options.format not in FORMATS:
         raise TokenmillError(f"unknown format {options.format!r}; choose one of {', '.join(FORMATS)}")
     tasks: list[Any] = []
-    owners: dict[str, Path] = {}  # id prefix -> the file that owns it: ids must be unique
+    owners: dict[str, str] = {}  # id prefix -> the file that owns it: ids must be unique
 
-    def claim(prefix: str, path: Path) -> None:
+    def claim(prefix: str, path: str) -> None:
         if prefix in owners:
             raise TokenmillError(
                 f"{owners[prefix]} and {path} would give documents the same ids ({prefix}:...): "
@@ -476,27 +464,28 @@ def plan_tasks(paths: list[str | Path], options: IngestOptions) -> list[Any]:
     # One --source over several inputs: each id names its input too, so ids stay unique.
     shared_source = options.source is not None and len(paths) > 1
     for raw_path in paths:
-        path = Path(raw_path)
-        if not path.exists():
+        # A local path or a URL (s3://, gs://, hf://, https://), named as given.
+        path = str(raw_path).rstrip("/") if storage.is_url(raw_path) else str(Path(raw_path))
+        name = storage.basename(path)
+        if not storage.exists(path):
             raise TokenmillError(f"input not found: {path}")
-        if path.is_dir():
-            files = _directory_files(path)
+        if storage.isdir(path):
+            files = storage.list_files(path)
             if not files:
                 raise TokenmillError(f"input directory {path} holds no files")
-            source = options.source or path.name
+            source = options.source or name
             pending_text: list[tuple[str, str]] = []
             pending_html: list[tuple[str, str]] = []
-            for file in files:
-                relative = file.relative_to(path).as_posix()
-                prefix = f"{source}:{path.name}/{relative}" if shared_source else f"{source}:{relative}"
+            for file, relative in files:
+                prefix = f"{source}:{name}/{relative}" if shared_source else f"{source}:{relative}"
                 claim(prefix, file)
-                fmt = options.format or detect_format(file)
+                fmt = options.format or detect_format(Path(relative))
                 if fmt is None:
-                    tasks.append(UnknownFile(str(file), prefix, source))
+                    tasks.append(UnknownFile(file, prefix, source))
                 elif fmt == "text":
-                    pending_text.append((str(file), prefix))  # grouped: one task per many small files
+                    pending_text.append((file, prefix))  # grouped: one task per many small files
                 elif fmt == "html":
-                    pending_html.append((str(file), prefix))
+                    pending_html.append((file, prefix))
                 else:
                     tasks.extend(_file_tasks(file, prefix, source, fmt, options))
             for start in range(0, len(pending_text), TEXT_FILES_PER_TASK):
@@ -504,13 +493,13 @@ def plan_tasks(paths: list[str | Path], options: IngestOptions) -> list[Any]:
             for start in range(0, len(pending_html), TEXT_FILES_PER_TASK):
                 tasks.append(webarchive.HtmlFiles(pending_html[start : start + TEXT_FILES_PER_TASK], source))
             continue
-        fmt = options.format or detect_format(path)
+        fmt = options.format or detect_format(Path(name))
         if fmt is None:
             raise TokenmillError(
                 f"cannot tell the format of {path} from its extension; pass --format ({', '.join(FORMATS)})"
             )
-        source = options.source or path.name
-        prefix = f"{source}:{path.name}" if shared_source else source
+        source = options.source or name
+        prefix = f"{source}:{name}" if shared_source else source
         claim(prefix, path)
         tasks.extend(_file_tasks(path, prefix, source, fmt, options))
     if not tasks:
@@ -557,7 +546,7 @@ def ingest(
         asdict(options),
         tasks,
         output,
-        inputs=[str(Path(p).resolve()) for p in paths],
+        inputs=[storage.absolute(p) for p in paths],
         client=client,
         scheduler=scheduler,
         workers=workers,

@@ -10,13 +10,21 @@ from typing import Any
 import pyarrow.dataset as ds
 
 from tokenmill.curate.documents import KEPT_DIR, REJECTED_DIR, read_manifest
+from tokenmill.infra import storage
 
 
-def _samples(directory: Path, reason: str | None, n: int, chars: int) -> list[dict[str, Any]]:
-    files = sorted(directory.glob("*.parquet"))
+def _samples(directory: Path | str, reason: str | None, n: int, chars: int) -> list[dict[str, Any]]:
+    files = [name for name, relative in storage.list_files(directory, ".parquet") if "/" not in relative]
     if not files or n <= 0:
         return []
-    dataset = ds.dataset([str(f) for f in files], format="parquet")
+    if storage.is_url(directory):
+        from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+        fs, _ = storage.filesystem(str(directory))
+        inner = [storage.filesystem(name)[1] for name in files]
+        dataset = ds.dataset(inner, format="parquet", filesystem=PyFileSystem(FSSpecHandler(fs)))
+    else:
+        dataset = ds.dataset(files, format="parquet")
     names = dataset.schema.names
     columns = [c for c in ("id", "text", "reason", "raw") if c in names]
     expression = ds.field("reason") == reason if reason is not None and "reason" in names else None
@@ -70,7 +78,7 @@ def explain_reason(reason: str, manifest: dict[str, Any]) -> str | None:
 
 
 def inspect_stage(stage_dir: str | Path, samples: int = 2, chars: int = 300) -> dict[str, Any]:
-    stage_dir = Path(stage_dir)
+    stage_dir = stage_dir if storage.is_url(stage_dir) else Path(stage_dir)
     manifest = read_manifest(stage_dir)
     counts = manifest["counts"]
     stats = manifest.get("stats", {})
@@ -83,9 +91,10 @@ def inspect_stage(stage_dir: str | Path, samples: int = 2, chars: int = 300) -> 
         "stats": stats,
         "seconds": manifest.get("timings", {}).get("seconds"),
         "balanced": counts["in"] == counts["kept"] + sum(counts["rejected"].values()),
-        "kept_samples": _samples(stage_dir / KEPT_DIR, None, samples, chars),
+        "kept_samples": _samples(storage.join(stage_dir, KEPT_DIR), None, samples, chars),
         "rejected_samples": {
-            reason: _samples(stage_dir / REJECTED_DIR, reason, samples, chars) for reason in counts["rejected"]
+            reason: _samples(storage.join(stage_dir, REJECTED_DIR), reason, samples, chars)
+            for reason in counts["rejected"]
         },
     }
     return report

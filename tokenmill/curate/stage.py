@@ -9,6 +9,7 @@ depend on the number of workers. The runner checks `in == kept + rejected` for e
 from __future__ import annotations
 
 import json
+import logging
 import platform
 import shutil
 import time
@@ -21,7 +22,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 from tokenmill import __version__
 from tokenmill.curate.documents import (
@@ -34,7 +34,7 @@ from tokenmill.curate.documents import (
     upstream_manifest,
     write_documents,
 )
-from tokenmill.errors import TokenmillError
+from tokenmill.infra import storage
 from tokenmill.infra.atomic import replace_dir, temp_sibling
 from tokenmill.infra.cluster import client_or_new
 
@@ -95,10 +95,7 @@ class ParquetPartition:
     stage: DocumentStage
 
     def run(self) -> Iterator[StageOutput]:
-        try:
-            parquet_file = pq.ParquetFile(self.path)
-        except Exception as error:  # pyarrow raises several types for a corrupt file
-            raise TokenmillError(f"cannot read Parquet file {self.path}: {error}") from None
+        parquet_file = storage.parquet_file(self.path)
         check_document_columns(parquet_file.schema_arrow.names, self.path)
         if parquet_file.metadata.num_rows <= PARQUET_BATCH_ROWS:
             yield self.stage.process(read_documents(self.path))
@@ -123,7 +120,6 @@ def _library_versions() -> dict[str, str]:
 def _run_task(task: PartitionTask, task_index: int, tmp_dir: str) -> dict[str, Any]:
     """Worker side: run one task, write its batches, return its counts."""
     counts: dict[str, Any] = {"in": 0, "kept": 0, "rejected": Counter(), "stats": Counter()}
-    tmp = Path(tmp_dir)
     for batch_index, output in enumerate(task.run()):
         n_rejected = len(output.rejected)
         if output.n_in != len(output.kept) + n_rejected:
@@ -133,9 +129,9 @@ def _run_task(task: PartitionTask, task_index: int, tmp_dir: str) -> dict[str, A
         if n_rejected and "reason" not in output.rejected.columns:
             raise RuntimeError("rejected documents must carry a `reason`")
         name = f"part-{task_index:05d}-{batch_index:04d}.parquet"
-        write_documents(output.kept, tmp / KEPT_DIR / name)
+        write_documents(output.kept, storage.join(tmp_dir, KEPT_DIR, name))
         if n_rejected:
-            write_documents(output.rejected, tmp / REJECTED_DIR / name)
+            write_documents(output.rejected, storage.join(tmp_dir, REJECTED_DIR, name))
         counts["in"] += output.n_in
         counts["kept"] += len(output.kept)
         if n_rejected:
@@ -153,8 +149,12 @@ def publish(tmp_dir: Path, output: Path) -> None:
     replace_dir(tmp_dir, output)
 
 
+def manifest_text(manifest: dict[str, Any]) -> str:
+    return json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n"
+
+
 def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
-    (directory / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
+    (directory / MANIFEST_FILE).write_text(manifest_text(manifest))
 
 
 def run_tasks(
@@ -181,11 +181,19 @@ def run_tasks(
 
     from tokenmill.progress import progress_bar
 
-    output = Path(output).resolve()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = _tmp_dir_for(output)
-    (tmp_dir / KEPT_DIR).mkdir(parents=True)
-    (tmp_dir / REJECTED_DIR).mkdir(parents=True)
+    remote = storage.is_url(output)
+    if remote:
+        # Object storage has no rename: the workers write under a temporary prefix that
+        # `publish_prefix` copies into place, manifest last.
+        output = storage.absolute(output)
+        storage.remove_stale_temporaries(output)
+        tmp_dir: Any = storage.temp_prefix(output)
+    else:
+        output = Path(output).resolve()
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp_dir = _tmp_dir_for(output)
+        (tmp_dir / KEPT_DIR).mkdir(parents=True)
+        (tmp_dir / REJECTED_DIR).mkdir(parents=True)
     started = time.time()
     totals: dict[str, Any] = {"in": 0, "kept": 0, "rejected": Counter(), "stats": Counter()}
     try:
@@ -229,12 +237,27 @@ def run_tasks(
         }
         if finalize is not None:
             finalize(manifest)
-        write_manifest(tmp_dir, manifest)
-        publish(tmp_dir, output)
+        if remote:
+            storage.publish_prefix(tmp_dir, output, MANIFEST_FILE, manifest_text(manifest))
+        else:
+            write_manifest(tmp_dir, manifest)
+            publish(tmp_dir, output)
     except BaseException:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+        if remote:
+            _discard_remote(tmp_dir)
+        else:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
     return manifest
+
+
+def _discard_remote(tmp_prefix: str) -> None:
+    """Best effort: a failed run removes its temporary prefix (the next run removes what is
+    left when this fails too, e.g. with the connection gone)."""
+    try:
+        storage.remove(tmp_prefix)
+    except Exception as error:
+        logging.getLogger(__name__).warning("could not remove %s: %s", tmp_prefix, error)
 
 
 def run_stage(
@@ -256,7 +279,7 @@ def run_stage(
         stage.config(),
         tasks,
         output,
-        inputs=[str(Path(p).resolve()) for p in (input if isinstance(input, (list, tuple)) else [input])],
+        inputs=[storage.absolute(p) for p in (input if isinstance(input, (list, tuple)) else [input])],
         upstream=upstream_manifest(input),
         versions=stage.versions(),
         client=client,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill.errors import TokenmillError
+from tokenmill.infra import storage
 
 REQUIRED_COLUMNS = ("id", "text", "source")
 KEPT_DIR = "kept"
@@ -16,15 +17,18 @@ REJECTED_DIR = "rejected"
 MANIFEST_FILE = "manifest.json"
 
 
-def resolve_input_files(path: str | Path | list[str | Path]) -> list[Path]:
+def resolve_input_files(path: str | Path | list[str | Path]) -> list[Path | str]:
     """Parquet files of a document input: a stage directory (its `kept/`), a directory of
     Parquet files, a single Parquet file, or a list of any of these. Sorted, so that partition
-    numbering does not depend on the file system."""
+    numbering does not depend on the file system. Local files come back as `Path`s, files on
+    object storage as URL strings."""
     if isinstance(path, (list, tuple)):
-        files: list[Path] = []
+        files: list[Path | str] = []
         for item in path:
             files.extend(resolve_input_files(item))
         return files
+    if storage.is_url(path):
+        return _resolve_remote_files(str(path).rstrip("/"))
     path = Path(path)
     if not path.exists():
         raise TokenmillError(f"input not found: {path}")
@@ -46,6 +50,33 @@ def resolve_input_files(path: str | Path | list[str | Path]) -> list[Path]:
     return files
 
 
+def _resolve_remote_files(url: str) -> list[str]:
+    """`resolve_input_files` for a URL. Publication on object storage writes the manifest last,
+    so a stage directory without one is an interrupted publication, never a finished output."""
+    if storage.isfile(url):
+        if not url.endswith(".parquet"):
+            raise TokenmillError(
+                f"input {url} is not a Parquet file; raw corpora go through `tokenmill curate ingest` first"
+            )
+        return [url]
+    if not storage.exists(url):
+        raise TokenmillError(f"input not found: {url}")
+    kept = f"{url}/{KEPT_DIR}"
+    if storage.exists(f"{url}/{MANIFEST_FILE}"):
+        url = kept
+    elif storage.exists(kept):
+        raise TokenmillError(
+            f"{url} is an unfinished stage output ({KEPT_DIR}/ without {MANIFEST_FILE}: its publication was"
+            " interrupted); run that stage again"
+        )
+    files = [name for name, _ in storage.list_files(url, ".parquet")]
+    if not files:
+        raise TokenmillError(
+            f"no Parquet documents under {url}; give a stage directory (with kept/ and manifest.json) or a directory of Parquet files"
+        )
+    return files
+
+
 def check_document_columns(table_columns: list[str], where: str | Path) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in table_columns]
     if missing:
@@ -55,11 +86,11 @@ def check_document_columns(table_columns: list[str], where: str | Path) -> None:
 
 
 def read_manifest(stage_dir: str | Path) -> dict[str, Any]:
-    path = Path(stage_dir) / MANIFEST_FILE
-    if not path.exists():
+    path = storage.join(stage_dir, MANIFEST_FILE)
+    if not storage.exists(path):
         raise TokenmillError(f"{stage_dir} is not a stage directory: {MANIFEST_FILE} is missing")
     try:
-        return json.loads(path.read_text())
+        return json.loads(storage.read_text(path))
     except json.JSONDecodeError as error:
         raise TokenmillError(f"{path} is not valid JSON: {error}") from None
 
@@ -67,6 +98,12 @@ def read_manifest(stage_dir: str | Path) -> dict[str, Any]:
 def upstream_manifest(path: str | Path | list) -> dict[str, Any] | None:
     """The manifest of the stage an input came from, when the input is a stage directory."""
     if isinstance(path, (list, tuple)):
+        return None
+    if storage.is_url(path):
+        url = str(path).rstrip("/")
+        for candidate in (url, str(storage.parent(url))):
+            if storage.exists(f"{candidate}/{MANIFEST_FILE}"):
+                return read_manifest(candidate)
         return None
     path = Path(path)
     for candidate in (path, path.parent):

@@ -8,11 +8,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from tokenmill.curate.registry import deprecation, options_model, recipe_stages
+from tokenmill.infra import storage
 from tokenmill.pipelines.recipe import Problems, Recipe, suggest
 
 
 def _check_path(recipe: Recipe, problems: Problems, loc: tuple[Any, ...], value: str, *, check: bool | str) -> None:
-    if check and not recipe.resolve(value).exists():
+    if check and not storage.exists(recipe.resolve(value)):
         (problems.warn if check == "warn" else problems.add)(loc, f"path not found: {recipe.resolve(value)}")
 
 

@@ -100,7 +100,7 @@ def _run_recipe(recipe: Any, workdir: Path, args: argparse.Namespace) -> int:
 
 def _run_command(args: argparse.Namespace) -> int:
     from tokenmill.pipelines.recipe import load_recipe
-    from tokenmill.pipelines.runner import default_workdir
+    from tokenmill.pipelines.runner import default_workdir, local_workdir
     from tokenmill.recipes import resolve_recipe
 
     path, bundled = resolve_recipe(args.recipe)
@@ -108,7 +108,7 @@ def _run_command(args: argparse.Namespace) -> int:
     recipe = load_recipe(path, check_paths="warn" if args.dry_run else True, base_dir=Path.cwd() if bundled else None)
     for warning in recipe.warnings:
         print(f"warning: {warning}")
-    workdir = Path(args.workdir).resolve() if args.workdir else default_workdir(recipe)
+    workdir = local_workdir(args.workdir) if args.workdir else default_workdir(recipe)
     return _run_recipe(recipe, workdir, args)
 
 

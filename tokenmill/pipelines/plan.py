@@ -24,6 +24,7 @@ from typing import Any
 from tokenmill import __version__
 from tokenmill.curate.registry import recipe_stage
 from tokenmill.errors import TokenmillError
+from tokenmill.infra import storage
 from tokenmill.pipelines.recipe import Recipe
 
 STATE_DIR = ".state"
@@ -95,7 +96,12 @@ class Step:
 
 
 def _file_identity(path: Path) -> list[Any]:
-    """(path, size, mtime) of a raw input file or of every file under a directory."""
+    """(path, size, mtime) of a raw input file or of every file under a directory (size and
+    etag for a URL)."""
+    if storage.is_url(path):
+        if storage.isdir(path):
+            return [list(storage.fingerprint(name)) for name, _ in storage.list_files(path)]
+        return [list(storage.fingerprint(path))] if storage.exists(path) else [[str(path), None, None]]
     if path.is_file():
         st = path.stat()
         return [[str(path), st.st_size, st.st_mtime_ns]]

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
+from tokenmill.infra import storage
 
 SOURCE_FORMATS = ("jsonl", "parquet", "text", "warc", "wet", "html", "python-docs")
 
@@ -163,6 +164,9 @@ class Recipe(_Strict):
         return self._warnings
 
     def resolve(self, path: str) -> Path:
+        """A path relative to the recipe made absolute; a URL (s3://, https://, ...) as it is."""
+        if storage.is_url(path):
+            return path  # type: ignore[return-value]  # URLs pass through to the storage layer
         p = Path(path).expanduser()
         return p if p.is_absolute() else (self.base_dir / p).resolve()
 
@@ -316,7 +320,14 @@ def pydantic_problems(
 
 def load_recipe(path: str | Path, *, check_paths: bool | str = True, base_dir: Path | None = None) -> Recipe:
     """Parse and validate a recipe file; raise `RecipeError` listing every problem. Relative
-    paths resolve against `base_dir`, by default the file's directory."""
+    paths resolve against `base_dir`, by default the file's directory (the current directory for
+    a recipe read from a URL)."""
+    if storage.is_url(path):
+        if not storage.isfile(path):
+            raise ConfigError(f"recipe not found: {path}")
+        return parse_recipe(
+            storage.read_text(path), origin=str(path), base_dir=base_dir or Path.cwd(), check_paths=check_paths
+        )
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"recipe not found: {path}")

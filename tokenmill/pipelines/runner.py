@@ -26,6 +26,7 @@ import yaml
 
 from tokenmill import __version__
 from tokenmill.errors import TokenmillError
+from tokenmill.infra import storage
 from tokenmill.infra.atomic import atomic_dir, atomic_write_text, remove_leftovers
 from tokenmill.pipelines.plan import (
     STATE_DIR,
@@ -142,9 +143,16 @@ def _log(message: str) -> None:
     print(message, flush=True)
 
 
+def local_workdir(path: str | Path) -> Path:
+    """The work directory, which must be local: it holds the run's lock, state and checkpoints."""
+    if storage.is_url(path):
+        raise TokenmillError(f"work directory {path}: it must be local (sources and the recipe may be URLs)")
+    return Path(path).resolve()
+
+
 def default_workdir(recipe: Recipe) -> Path:
     if recipe.workdir:
-        return recipe.resolve(recipe.workdir)
+        return local_workdir(recipe.resolve(recipe.workdir))
     return Path.cwd() / f"{recipe.name}-work"
 
 

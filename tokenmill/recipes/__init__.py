@@ -28,6 +28,10 @@ def resolve_recipe(spec: str, prefix: str = "") -> tuple[Path, bool]:
 
     A path that exists wins over a bundled name, so a user's own `tiny` file is never shadowed.
     """
+    from tokenmill.infra import storage
+
+    if storage.is_url(spec):
+        return spec, False  # type: ignore[return-value]  # read through the storage layer
     path = Path(spec).expanduser()
     if path.is_file():
         return path, False

@@ -21,6 +21,7 @@ import numba
 import numpy as np
 
 from tokenmill.errors import TokenmillError
+from tokenmill.infra import storage
 from tokenmill.tokenize.gpt_dataset import CACHE_VERSION, GPTDataset, SampleDataset, _save_npy
 from tokenmill.tokenize.indexed import bin_path, idx_path
 
@@ -38,7 +39,7 @@ def normalize_weights(weights: list[float]) -> list[float]:
     return (w / w.sum()).tolist()
 
 
-def parse_blend(data: Any, *, base_dir: Path | None = None, where: str = "blend") -> list[BlendEntry]:
+def parse_blend(data: Any, *, base_dir: Path | str | None = None, where: str = "blend") -> list[BlendEntry]:
     """Check a blend given as a list of {prefix, weight}; relative prefixes are resolved
     against `base_dir` (the blend file's directory)."""
     if isinstance(data, dict) and "blend" in data:
@@ -57,9 +58,17 @@ def parse_blend(data: Any, *, base_dir: Path | None = None, where: str = "blend"
             raise TokenmillError(
                 f"{where}: entry {position} ({item['prefix']}) has weight {weight!r}; weights must be positive numbers"
             )
-        prefix = Path(str(item["prefix"]))
+        name = str(item["prefix"])
+        if storage.is_url(name) or (storage.is_url(base_dir or "") and not Path(name).is_absolute()):
+            # A shard on object storage (or relative to a blend file there): read from the cache.
+            from tokenmill.tokenize.loader import cached_shard
+
+            url = name if storage.is_url(name) else str(storage.join(str(base_dir), name))
+            entries.append(BlendEntry(cached_shard(url), float(weight)))
+            continue
+        prefix = Path(name)
         if not prefix.is_absolute() and base_dir is not None:
-            prefix = base_dir / prefix
+            prefix = Path(base_dir) / prefix
         for path in (idx_path(prefix), bin_path(prefix)):
             if not path.is_file():
                 raise TokenmillError(f"{where}: entry {position}: token shard file not found: {path}")
@@ -71,14 +80,14 @@ def load_blend_file(path: str | Path) -> list[BlendEntry]:
     """A YAML or JSON file holding the list of {prefix, weight}."""
     import yaml
 
-    path = Path(path)
-    if not path.is_file():
+    if not storage.isfile(path):
         raise TokenmillError(f"blend file not found: {path}")
+    text = storage.read_text(path)
     try:
-        data = json.loads(path.read_text()) if path.suffix == ".json" else yaml.safe_load(path.read_text())
+        data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as error:
         raise TokenmillError(f"cannot parse blend file {path}: {error}") from None
-    return parse_blend(data, base_dir=path.parent, where=str(path))
+    return parse_blend(data, base_dir=storage.parent(path), where=str(path))
 
 
 @numba.njit(cache=True)

@@ -123,11 +123,14 @@ def _encode_command(args: argparse.Namespace) -> int:
 def _inspect_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from tokenmill.infra import storage
     from tokenmill.tokenize.indexed import IndexedDataset
+    from tokenmill.tokenize.loader import cached_shard
     from tokenmill.tokenize.tokenizer import load_tokenizer
 
-    dataset = IndexedDataset(args.prefix)
-    meta_path = Path(f"{args.prefix}.json")
+    prefix = cached_shard(args.prefix) if storage.is_url(args.prefix) else args.prefix
+    dataset = IndexedDataset(prefix)
+    meta_path = Path(f"{prefix}.json")
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     print(f"{args.prefix}: {len(dataset)} documents, {dataset.num_tokens} tokens, dtype {dataset.dtype}")
     if meta:

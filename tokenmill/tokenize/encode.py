@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from tokenmill import __version__
 from tokenmill.errors import TokenmillError
+from tokenmill.infra import storage
 from tokenmill.infra.atomic import atomic_write_text
 from tokenmill.infra.cluster import client_or_new
 from tokenmill.infra.documents import check_document_columns, resolve_input_files, upstream_manifest
 from tokenmill.tokenize.indexed import IndexedDatasetWriter, bin_path, dtype_for_vocab, idx_path
-from tokenmill.tokenize.tokenizer import eod_id, load_tokenizer, tokenizer_hash, vocab_size
+from tokenmill.tokenize.tokenizer import eod_id, load_tokenizer, local_tokenizer_path, tokenizer_hash, vocab_size
 
 # Documents per encode_batch call: large enough for the Rust thread pool, small enough to bound
 # a worker's memory.
@@ -73,20 +73,17 @@ class EncodeSettings:
     rust_threads: bool = True
 
 
-def _file_fingerprint(path: Path) -> str:
-    stat = path.stat()
-    return f"{stat.st_size}-{stat.st_mtime_ns}"
+def _file_fingerprint(path: Path | str) -> str:
+    _, size, version = storage.fingerprint(path)
+    return f"{size}-{version}"
 
 
 def plan_partitions(files: list[Path], rows_per_partition: int = PARTITION_ROWS) -> list[EncodePartition]:
     partitions: list[EncodePartition] = []
     for path in files:
-        try:
-            metadata = pq.ParquetFile(path).metadata
-            schema = pq.read_schema(path)
-        except Exception as error:  # pyarrow raises several types for a corrupt file
-            raise TokenmillError(f"cannot read Parquet file {path}: {error}") from None
-        check_document_columns(schema.names, path)
+        parquet_file = storage.parquet_file(path)
+        metadata = parquet_file.metadata
+        check_document_columns(parquet_file.schema_arrow.names, path)
         fingerprint = _file_fingerprint(path)
         for group in range(metadata.num_row_groups):
             rows = metadata.row_group(group).num_rows
@@ -154,7 +151,9 @@ def encode_partition(partition: EncodePartition, settings: EncodeSettings) -> di
         return {**done, "resumed": True}
 
     try:
-        table = pq.ParquetFile(partition.path).read_row_group(partition.row_group, columns=["text"])
+        table = storage.parquet_file(partition.path).read_row_group(partition.row_group, columns=["text"])
+    except TokenmillError:
+        raise
     except Exception as error:  # pyarrow raises several types for a corrupt file
         raise TokenmillError(f"cannot read Parquet file {partition.path}: {error}") from None
     texts_all = table.column("text").slice(partition.start, partition.stop - partition.start).to_pylist()
@@ -219,9 +218,9 @@ def work_dir_for(prefix: Path) -> Path:
 def _input_manifest(input: Any, files: list[Path]) -> dict[str, Any]:
     upstream = upstream_manifest(input)
     return {
-        "paths": [str(Path(p).resolve()) for p in (input if isinstance(input, (list, tuple)) else [input])],
+        "paths": [storage.absolute(p) for p in (input if isinstance(input, (list, tuple)) else [input])],
         "files": [
-            {"path": str(p.resolve()), "bytes": p.stat().st_size, "rows": pq.ParquetFile(p).metadata.num_rows}
+            {"path": storage.absolute(p), "bytes": storage.size(p), "rows": storage.parquet_file(p).metadata.num_rows}
             for p in files
         ],
         "upstream": upstream,
@@ -251,12 +250,16 @@ def encode_documents(
 
     started = time.time()
     files = resolve_input_files(input)
-    tokenizer_path = Path(tokenizer_path).resolve()
+    tokenizer_source = storage.absolute(tokenizer_path)
+    tokenizer_path = local_tokenizer_path(tokenizer_path).resolve()
     tokenizer = load_tokenizer(tokenizer_path)
     n_vocab = vocab_size(tokenizer)
     eod = eod_id(tokenizer, eod_token)
     dtype = dtype_for_vocab(n_vocab)
-    prefix = Path(output_prefix).resolve()
+    remote = storage.absolute(output_prefix) if storage.is_url(output_prefix) else None
+    # Shards bound for object storage are built in a local staging directory (kept between runs,
+    # so a re-run resumes its finished partitions) and uploaded when complete.
+    prefix = storage.staging_dir(remote) / storage.basename(remote) if remote else Path(output_prefix).resolve()
     if prefix.name.endswith((".bin", ".idx", ".json")):
         raise TokenmillError(
             f"--output-prefix {output_prefix} should not carry an extension (PREFIX.bin/.idx/.json are written)"
@@ -317,8 +320,8 @@ def encode_documents(
     finished = time.time()
     metadata = {
         "format": "megatron-mmididx",
-        "prefix": str(prefix),
-        "tokenizer": {"path": str(tokenizer_path), "hash": settings.tokenizer_hash, "vocab_size": n_vocab},
+        "prefix": remote or str(prefix),
+        "tokenizer": {"path": tokenizer_source, "hash": settings.tokenizer_hash, "vocab_size": n_vocab},
         "vocab_size": n_vocab,
         "eod_id": eod,
         "dtype": dtype.name,
@@ -337,10 +340,24 @@ def encode_documents(
     }
     if rows != documents + sum(rejected.values()):
         raise RuntimeError(f"encode lost documents: in={rows} kept={documents} rejected={dict(rejected)}")
-    meta_path = Path(f"{prefix}.json")
-    atomic_write_text(meta_path, json.dumps(metadata, indent=2, default=str) + "\n")
+    meta_text = json.dumps(metadata, indent=2, default=str) + "\n"
+    if remote:
+        publish_shard(prefix, remote, meta_text)
+    else:
+        atomic_write_text(Path(f"{prefix}.json"), meta_text)
     shutil.rmtree(parts_dir, ignore_errors=True)
     return metadata
+
+
+def publish_shard(local_prefix: Path, url: str, meta_text: str) -> None:
+    """Upload a finished shard to `url`: `PREFIX.json` (what readers check for) goes first
+    away and last back, so a reader never finds it beside a half-uploaded `.bin` / `.idx`."""
+    storage.remove(f"{url}.json")
+    storage.upload(bin_path(local_prefix), f"{url}.bin")
+    storage.upload(idx_path(local_prefix), f"{url}.idx")
+    storage.write_text(f"{url}.json", meta_text)
+    for path in (bin_path(local_prefix), idx_path(local_prefix)):
+        path.unlink(missing_ok=True)
 
 
 def _versions() -> dict[str, str]:
@@ -356,11 +373,11 @@ def _versions() -> dict[str, str]:
 
 def read_shard_metadata(prefix: str | Path) -> dict[str, Any]:
     """The `PREFIX.json` written by `encode_documents`."""
-    path = Path(f"{prefix}.json")
-    if not path.is_file():
+    path = f"{prefix}.json"
+    if not storage.isfile(path):
         raise TokenmillError(f"shard metadata not found: {path} (was {prefix} written by `tokenmill tokenize encode`?)")
     try:
-        return json.loads(path.read_text())
+        return json.loads(storage.read_text(path))
     except json.JSONDecodeError as error:
         raise TokenmillError(f"{path} is not valid JSON: {error}") from None
 

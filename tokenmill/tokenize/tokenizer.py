@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import xxhash
 
 from tokenmill.errors import TokenmillError
+from tokenmill.infra import storage
 from tokenmill.infra.atomic import atomic_path
 from tokenmill.infra.documents import check_document_columns, resolve_input_files
 from tokenmill.tokenize.special import EOD_TOKEN, PAD_TOKEN, eod_id, pad_id  # noqa: F401  (re-exported)
@@ -34,10 +34,7 @@ class TokenizerTrainConfig:
 
 def _iter_texts(files: list[Path], wanted_ids: set[str] | None, batch_rows: int = 10_000) -> Iterator[list[str]]:
     for path in files:
-        try:
-            parquet_file = pq.ParquetFile(path)
-        except Exception as error:  # pyarrow raises several types for a corrupt file
-            raise TokenmillError(f"cannot read Parquet file {path}: {error}") from None
+        parquet_file = storage.parquet_file(path)
         check_document_columns(parquet_file.schema_arrow.names, path)
         for batch in parquet_file.iter_batches(batch_size=batch_rows, columns=["id", "text"]):
             ids = batch.column("id").to_pylist()
@@ -54,7 +51,7 @@ def _sample_ids(files: list[Path], sample_docs: int) -> set[str]:
     order or the number of input files, so training on it is reproducible."""
     keyed: list[tuple[int, str]] = []
     for path in files:
-        ids = pq.read_table(path, columns=["id"]).column("id").to_pylist()
+        ids = storage.parquet_file(path).read(columns=["id"]).column("id").to_pylist()
         keyed.extend((xxhash.xxh64_intdigest(str(i).encode()), str(i)) for i in ids)
     keyed.sort()
     return {i for _, i in keyed[:sample_docs]}
@@ -70,7 +67,7 @@ def train_tokenizer(
     eod_token: str = EOD_TOKEN,
     pad_token: str = PAD_TOKEN,
     progress: bool = False,
-) -> Path:
+) -> Path | str:
     """Train a GPT-2 style byte-level BPE on the documents' text and write `tokenizer.json`.
 
     The end-of-document token gets id 0 and the padding token id 1 (they are the trainer's
@@ -120,24 +117,42 @@ def train_tokenizer(
             seen,
             min_frequency,
         )
-    output_path = Path(output_path)
-    output_path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(output_path) as tmp:
-        tokenizer.save(str(tmp), pretty=True)
     # The config travels with the tokenizer so a run can say how it was made.
     meta = {
         **asdict(TokenizerTrainConfig(vocab_size, sample_docs, min_frequency, eod_token, pad_token)),
         "documents": seen,
     }
+    if storage.is_url(output_path):
+        url = str(output_path)
+        storage.write_text(f"{url}.meta.json", json.dumps(meta, indent=2) + "\n")
+        storage.write_text(url, tokenizer.to_str(pretty=True))
+        return url
+    output_path = Path(output_path)
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(output_path) as tmp:
+        tokenizer.save(str(tmp), pretty=True)
     output_path.with_name(output_path.name + ".meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return output_path
+
+
+def local_tokenizer_path(path: str | Path) -> Path:
+    """The tokenizer file on local disk: a URL (to the file, or to a directory holding
+    tokenizer.json) is downloaded to the cache once."""
+    if not storage.is_url(path):
+        return Path(path)
+    url = str(path).rstrip("/")
+    if not url.endswith(".json") and storage.isdir(url):
+        url = f"{url}/tokenizer.json"
+    if not storage.isfile(url):
+        raise TokenmillError(f"tokenizer not found: {url}")
+    return storage.cached_file(url)
 
 
 def load_tokenizer(path: str | Path):
     """Load a Hugging Face `tokenizer.json` (ours or any published one)."""
     from tokenizers import Tokenizer
 
-    path = Path(path)
+    path = local_tokenizer_path(path)
     if path.is_dir():
         path = path / "tokenizer.json"
     if not path.is_file():
@@ -156,7 +171,7 @@ def vocab_size(tokenizer) -> int:
 
 def tokenizer_hash(path: str | Path) -> str:
     """sha256 of the tokenizer file: shards record it so a mismatched tokenizer is caught."""
-    path = Path(path)
+    path = local_tokenizer_path(path)
     if path.is_dir():
         path = path / "tokenizer.json"
     if not path.is_file():

@@ -474,6 +474,10 @@ def config_problems(cfg: TrainConfig, problems: Any, prefix: tuple[Any, ...] = (
         key, _, message = str(error).partition(": ")
         add(("model", key), message)
     opt, sched = cfg.optimizer, cfg.schedule
+    from tokenmill.infra.storage import is_url
+
+    if is_url(cfg.out):
+        add(("out",), f"{cfg.out}: the run directory (checkpoints, metrics) must be local; the data may be a URL")
     if opt.lr <= 0 or opt.min_lr > opt.lr:
         add(("optimizer", "lr"), f"need 0 < min_lr <= lr, got lr={opt.lr}, min_lr={opt.min_lr}")
     if cfg.sequence_length > cfg.model.max_seq_len:

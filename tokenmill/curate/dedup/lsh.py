@@ -68,7 +68,8 @@ class LSHParams:
     def keys(self, signatures: np.ndarray) -> np.ndarray:
         """uint64[n_docs, bands] keys of a uint64[n_docs, num_perm] signature matrix."""
         sig = np.ascontiguousarray(signatures, dtype=np.uint64)
-        return band_keys(sig.view(np.uint8).reshape(sig.shape[0], -1), self.bands, self.rows)
+        # The row width spelled out: -1 cannot be inferred for zero documents (an empty part).
+        return band_keys(sig.view(np.uint8).reshape(sig.shape[0], sig.shape[1] * 8), self.bands, self.rows)
 
 
 @njit(cache=True)

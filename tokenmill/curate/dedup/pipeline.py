@@ -40,6 +40,7 @@ from tokenmill.curate.documents import check_document_columns, resolve_input_fil
 from tokenmill.curate.registry import option
 from tokenmill.curate.stage import StageOutput, reject, run_tasks
 from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.infra import storage
 from tokenmill.infra.cluster import client_or_new
 
 KeepRule = Literal["first", "longest", "quality"]
@@ -56,13 +57,15 @@ def make_uid(part: int, rows: np.ndarray) -> np.ndarray:
 
 def iter_batches(path: str, columns: list[str], batch_rows: int) -> Iterator[tuple[int, pd.DataFrame]]:
     """(first row, frame) batches of one Parquet file, always in the same order."""
-    try:
-        parquet = pq.ParquetFile(path)
-    except Exception as error:
-        raise TokenmillError(f"cannot read Parquet file {path}: {error}") from None
+    parquet = storage.parquet_file(path)
     names = parquet.schema_arrow.names
     check_document_columns(names, path)
     wanted = [c for c in columns if c in names]
+    if parquet.metadata.num_rows == 0:
+        # An empty part (a stage rejected a whole batch) still yields a frame, so that the
+        # phase writes a file with its columns, not a file without any.
+        yield 0, parquet.schema_arrow.empty_table().select(wanted).to_pandas()
+        return
     start = 0
     for batch in parquet.iter_batches(batch_size=batch_rows, columns=wanted):
         frame = batch.to_pandas()
@@ -417,7 +420,7 @@ class ApplyDecisions:
             else _empty_decisions().drop(columns=["part"])
         )
         decided = decided.set_index("uid")
-        parquet = pq.ParquetFile(self.path)
+        parquet = storage.parquet_file(self.path)
         start = 0
         for batch in parquet.iter_batches(batch_size=self.batch_rows):
             docs = batch.to_pandas()
@@ -456,6 +459,8 @@ def check_index(config: DedupConfig) -> tuple[list[str], dict[str, Any] | None]:
     """Files of an existing index (empty if new) after checking it matches the config."""
     if not config.index:
         return [], None
+    if storage.is_url(config.index):
+        raise ConfigError(f"--index {config.index}: a dedup index is updated in place and must be a local directory")
     index = Path(config.index)
     meta = _read_index_meta(index)
     if meta is None:
@@ -509,14 +514,20 @@ def run_dedup(
 
     config = config or DedupConfig()
     files = resolve_input_files(input)
-    output = Path(output).resolve()
     index_files, index_meta = check_index(config)
     fingerprint = {
         "config": asdict(config) | {"work_dir": None, "keep_work": None},
-        "inputs": [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files],
+        "inputs": [storage.fingerprint(p) for p in files],
         "index": index_files,
     }
-    work = WorkDir(config.work_dir or output.parent / f".{output.name}.work", fingerprint)
+    if storage.is_url(output):
+        # The phases' checkpoints stay on local disk; only the stage directory goes to the bucket.
+        output = storage.absolute(output)
+        default_work = storage.staging_dir(output) / "dedup.work"
+    else:
+        output = Path(output).resolve()
+        default_work = output.parent / f".{output.name}.work"
+    work = WorkDir(config.work_dir or default_work, fingerprint)
     started = time.time()
     phase_seconds: dict[str, float] = {}
 
@@ -644,7 +655,7 @@ def run_dedup(
             asdict(config),
             tasks,
             output,
-            inputs=[str(Path(p).resolve()) for p in (input if isinstance(input, (list, tuple)) else [input])],
+            inputs=[storage.absolute(p) for p in (input if isinstance(input, (list, tuple)) else [input])],
             upstream=upstream_manifest(input),
             versions=_versions(),
             client=dask,

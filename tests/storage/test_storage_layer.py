@@ -1,0 +1,126 @@
+"""The storage layer on a real S3-compatible server: reading, listing, ordered publication,
+the local cache of remote inputs and the one-line errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tokenmill.errors import TokenmillError
+from tokenmill.infra import storage
+
+
+def test_read_write_list_on_a_bucket(bucket: str) -> None:
+    storage.write_text(f"{bucket}/dir/a.txt", "alpha")
+    storage.write_bytes(f"{bucket}/dir/sub/b.bin", b"\x00\x01")
+    storage.write_text(f"{bucket}/dir/.hidden/c.txt", "skipped")
+    assert storage.read_text(f"{bucket}/dir/a.txt") == "alpha"
+    assert storage.isdir(f"{bucket}/dir") and not storage.isfile(f"{bucket}/dir")
+    assert storage.isfile(f"{bucket}/dir/sub/b.bin") and storage.size(f"{bucket}/dir/sub/b.bin") == 2
+    assert storage.list_files(f"{bucket}/dir") == [
+        (f"{bucket}/dir/a.txt", "a.txt"),
+        (f"{bucket}/dir/sub/b.bin", "sub/b.bin"),
+    ]
+    assert storage.list_files(f"{bucket}/dir", ".bin") == [(f"{bucket}/dir/sub/b.bin", "sub/b.bin")]
+    with storage.open_input(f"{bucket}/dir/a.txt") as handle:
+        assert handle.read() == b"alpha"
+    storage.remove(f"{bucket}/dir")
+    assert not storage.exists(f"{bucket}/dir/a.txt")
+
+
+def test_failed_upload_leaves_nothing(bucket: str) -> None:
+    with pytest.raises(RuntimeError), storage.open_output(f"{bucket}/out.parquet") as handle:
+        handle.write(b"x" * 1000)
+        raise RuntimeError("writer died")
+    assert not storage.exists(f"{bucket}/out.parquet")
+
+
+def test_publication_writes_the_marker_last_and_cleans_stale_prefixes(bucket: str) -> None:
+    target = f"{bucket}/stage"
+    # An older finished output and a temporary prefix a killed writer left behind.
+    storage.write_text(f"{target}/kept/old.parquet", "old")
+    storage.write_text(f"{target}/manifest.json", "{}")
+    stale = f"{bucket}/.stage.tmp-1-deadbeef"
+    storage.write_text(f"{stale}/kept/part.parquet", "half")
+    assert storage.remove_stale_temporaries(target) == 1
+    assert not storage.exists(stale)
+
+    tmp = storage.temp_prefix(target)
+    assert storage.basename(tmp).startswith(".stage.tmp-")
+    storage.write_text(f"{tmp}/kept/new.parquet", "new")
+    storage.write_text(f"{tmp}/rejected/new.parquet", "rej")
+    storage.publish_prefix(tmp, target, "manifest.json", '{"done": true}')
+    assert [rel for _, rel in storage.list_files(target)] == [
+        "kept/new.parquet",
+        "manifest.json",
+        "rejected/new.parquet",
+    ]
+    assert storage.read_text(f"{target}/manifest.json") == '{"done": true}'
+    assert not storage.exists(tmp)
+
+
+def test_cached_file_is_reused_and_refreshed(bucket: str) -> None:
+    url = f"{bucket}/shards/a.bin"
+    storage.write_bytes(url, b"first version")
+    local = storage.cached_file(url)
+    assert local.read_bytes() == b"first version"
+    mtime = local.stat().st_mtime_ns
+    assert storage.cached_file(url) == local and local.stat().st_mtime_ns == mtime  # reused, not downloaded
+    storage.write_bytes(url, b"second, longer version")  # a new etag and size
+    assert storage.cached_file(url).read_bytes() == b"second, longer version"
+    assert str(local).startswith(os.environ["TOKENMILL_CACHE"])
+
+
+def test_local_paths_stay_plain(tmp_path: Path) -> None:
+    storage.write_text(tmp_path / "a" / "b.txt", "local")
+    assert storage.read_text(tmp_path / "a" / "b.txt") == "local"
+    assert storage.local_input(tmp_path / "a" / "b.txt") == tmp_path / "a" / "b.txt"
+    assert storage.join(tmp_path, "x") == tmp_path / "x"
+    assert storage.join("s3://b/p/", "x", "y") == "s3://b/p/x/y"
+    assert storage.absolute("file://" + str(tmp_path)) == str(tmp_path.resolve())
+
+
+def test_clear_errors(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(TokenmillError, match="cannot read s3://no-such-bucket-xyz/a.txt: not found"):
+        storage.read_text("s3://no-such-bucket-xyz/a.txt")
+    with pytest.raises(TokenmillError, match=r"needs an fsspec implementation for nosuch://"):
+        storage.exists("nosuch://x/y")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        with pytest.raises(TokenmillError, match="no credentials"):
+            storage.read_text(f"{bucket}/a.txt")
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_work_and_run_directories_must_be_local() -> None:
+    from tokenmill.errors import ConfigError
+    from tokenmill.pipelines.runner import local_workdir
+    from tokenmill.train.config import TrainConfig
+
+    with pytest.raises(TokenmillError, match="work directory s3://b/work: it must be local"):
+        local_workdir("s3://b/work")
+    with pytest.raises(ConfigError, match="out: s3://b/run: the run directory"):
+        TrainConfig(data="s3://b/shard", out="s3://b/run").validate()
+
+
+def test_missing_s3fs_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import sys
+
+    registry = importlib.import_module("fsspec.registry")  # the module; `fsspec.registry` is a mapping
+    monkeypatch.setitem(sys.modules, "s3fs", None)  # what `import s3fs` finds without the package
+    monkeypatch.delitem(registry._registry, "s3", raising=False)
+    with pytest.raises(
+        TokenmillError, match=r"^reading or writing s3://b/x needs s3fs \(pip install 'tokenmill\[s3\]'\)$"
+    ):
+        storage.exists("s3://b/x")

@@ -1,0 +1,409 @@
+"""Paths that may be URLs: local files stay on the plain `os` / `pathlib` path (no fsspec in the
+hot loop), anything else (``s3://``, ``gs://``, ``hf://``, ``https://``) goes through fsspec
+with the credentials of the usual environment (AWS_* variables, AWS_ENDPOINT_URL, ~/.aws,
+fsspec's own config).
+
+Object stores have no rename, so publication there is ordered instead of atomic: a stage
+writes under a hidden temporary prefix beside its output, the finished files are copied into
+place, and the completion marker (a stage's ``manifest.json``, a shard's ``PREFIX.json``) is
+written last. Readers take an output as finished only when its marker is there, and a re-run
+removes the temporary prefixes a killed writer left behind.
+
+Inputs that must be local files (memory-mapped shards, a tokenizer file) are downloaded once
+into a cache directory (``$TOKENMILL_CACHE``, default ``~/.cache/tokenmill``), keyed by URL
+and checked against the object's etag and size on each use.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import posixpath
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from tokenmill.errors import TokenmillError
+
+log = logging.getLogger(__name__)
+
+# The package to install for a protocol whose fsspec implementation is missing.
+_PACKAGES = {
+    "s3": "s3fs (pip install 'tokenmill[s3]')",
+    "s3a": "s3fs (pip install 'tokenmill[s3]')",
+    "gs": "gcsfs (pip install gcsfs)",
+    "gcs": "gcsfs (pip install gcsfs)",
+    "hf": "huggingface_hub (pip install huggingface_hub)",
+    "http": "aiohttp (pip install aiohttp)",
+    "https": "aiohttp (pip install aiohttp)",
+}
+
+
+def is_url(path: str | os.PathLike | Any) -> bool:
+    """True for a URL that fsspec opens (``s3://...``); False for a local path or ``file://``."""
+    text = str(path)
+    return "://" in text and not text.startswith("file://")
+
+
+def local_path(path: str | os.PathLike) -> Path:
+    """A local path as a `Path` (``file://`` stripped)."""
+    text = str(path)
+    return Path(text[len("file://") :] if text.startswith("file://") else text)
+
+
+def absolute(path: str | os.PathLike) -> str:
+    """The path as recorded in manifests: an absolute local path, or the URL unchanged."""
+    return str(path).rstrip("/") if is_url(path) else str(local_path(path).resolve())
+
+
+def join(base: str | os.PathLike, *parts: str) -> str | Path:
+    """``base/part/...``: a URL string for a URL, a `Path` otherwise."""
+    if is_url(base):
+        return posixpath.join(str(base).rstrip("/"), *parts)
+    return Path(base).joinpath(*parts)
+
+
+def basename(path: str | os.PathLike) -> str:
+    return posixpath.basename(str(path).rstrip("/")) if is_url(path) else local_path(path).name
+
+
+def parent(path: str | os.PathLike) -> str | Path:
+    if is_url(path):
+        return posixpath.dirname(str(path).rstrip("/"))
+    return local_path(path).parent
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """(fsspec filesystem, path inside it) for a URL, with a one-line error when the protocol's
+    package is missing."""
+    import fsspec
+
+    protocol = url.split("://", 1)[0]
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as error:
+        package = _PACKAGES.get(protocol)
+        if isinstance(error, ImportError) or "not known" in str(error) or "install" in str(error).lower():
+            needs = package or f"an fsspec implementation for {protocol}://"
+            raise TokenmillError(f"reading or writing {url} needs {needs}") from None
+        raise TokenmillError(f"cannot open {url}: {error}") from None
+    # Listings are cached per process by fsspec; another process (a Dask worker) may have
+    # written since, so never trust a stale listing.
+    fs.invalidate_cache()
+    return fs, path
+
+
+@contextmanager
+def storage_errors(url: str | os.PathLike, action: str = "access") -> Iterator[None]:
+    """Turn the errors of object stores (missing bucket, no credentials, refused access) into
+    one-line `TokenmillError`s naming the URL."""
+    try:
+        yield
+    except TokenmillError:
+        raise
+    except FileNotFoundError as error:
+        raise TokenmillError(f"cannot {action} {url}: not found ({_first_line(error)})") from None
+    except PermissionError as error:
+        raise TokenmillError(f"cannot {action} {url}: access denied ({_first_line(error)})") from None
+    except Exception as error:
+        name = type(error).__name__
+        if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
+            raise TokenmillError(
+                f"cannot {action} {url}: no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                "or configure ~/.aws)"
+            ) from None
+        if name in ("ClientError", "EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError"):
+            raise TokenmillError(f"cannot {action} {url}: {_first_line(error)}") from None
+        raise
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+def _query(path: str | os.PathLike, local: Any, remote: Any) -> Any:
+    """``local(Path)`` for a local path, ``remote(fs, inner path)`` for a URL."""
+    if not is_url(path):
+        return local(local_path(path))
+    fs, inner = filesystem(str(path))
+    with storage_errors(path, "read"):
+        return remote(fs, inner)
+
+
+def exists(path: str | os.PathLike) -> bool:
+    return _query(path, Path.exists, lambda fs, inner: fs.exists(inner))
+
+
+def isdir(path: str | os.PathLike) -> bool:
+    return _query(path, Path.is_dir, lambda fs, inner: fs.isdir(inner))
+
+
+def isfile(path: str | os.PathLike) -> bool:
+    return _query(path, Path.is_file, lambda fs, inner: fs.isfile(inner))
+
+
+def size(path: str | os.PathLike) -> int:
+    return _query(path, lambda p: p.stat().st_size, lambda fs, inner: int(fs.size(inner)))
+
+
+def _version(info: dict[str, Any]) -> str:
+    """What changes when an object is rewritten: its etag (S3, GCS), else its mtime."""
+    for key in ("ETag", "etag", "md5Hash", "mtime", "LastModified", "last_modified", "created"):
+        if info.get(key) is not None:
+            return str(info[key]).strip('"')
+    return ""
+
+
+def fingerprint(path: str | os.PathLike) -> tuple[str, int, str]:
+    """(absolute path or URL, size, version): what resumable work keys its outputs on."""
+    if not is_url(path):
+        stat = local_path(path).stat()
+        return absolute(path), stat.st_size, str(stat.st_mtime_ns)
+    fs, inner = filesystem(str(path))
+    with storage_errors(path, "read"):
+        info = fs.info(inner)
+    return absolute(path), int(info.get("size") or 0), _version(info)
+
+
+def list_files(directory: str | os.PathLike, suffix: str | None = None) -> list[tuple[str, str]]:
+    """(path, path relative to `directory`) of the files under `directory`, sorted, skipping
+    hidden files and directories (``.git``, temporary prefixes)."""
+    if not is_url(directory):
+        root = local_path(directory)
+        found = [
+            (str(p), p.relative_to(root).as_posix())
+            for p in root.rglob(f"*{suffix or ''}")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        ]
+        return sorted(found, key=lambda item: item[1])
+    fs, inner = filesystem(str(directory))
+    inner = inner.rstrip("/")
+    protocol = str(directory).split("://", 1)[0]
+    with storage_errors(directory, "list"):
+        names = fs.find(inner)
+    found = []
+    for name in names:
+        relative = name[len(inner) :].lstrip("/")
+        if not relative or any(part.startswith(".") for part in relative.split("/")):
+            continue
+        if suffix and not relative.endswith(suffix):
+            continue
+        found.append((f"{protocol}://{name}", relative))
+    return sorted(found, key=lambda item: item[1])
+
+
+def open_input(path: str | os.PathLike, compression: str | None = None) -> IO[bytes]:
+    """A binary file object for reading; ``compression`` is ``gzip`` or ``zstd`` (or None)."""
+    import fsspec
+
+    if not is_url(path):
+        if compression is None:
+            return open(local_path(path), "rb")
+        return fsspec.open(str(local_path(path)), "rb", compression=compression).open()
+    filesystem(str(path))  # the clear error for a missing package
+    with storage_errors(path, "read"):
+        return fsspec.open(str(path), "rb", compression=compression).open()
+
+
+@contextmanager
+def open_output(path: str | os.PathLike) -> Iterator[IO[bytes]]:
+    """A binary file object for writing. Local files are written to a temporary sibling and
+    renamed; on object storage an upload becomes visible only when it completes, and an error
+    aborts it."""
+    if not is_url(path):
+        from tokenmill.infra.atomic import atomic_path
+
+        target = local_path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(target) as tmp, open(tmp, "wb") as handle:
+            yield handle
+        return
+    fs, inner = filesystem(str(path))
+    with storage_errors(path, "write"):
+        handle = fs.open(inner, "wb")
+    try:
+        yield handle
+    except BaseException:
+        if hasattr(handle, "discard"):
+            handle.discard()  # s3fs: abort the multipart upload, nothing becomes visible
+            handle.closed = True  # so that garbage collection does not flush the discarded buffer
+        else:
+            handle.close()
+            with storage_errors(path, "write"):
+                fs.rm(inner)
+        raise
+    with storage_errors(path, "write"):
+        handle.close()
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    return _query(path, Path.read_bytes, lambda fs, inner: fs.cat_file(inner))
+
+
+def read_text(path: str | os.PathLike) -> str:
+    return read_bytes(path).decode("utf-8")
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write a whole file atomically (a local rename; a single PUT on object storage)."""
+    if not is_url(path):
+        from tokenmill.infra.atomic import atomic_write_bytes
+
+        local_path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(local_path(path), data)
+        return
+    fs, inner = filesystem(str(path))
+    with storage_errors(path, "write"):
+        fs.pipe_file(inner, data)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def upload(local: str | os.PathLike, url: str) -> None:
+    """Copy a local file to `url` (one object, visible once complete)."""
+    fs, inner = filesystem(url)
+    with storage_errors(url, "write"):
+        fs.put_file(str(local), inner)
+
+
+def remove(path: str | os.PathLike) -> None:
+    """Remove a file or a whole directory / prefix; nothing there is not an error."""
+    if not is_url(path):
+        target = local_path(path)
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+        return
+    fs, inner = filesystem(str(path))
+    with storage_errors(path, "remove"):
+        if fs.exists(inner):
+            fs.rm(inner, recursive=True)
+
+
+def parquet_file(path: str | os.PathLike):
+    """A `pyarrow.parquet.ParquetFile` for a local path or a URL (read by range requests)."""
+    import pyarrow.parquet as pq
+
+    source = str(local_path(path)) if not is_url(path) else open_input(path)
+    try:
+        return pq.ParquetFile(source)
+    except Exception as error:  # pyarrow raises several types for a corrupt file
+        raise TokenmillError(f"cannot read Parquet file {path}: {error}") from None
+
+
+# ---- publication of a directory on object storage -------------------------------------------
+
+
+def temp_prefix(target: str) -> str:
+    """A fresh hidden prefix beside ``target``: ``.NAME.tmp-<pid>-<random>`` (as on disk)."""
+    return str(join(parent(target), f".{basename(target)}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"))
+
+
+def remove_stale_temporaries(target: str | os.PathLike) -> int:
+    """Remove the temporary siblings (``.NAME.tmp-*``) a killed writer of ``target`` left;
+    returns how many. Local paths use `tokenmill.infra.atomic.remove_leftovers`."""
+    if not is_url(target):
+        from tokenmill.infra.atomic import remove_leftovers
+
+        remove_leftovers(local_path(target))
+        return 0
+    fs, inner = filesystem(str(parent(target)))
+    protocol = str(target).split("://", 1)[0]
+    pattern = f"{inner.rstrip('/')}/.{basename(target)}.tmp-*"
+    with storage_errors(target, "list"):
+        stale = fs.glob(pattern)
+        for name in stale:
+            log.info("removing %s://%s, left by an interrupted run", protocol, name)
+            fs.rm(name, recursive=True)
+    return len(stale)
+
+
+def publish_prefix(tmp: str, target: str, marker: str, marker_text: str) -> None:
+    """Publish the files under the temporary prefix ``tmp`` as ``target`` on object storage.
+
+    Order matters, because a reader takes ``target`` as finished when ``target/marker`` exists:
+    the old marker goes first, then the old files; the new files are copied into place, and the
+    new marker is written last. A run killed at any point leaves no marker over mixed or partial
+    files, and the temporary prefix for the next run to remove.
+    """
+    fs, target_inner = filesystem(target)
+    _, tmp_inner = filesystem(tmp)
+    target_inner, tmp_inner = target_inner.rstrip("/"), tmp_inner.rstrip("/")
+    with storage_errors(target, "publish"):
+        if fs.exists(f"{target_inner}/{marker}"):
+            fs.rm_file(f"{target_inner}/{marker}")
+        if fs.exists(target_inner):
+            fs.rm(target_inner, recursive=True)
+        sources = [name for name in fs.find(tmp_inner) if name != f"{tmp_inner}/{marker}"]
+        if sources:
+            # Server-side copies, issued in one batch.
+            fs.copy(sources, [target_inner + name[len(tmp_inner) :] for name in sources])
+        fs.pipe_file(f"{target_inner}/{marker}", marker_text.encode("utf-8"))
+        if sources:  # a stage that kept and rejected nothing wrote no files, so no prefix
+            fs.rm(tmp_inner, recursive=True)
+
+
+# ---- a local cache of remote inputs ---------------------------------------------------------
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TOKENMILL_CACHE") or Path.home() / ".cache" / "tokenmill")
+
+
+def cache_dir_for(url: str, kind: str) -> Path:
+    """A local directory owned by one URL: ``<cache>/<kind>/<sha256(url)[:16]>``."""
+    key = hashlib.sha256(absolute(url).encode("utf-8")).hexdigest()[:16]
+    return cache_root() / kind / key
+
+
+def cached_file(url: str, directory: Path | None = None) -> Path:
+    """A local copy of the file at `url`, downloaded once and reused while the object's etag
+    and size stay the same. The download is atomic (a temporary file renamed), and a lock
+    keeps concurrent processes (training ranks) from downloading the same file twice."""
+    fs, inner = filesystem(url)
+    with storage_errors(url, "read"):
+        info = fs.info(inner)
+    if info.get("type") == "directory":
+        raise TokenmillError(f"{url} is a directory, not a file")
+    version = {"url": url, "size": int(info.get("size") or 0), "version": _version(info)}
+    directory = directory or cache_dir_for(url, "files")
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / basename(url)
+    stamp = directory / f".{target.name}.source.json"
+    with open(directory / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file() and stamp.is_file() and json.loads(stamp.read_text()) == version:
+            return target
+        from tokenmill.infra.atomic import atomic_path, atomic_write_text
+
+        log.info("downloading %s to %s", url, target)
+        with storage_errors(url, "download"), atomic_path(target) as tmp:
+            fs.get_file(inner, str(tmp))
+            got = tmp.stat().st_size
+            if got != version["size"]:
+                raise TokenmillError(f"download of {url} is incomplete ({got} of {version['size']} bytes)")
+        atomic_write_text(stamp, json.dumps(version))
+    return target
+
+
+def local_input(path: str | os.PathLike) -> Path:
+    """A local path for an input that must be a local file: the path itself, or a cached copy."""
+    return cached_file(str(path)) if is_url(path) else local_path(path)
+
+
+def staging_dir(url: str) -> Path:
+    """A local working directory for output bound for `url` (kept between runs so that a
+    re-run resumes the finished parts)."""
+    directory = cache_dir_for(url, "staging")
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
