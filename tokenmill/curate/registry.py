@@ -32,6 +32,8 @@ STAGE_MODULES = (
     "tokenmill.curate.ingest",
     "tokenmill.curate.normalize",
     "tokenmill.curate.langid",
+    "tokenmill.curate.url_filter",
+    "tokenmill.curate.pii",
     "tokenmill.curate.filter",
     "tokenmill.curate.classifier",
     "tokenmill.curate.dedup",
