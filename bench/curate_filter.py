@@ -94,6 +94,15 @@ def corpus_documents(shared: Path = SHARED, sets=DOCUMENT_SETS) -> list[tuple[st
     return docs
 
 
+def emit_report(lines: list[str], out: str | None) -> None:
+    """Print a bench report and, with `out`, write it there too (bench/results/NAME.txt)."""
+    report = "\n".join(lines)
+    print(report)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(report + "\n")
+
+
 # ----------------------------------------------------------------------------- datatrove side
 
 
@@ -299,11 +308,7 @@ def main() -> int:
         for (a, b), count in pairs.most_common():
             examples = [i for i in ids if (ours[i], theirs[i]) == (a, b)][: args.examples]
             lines.append(f"  {a or 'kept'} | {b or 'kept'}: {count}  e.g. {', '.join(examples)}")
-    report = "\n".join(lines)
-    print(report)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(report + "\n")
+    emit_report(lines, args.out)
     return 0
 
 
