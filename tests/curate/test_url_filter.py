@@ -274,3 +274,28 @@ def test_real_crawl_urls(shared_data, tmp_path, dask_client):
     rejected = pd.read_parquet(tmp_path / "out" / "rejected")
     assert sorted(rejected["url"]) == sorted(expected)
     assert manifest["versions"]["blocklist:picked:picked.txt"]
+
+
+def test_an_edited_list_reruns_the_recipe_step(tmp_path):
+    from tokenmill.pipelines.plan import build_plan
+    from tokenmill.pipelines.recipe import load_recipe
+
+    (tmp_path / "a.jsonl").write_text('{"text": "hello"}\n')
+    blocklist = tmp_path / "lists" / "spam.txt"
+    write(blocklist, "spam.example\n")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "sources:\n  - {name: a, path: a.jsonl}\ncurate:\n"
+        "  - stage: url-filter\n    options: {blocklist: [lists/spam.txt], missing_url: keep}\n  - stage: pii\n"
+    )
+
+    def fingerprints():
+        return {s.name: s.fingerprint for s in build_plan(load_recipe(recipe), tmp_path / "w")}
+
+    before = fingerprints()
+    assert fingerprints() == before
+    write(blocklist, "spam.example\nmore-spam.example\n")
+    after = fingerprints()
+    assert after["curate.a.url-filter"] != before["curate.a.url-filter"]
+    assert after["curate.a.pii"] != before["curate.a.pii"]  # what depends on it
+    assert after["ingest.a"] == before["ingest.a"]
