@@ -9,8 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tokenmill.curate.stage import run_stage
-from tokenmill.curate.url_filter import UrlFilterStage, normalize_host, parse_url, url_words
+from tokenmill.curate.url_filter import UrlFilterStage, normalize_host, parse_url, run_url_filter, url_words
 from tokenmill.errors import ConfigError
 
 
@@ -265,8 +264,9 @@ def test_real_crawl_urls(shared_data, tmp_path, dask_client):
     blocked = hosts[:2]
     (tmp_path / "in").mkdir()
     docs(urls).to_parquet(tmp_path / "in" / "part-0.parquet", index=False)
-    stage = UrlFilterStage(blocklist=[write(tmp_path / "picked.txt", "\n".join(blocked) + "\n")])
-    manifest = run_stage(stage, tmp_path / "in", tmp_path / "out", client=dask_client, progress=False)
+    lines = "\n".join(blocked) + "\nnot a domain\n"
+    stage = UrlFilterStage(blocklist=[write(tmp_path / "picked.txt", lines)])
+    manifest = run_url_filter(stage, tmp_path / "in", tmp_path / "out", client=dask_client, progress=False)
     expected = [u for u in urls if any(parse_url(u).host == h or parse_url(u).host.endswith("." + h) for h in blocked)]
     counts = manifest["counts"]
     assert counts["in"] == len(urls) == counts["kept"] + sum(counts["rejected"].values())
@@ -274,6 +274,7 @@ def test_real_crawl_urls(shared_data, tmp_path, dask_client):
     rejected = pd.read_parquet(tmp_path / "out" / "rejected")
     assert sorted(rejected["url"]) == sorted(expected)
     assert manifest["versions"]["blocklist:picked:picked.txt"]
+    assert manifest["blocklists"] == {"picked": {"entries": 2, "skipped": 1}}
 
 
 def test_an_edited_list_reruns_the_recipe_step(tmp_path):

@@ -35,7 +35,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 import pandas as pd
@@ -153,6 +153,7 @@ class Blocklists:
     domains: dict[str, str] = field(default_factory=dict)
     urls: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     sizes: dict[str, dict[str, int]] = field(default_factory=dict)
+    index: bool = True  # False: only count entries (the driver's tally for the manifest)
 
     def add_entry(self, name: str, entry: str) -> bool:
         """Add one domain or URL entry; False when it is not a valid one."""
@@ -161,26 +162,29 @@ class Blocklists:
             if parsed is None:
                 return False
             if parsed.path:
-                self.urls.setdefault(parsed.host, []).append((parsed.path, name))
+                if self.index:
+                    self.urls.setdefault(parsed.host, []).append((parsed.path, name))
                 return True
             host = parsed.host
         else:
             host = normalize_host(entry)
             if host is None:
                 return False
-        self.domains.setdefault(host, name)  # the first list that names a host gives the reason
+        if self.index:
+            self.domains.setdefault(host, name)  # the first list that names a host gives the reason
         return True
 
     def add_file(self, name: str, path: Path) -> None:
         counts = self.sizes.setdefault(name, {"entries": 0, "skipped": 0})
         first_bad = None
-        domains, simple = self.domains, _HOST.fullmatch
+        domains, index, simple = self.domains, self.index, _HOST.fullmatch
         with open(path, encoding="utf-8", errors="replace") as lines:
             for number, line in enumerate(lines, start=1):
                 line = line.rstrip("\n")
                 # Most lines of a big list are a host already in normal form: the fast path.
                 if simple(line) and not line.startswith("www.") and len(line) <= 253:
-                    domains.setdefault(line, name)
+                    if index:
+                        domains.setdefault(line, name)
                     counts["entries"] += 1
                     continue
                 if "#" in line:
@@ -350,6 +354,8 @@ class UrlFilterStage(DocumentStage):
         self.blocklist = [str(p) for p in self.blocklist]
         self.ut1 = str(self.ut1) if self.ut1 else None
         self.categories = list(self.categories)
+        if self.missing_url not in ("reject", "keep"):
+            raise ConfigError(f"missing_url must be reject or keep, got {self.missing_url!r}")
         if self.soft_word_threshold < 1:
             raise ConfigError(f"--soft-word-threshold must be at least 1, got {self.soft_word_threshold}")
         self._sources = list_sources(self.blocklist, self.ut1, self.categories)
@@ -364,7 +370,7 @@ class UrlFilterStage(DocumentStage):
             )
         self._banned_single = frozenset(w[0] for w in self._banned if len(w) == 1)
         self._banned_phrases = [" ".join(w) for w in self._banned if len(w) > 1]
-        self._soft_single = frozenset(" ".join(w) for w in self._soft)
+        self._soft_terms = frozenset(" ".join(w) for w in self._soft)  # distinct words (or phrases)
         self._subword_regex = re.compile("|".join(map(re.escape, self._subwords))) if self._subwords else None
 
     def versions(self) -> dict[str, str]:
@@ -383,9 +389,9 @@ class UrlFilterStage(DocumentStage):
             joined = f" {' '.join(words)} "
             if any(f" {phrase} " in joined for phrase in self._banned_phrases):
                 return "url.banned_word"
-        if self._soft_single:
-            joined = f" {' '.join(words)} "
-            found = sum(1 for soft in self._soft_single if (f" {soft} " in joined if " " in soft else soft in words))
+        if self._soft_terms:
+            joined, present = f" {' '.join(words)} ", set(words)
+            found = sum(1 for term in self._soft_terms if (f" {term} " in joined if " " in term else term in present))
             if found >= self.soft_word_threshold:
                 return "url.soft_banned_words"
         if self._subword_regex is not None and self._subword_regex.search(_squeeze(unquote(url))):
@@ -394,7 +400,9 @@ class UrlFilterStage(DocumentStage):
 
     def reason(self, url: object, lists: Blocklists | None) -> str | None:
         """Why a URL is rejected (`url.missing` for none), or None to keep it."""
-        if not isinstance(url, str) or not url.strip():
+        if not isinstance(url, str):
+            return "url.missing" if url is None or pd.isna(url) else "url.malformed"
+        if not url.strip():
             return "url.missing"
         parsed = parse_url(url)
         if parsed is None:
@@ -425,10 +433,14 @@ class UrlFilterStage(DocumentStage):
         )
 
 
-def run_url_filter(stage: UrlFilterStage, input, output, **runner) -> dict:
+def run_url_filter(stage: UrlFilterStage, input: Any, output: str | Path, **runner: Any) -> dict[str, Any]:
+    """`run_stage` with the manifest's `blocklists`: entries read and skipped per list."""
+
     def add_list_sizes(manifest: dict) -> None:
-        sizes = load_blocklists(stage._sources).sizes if stage._sources else {}
-        manifest["blocklists"] = sizes
+        tally = Blocklists(index=False)
+        for name, path in stage._sources:
+            tally.add_file(name, path)
+        manifest["blocklists"] = tally.sizes
 
     return run_stage(stage, input, output, finalize=add_list_sizes, **runner)
 
