@@ -53,6 +53,9 @@ PHONES = [
     "020 7946 0958",
     "01 23 45 67 89",
     "030 12345678",
+    "(030)12345678",
+    "(020) 7946 0958",
+    "0049 30 1234567",
     "02-751-1500",
 ]
 
@@ -69,10 +72,15 @@ def test_real_looking_pii_is_replaced(sample, placeholder, stat):
     assert stats[stat] == 1
 
 
-def test_email_at_the_end_of_a_sentence_and_in_mailto_links():
-    text, stats = redact("Contact: mailto:press@example.com. Questions to help@example.org.")
-    assert text == "Contact: mailto:<EMAIL>. Questions to <EMAIL>."
-    assert stats["pii.email"] == 2
+def test_pii_in_links_brackets_and_at_a_sentence_end():
+    text, stats = redact(
+        "Contact: mailto:press@example.com. Questions to help@example.org. From: Jane <jane@example.com>"
+        ' (<a href="tel:+1-202-555-0143">call</a>)'
+    )
+    assert text == (
+        'Contact: mailto:<EMAIL>. Questions to <EMAIL>. From: Jane <<EMAIL>> (<a href="tel:<PHONE>">call</a>)'
+    )
+    assert (stats["pii.email"], stats["pii.phone"]) == (3, 1)
 
 
 @pytest.mark.parametrize(
@@ -130,6 +138,7 @@ def test_ip_look_alikes_are_left(text):
         "Card 4111 1111 1111 1111 expired; SSN 123-45-6789 is fake.",
         "Scores: 3-1, 2-2, 10-7; years 1990-2001.",
         "The sum 5 +10 20 is 35.",
+        "Local numbers like 555-0143 have no area code.",
     ],
 )
 def test_phone_look_alikes_are_left(text):

@@ -19,7 +19,8 @@ What is caught (docs/web-filters.md has examples of each):
 - phone numbers: international numbers written with `+` and a country code (8 to 15 digits,
   with or without separators), North American numbers in a 3-3-4 grouping (`(202) 555-0143`,
   `202-555-0143`, `1-800-555-0199`, valid area and exchange codes), and national numbers with a
-  trunk `0` and separators (`020 7946 0958`, `01 23 45 67 89`, 9 to 12 digits). Not numbers
+  trunk `0` and separators (`020 7946 0958`, `01 23 45 67 89`, 9 to 12 digits; `0049 30 1234567`
+  with the `00` prefix, up to 16). Not numbers
   without any separator or `+` (they cannot be told from ids), dates (`2023-01-15`,
   `12.05.2021 1400`), times, prices, ISBNs.
 """
@@ -67,16 +68,18 @@ PHONE_NANP = re.compile(rf"(?<![\w+\-.(/])(?:1[ .\-]?)?(?:\([2-9]\d\d\) ?|[2-9]\
 PHONE_NATIONAL = re.compile(
     rf"(?<![\w+\-./])(?:\(0\d{{1,4}}\)|0\d{{1,4}})(?:[ \-/.]?\d{{2,8}})(?:[ \-.]\d{{2,8}}){{0,3}}{_END}"
 )
-# Cheap tests that a text may hold a match (all of a pattern's must find something), the first led
-# by a literal character that `re` skips to quickly: most documents hold no PII, and the full
-# patterns then never run. (A year after a space passes NANP's first test; its second is rarer.)
-HINTS = {
-    EMAIL: (re.compile(r"@[A-Za-z0-9]"),),
-    IPV4: (re.compile(r"\.\d{1,3}\.\d{1,3}\."),),
-    IPV6: (re.compile(r":[0-9A-Fa-f]{0,4}:"),),
-    PHONE_INTERNATIONAL: (re.compile(r"\+\d"),),
-    PHONE_NANP: (re.compile(r"[ .\-]\d{4}(?!\d)"), re.compile(r"\d\d\d[ .\-]\d{4}(?!\d)")),
-    PHONE_NATIONAL: (re.compile(r"0\d{0,4}\)?[ \-/.]\d\d"),),
+# Cheap tests that a text may hold a match, each led by a literal character that `re` skips to
+# quickly: most documents hold no PII, and the full patterns then never run. (A year after a
+# space passes NANP's first test; its second, slower one runs only then.)
+_NANP_HINTS = (re.compile(r"[ .\-]\d{4}(?!\d)"), re.compile(r"\d\d\d[ .\-]\d{4}(?!\d)"))
+_NATIONAL_HINTS = (re.compile(r"0\d{0,4}\)?[ \-/.]\d\d"), re.compile(r"\(0\d{1,4}\)\d\d"))
+HINTS: dict[re.Pattern, Callable[[str], object]] = {
+    EMAIL: re.compile(r"@[A-Za-z0-9]").search,
+    IPV4: re.compile(r"\.\d{1,3}\.\d{1,3}\.").search,
+    IPV6: re.compile(r":[0-9A-Fa-f]{0,4}:").search,
+    PHONE_INTERNATIONAL: re.compile(r"\+\d").search,
+    PHONE_NANP: lambda text: _NANP_HINTS[0].search(text) and _NANP_HINTS[1].search(text),
+    PHONE_NATIONAL: lambda text: _NATIONAL_HINTS[0].search(text) or _NATIONAL_HINTS[1].search(text),
 }
 _DATE_START = re.compile(r"\(?(?:\d{1,2}[./\-]\d{1,2}[./\-]\d{2,4}|\d{4}[./\-]\d{1,2}[./\-]\d{1,2})(?!\d)")
 _NON_DIGIT = re.compile(r"\D")
@@ -119,7 +122,7 @@ class PiiStage(DocumentStage):
     @staticmethod
     def _sub(pattern: re.Pattern, text: str, decide: Callable[[re.Match], str | None]) -> str:
         """Replace each match that `decide` maps to a text (a skipped one maps to None and stays)."""
-        if not all(hint.search(text) for hint in HINTS[pattern]):
+        if not HINTS[pattern](text):
             return text
 
         def replace(match: re.Match) -> str:
@@ -180,7 +183,10 @@ class PiiStage(DocumentStage):
 
         text = self._sub(PHONE_INTERNATIONAL, text, lambda m: decide(m, 8, 16, False))
         text = self._sub(PHONE_NANP, text, lambda m: decide(m, 10, 11, False))
-        return self._sub(PHONE_NATIONAL, text, lambda m: decide(m, 9, 12, True))
+        # `0049 30 1234567`: the `00` international prefix in place of `+` allows a country code more.
+        return self._sub(
+            PHONE_NATIONAL, text, lambda m: decide(m, 9, 16 if m.group(0).lstrip("(").startswith("00") else 12, True)
+        )
 
     def redact(self, text: str, stats: Counter) -> str:
         """The text with every kind asked for replaced; counts go to `stats`."""
