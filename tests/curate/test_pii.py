@@ -221,3 +221,19 @@ def test_stage_run_writes_counts_to_the_manifest(tmp_path, dask_client):
     assert manifest["stats"]["pii.docs_touched"] == 2
     kept = pd.read_parquet(tmp_path / "out" / "kept").sort_values("id")
     assert kept["text"].tolist() == ["Reach me at <EMAIL>.", "plain text", "call <PHONE>"]
+
+
+def test_command_line(tmp_path, dask_client, capsys):
+    from tokenmill.cli import main
+
+    (tmp_path / "in").mkdir()
+    docs(["LAN host 192.168.1.20, mail a@example.com", "call +44 20 7946 0958"]).to_parquet(
+        tmp_path / "in" / "part-0.parquet", index=False
+    )
+    argv = ["curate", "pii", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--no-progress"]
+    argv += ["--kinds", "ip,phone", "--replace-private-ips", "--scheduler", dask_client.scheduler.address]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "replaced 0 e-mail addresses, 1 IP addresses and 1 phone numbers in 2 documents" in printed
+    kept = pd.read_parquet(tmp_path / "out" / "kept").sort_values("id")
+    assert kept["text"].tolist() == ["LAN host <IP_ADDRESS>, mail a@example.com", "call <PHONE>"]

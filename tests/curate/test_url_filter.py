@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import re
 from pathlib import Path
 
@@ -300,3 +301,22 @@ def test_an_edited_list_reruns_the_recipe_step(tmp_path):
     assert after["curate.a.url-filter"] != before["curate.a.url-filter"]
     assert after["curate.a.pii"] != before["curate.a.pii"]  # what depends on it
     assert after["ingest.a"] == before["ingest.a"]
+
+
+def test_command_line(tmp_path, dask_client, capsys):
+    from tokenmill.cli import main
+
+    (tmp_path / "in").mkdir()
+    urls = ["https://www.casino-example.com/", "https://fine.example/a", None, "https://tracker.example.org/p"]
+    docs(urls).to_parquet(tmp_path / "in" / "part-0.parquet", index=False)
+    write(tmp_path / "ut1" / "gambling" / "domains", "casino-example.com\n")
+    blocklist = write(tmp_path / "ads.txt", "0.0.0.0 tracker.example.org\n")
+    argv = ["curate", "url-filter", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out")]
+    argv += ["--blocklist", blocklist, "--ut1", str(tmp_path / "ut1"), "--categories", "gambling"]
+    argv += ["--missing-url", "keep", "--scheduler", dask_client.scheduler.address, "--no-progress"]
+    assert main(argv) == 0
+    assert "url-filter: in 4, kept 2, rejected 2" in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["rejected"] == {"url.blocklist:ads": 1, "url.blocklist:gambling": 1}
+    assert manifest["stats"] == {"url.missing": 1}
+    assert manifest["config"]["categories"] == ["gambling"] and manifest["config"]["missing_url"] == "keep"
