@@ -55,10 +55,11 @@ bench: install
 	for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
 # Peers that cannot share tokenmill's environment, each in its own (git-ignored) one.
-# datatrove: bench/curate_filter.py and bench/tokenize_encode.py compare against it (skipped without it).
+# datatrove: bench/curate_filter.py, bench/tokenize_encode.py, bench/pii.py and bench/url_filter.py compare
+# against it (skipped without it); its URLFilter needs tldextract, fasteners and pyahocorasick.
 bench-env:
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
-	.venv-bench/bin/pip install --quiet "datatrove==0.10.1" spacy regex pandas pyarrow tokenizers
+	.venv-bench/bin/pip install --quiet "datatrove==0.10.1" spacy regex pandas pyarrow tokenizers tldextract fasteners pyahocorasick
 
 # Megatron-Core needs Python >= 3.12: tests/compat/ and bench/tokenize_loader.py read our shards with it.
 # pyenv's shim for python3.12 fails unless 3.12 is selected, so a pyenv 3.12 install is preferred.

@@ -29,6 +29,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from measure import emit_report
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
 BENCH_PYTHON = Path(os.environ.get("TOKENMILL_BENCH_PYTHON", ROOT / ".venv-bench" / "bin" / "python"))
@@ -92,15 +94,6 @@ def corpus_documents(shared: Path = SHARED, sets=DOCUMENT_SETS) -> list[tuple[st
     if "speech" in sets:
         docs += [(f"speech-{i}", speech) for i, speech in enumerate(speeches) if speech.strip()]
     return docs
-
-
-def emit_report(lines: list[str], out: str | None) -> None:
-    """Print a bench report and, with `out`, write it there too (bench/results/NAME.txt)."""
-    report = "\n".join(lines)
-    print(report)
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(report + "\n")
 
 
 # ----------------------------------------------------------------------------- datatrove side

@@ -17,11 +17,9 @@ kinds. datatrove runs in `.venv-bench` (`make bench-env`); without it that side 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -29,7 +27,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from curate_filter import BENCH_PYTHON, ROOT, SHARED, corpus_documents, emit_report  # noqa: E402
+from curate_filter import BENCH_PYTHON, ROOT, SHARED, corpus_documents  # noqa: E402
+from measure import bench_parser, best_of, emit_report, run_worker, write_result  # noqa: E402
 
 
 def documents() -> list[tuple[str, str]]:
@@ -37,19 +36,6 @@ def documents() -> list[tuple[str, str]]:
     truth = json.loads((SHARED / "web" / "extraction" / "ground-truth.json").read_text(encoding="utf-8"))
     docs += [(f"web-{key[:12]}", page["articleBody"]) for key, page in truth.items()]
     return docs
-
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
-def best_of(repeat: int, run) -> tuple[float, object]:
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        start = time.process_time()
-        result = run()
-        best = min(best, time.process_time() - start)
-    return best, result
 
 
 def ours_worker(in_path: str, out_path: str, repeat: int) -> None:
@@ -69,8 +55,7 @@ def ours_worker(in_path: str, out_path: str, repeat: int) -> None:
 
         seconds, _ = best_of(repeat, run)
         report[label] = {"seconds": seconds, "stats": dict(stats)}
-    report["peak_rss_mib"] = peak_rss_mib()
-    Path(out_path).write_text(json.dumps(report))
+    write_result(out_path, **report)
 
 
 def datatrove_worker(in_path: str, out_path: str, repeat: int) -> None:
@@ -90,31 +75,13 @@ def datatrove_worker(in_path: str, out_path: str, repeat: int) -> None:
     def added(strings):
         return sum(out.count(s) - text.count(s) for text, out in zip(texts, outputs) for s in strings)
 
-    Path(out_path).write_text(
-        json.dumps(
-            {
-                "seconds": seconds,
-                "emails": added(emails),
-                "ips": added(ips),
-                "peak_rss_mib": peak_rss_mib(),
-                "version": version("datatrove"),
-            }
-        )
-    )
+    write_result(out_path, seconds=seconds, emails=added(emails), ips=added(ips), version=version("datatrove"))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", default=None, help="also write the report here")
-    parser.add_argument("--ours-worker", nargs=2, metavar=("IN", "OUT"), help=argparse.SUPPRESS)
-    parser.add_argument("--datatrove-worker", nargs=2, metavar=("IN", "OUT"), help=argparse.SUPPRESS)
+    parser = bench_parser(__doc__, ours_args=2, peer_args=2)
     args = parser.parse_args()
-    if args.ours_worker:
-        ours_worker(*args.ours_worker, args.repeat)
-        return 0
-    if args.datatrove_worker:
-        datatrove_worker(*args.datatrove_worker, args.repeat)
+    if run_worker(args, ours_worker, datatrove_worker):
         return 0
 
     docs = documents()

@@ -63,7 +63,8 @@ def test_urls_are_normalised(url, host, path):
         "http://example.com:99999/",
         "http://exa mple.com/",
         "http://[::zz]/",
-        "http://-bad-.example/",
+        "http://a..b.example/",
+        "http://bad!host.example/",
     ],
 )
 def test_malformed_urls(url):
@@ -320,3 +321,8 @@ def test_command_line(tmp_path, dask_client, capsys):
     assert manifest["counts"]["rejected"] == {"url.blocklist:ads": 1, "url.blocklist:gambling": 1}
     assert manifest["stats"] == {"url.missing": 1}
     assert manifest["config"]["categories"] == ["gambling"] and manifest["config"]["missing_url"] == "keep"
+
+
+def test_hosts_with_edge_hyphens_are_hosts():
+    """RFC 1123 forbids them, browsers and UT1 lists have them (`name-.blogspot.com`)."""
+    assert parse_url("https://milfhunter-.blogspot.hk/").host == "milfhunter-.blogspot.hk"

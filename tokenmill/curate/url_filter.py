@@ -59,7 +59,9 @@ REASONS = {
 _HOSTS_ADDRESSES = frozenset({"0.0.0.0", "127.0.0.1", "::", "::1", "0", "255.255.255.255"})
 # A scheme (`https:`, `mailto:`), but not `host:8080`.
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:(?!\d)")
-_LABEL = r"[a-z0-9_](?:[a-z0-9_\-]{0,61}[a-z0-9_])?"
+# Letters, digits, `-` and `_`, up to 63: what resolvers and browsers take (RFC 1123 forbids a
+# leading or trailing `-`, yet such hosts are real: `name-.blogspot.com`, in UT1 too).
+_LABEL = r"[a-z0-9_\-]{1,63}"
 _HOST = re.compile(rf"(?:{_LABEL}\.)*{_LABEL}")
 _WORD_SPLIT = re.compile(r"[\W_]+")
 _INLINE_COMMENT = re.compile(r"\s+#.*$")
