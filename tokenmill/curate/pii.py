@@ -16,7 +16,7 @@ What is caught (docs/web-filters.md has examples of each):
   private, loopback, link-local, documentation and reserved ones stay (`keep_private_ips`).
   A dotted quad after a word like `version`, `v`, `release`, `build` or `section` is a version
   or section number, not an address; `999.1.1.1`, `1.2.3.4.5` and `01.02.03.04` are no address.
-- phone numbers: international numbers written with `+` and a country code (8 to 15 digits,
+- phone numbers: international numbers written with `+` and a country code (8 to 16 digits with a `(0)`,
   with or without separators), North American numbers in a 3-3-4 grouping (`(202) 555-0143`,
   `202-555-0143`, `1-800-555-0199`, valid area and exchange codes), and national numbers with a
   trunk `0` and separators (`020 7946 0958`, `01 23 45 67 89`, 9 to 12 digits; `0049 30 1234567`
