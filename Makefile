@@ -55,10 +55,11 @@ bench: install
 	for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
 # Peers that cannot share tokenmill's environment, each in its own (git-ignored) one.
-# datatrove: bench/curate_filter.py and bench/tokenize_encode.py compare against it (skipped without it).
+# datatrove: bench/curate_filter.py, bench/tokenize_encode.py, bench/pii.py and bench/url_filter.py compare
+# against it (skipped without it); its URLFilter needs tldextract, fasteners and pyahocorasick.
 bench-env:
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
-	.venv-bench/bin/pip install --quiet "datatrove==0.10.1" spacy regex pandas pyarrow tokenizers
+	.venv-bench/bin/pip install --quiet "datatrove==0.10.1" spacy regex pandas pyarrow tokenizers tldextract fasteners pyahocorasick
 # bench/web.py: datatrove's WarcReader and Trafilatura extractor need these.
 	.venv-bench/bin/pip install --quiet warcio faust-cchardet python-magic trafilatura lxml_html_clean
 

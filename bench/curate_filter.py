@@ -29,6 +29,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from measure import emit_report
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
 BENCH_PYTHON = Path(os.environ.get("TOKENMILL_BENCH_PYTHON", ROOT / ".venv-bench" / "bin" / "python"))
@@ -299,11 +301,7 @@ def main() -> int:
         for (a, b), count in pairs.most_common():
             examples = [i for i in ids if (ours[i], theirs[i]) == (a, b)][: args.examples]
             lines.append(f"  {a or 'kept'} | {b or 'kept'}: {count}  e.g. {', '.join(examples)}")
-    report = "\n".join(lines)
-    print(report)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(report + "\n")
+    emit_report(lines, args.out)
     return 0
 
 

@@ -33,7 +33,17 @@ def _recipe(tmp_path: Path, curate: str):
 def test_recipe_stages_are_cli_stages_by_the_same_name():
     commands = {s.name for s in cli_stages()}
     current = {name for name, s in recipe_stages().items() if s.alias_of is None}
-    assert current == {"extract", "normalize", "langid", "filter", "classify", "dedup", "decontaminate"}
+    assert current == {
+        "extract",
+        "normalize",
+        "langid",
+        "url-filter",
+        "pii",
+        "filter",
+        "classify",
+        "dedup",
+        "decontaminate",
+    }
     assert current <= commands
     assert {"exact_dedup", "fuzzy_dedup"} <= set(recipe_stages()) - commands
 

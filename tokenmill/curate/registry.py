@@ -34,6 +34,8 @@ STAGE_MODULES = (
     "tokenmill.curate.extract",
     "tokenmill.curate.normalize",
     "tokenmill.curate.langid",
+    "tokenmill.curate.url_filter",
+    "tokenmill.curate.pii",
     "tokenmill.curate.filter",
     "tokenmill.curate.classifier",
     "tokenmill.curate.dedup",

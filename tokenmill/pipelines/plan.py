@@ -161,6 +161,17 @@ def build_plan(recipe: Recipe, workdir: Path) -> list[Step]:
             # The stage as written: a deprecated spelling (`exact_dedup`) keeps its fingerprint, and the
             # runner adds the options it fixes (`method: exact`).
             config: dict[str, Any] = {"stage": c.stage, "options": options, "index": i}
+            # Files an option names (a blocklist, a rules file, a task directory) are inputs too: an
+            # edited list re-runs the step, as an edited raw file re-runs ingest.
+            files = [
+                item
+                for option in kind.path_options
+                for value in (options.get(option) if isinstance(options.get(option), list) else [options.get(option)])
+                if isinstance(value, str)
+                for item in _file_identity(Path(value))
+            ]
+            if files:
+                config["files"] = files
             if c.stage == "classify" and "classifier" in options:
                 # A classifier trained in this run: a dependency on it; its model file is found in
                 # the work directory at run time, so the fingerprint survives moving the directory.
