@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
+from tokenmill.infra.slurm import SlurmSpec
 
 SOURCE_FORMATS = ("jsonl", "parquet", "text", "python-docs")
 
@@ -152,6 +153,8 @@ class Recipe(_Strict):
     blend: list[BlendEntry] | None = None
     train: TrainSpec | None = None
     eval: EvalSpec | None = None
+    # How `tokenmill run --slurm` submits the recipe (infra/slurm.py); ignored otherwise.
+    slurm: SlurmSpec | None = None
 
     # Set by `load_recipe`: the recipe file's directory, against which relative paths resolve.
     base_dir: Path = Field(default=Path("."), exclude=True)
