@@ -21,7 +21,7 @@ import pytest
 from pipeline_outputs import documents
 
 REPO = Path(__file__).resolve().parents[2]
-DAEMONS = ("slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue")
+DAEMONS = ("slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue", "sinfo")
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL"}
 
 RECIPE = """
