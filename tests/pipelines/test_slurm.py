@@ -268,6 +268,31 @@ def test_slurm_mistakes_are_one_line_errors(tmp_path, shared_data):
     assert not (tmp_path / "a").exists()
 
 
+def test_recipe_slurm_section_is_checked_and_overridden_by_the_cli(tmp_path, shared_data, capsys):
+    from tokenmill.cli import main
+
+    recipe = tmp_path / "tiny.yaml"
+    text = textwrap.dedent(RECIPE.format(corpus=shared_data / "corpus"))
+    recipe.write_text(text + "slurm: {partition: cpu, nodez: 2}\n")
+    assert main(["run", str(recipe), "--slurm", "--dry-run"]) == 1
+    err = capsys.readouterr().err
+    assert "slurm.nodez" in err and "did you mean `nodes`" in err, err
+
+    recipe.write_text(text + "slurm: {partition: cpu, time: '1:00:00', sbatch: [--qos=low], setup: [module load x]}\n")
+    work = tmp_path / "work"
+    assert main(["run", str(recipe), "--workdir", str(work), "--slurm", "--dry-run", "--partition", "gpu"]) == 0
+    script = capsys.readouterr().out.split("# submitted with:")[0]
+    lines = script.splitlines()
+    assert "#SBATCH --partition=gpu" in lines and "#SBATCH --partition=cpu" not in lines  # the CLI wins
+    assert "#SBATCH --time=1:00:00" in lines and "#SBATCH --qos=low" in lines and "module load x" in lines
+    until = next(line for line in lines if line.startswith('"${RUN[@]}" --scheduler'))
+    assert until.endswith("--until ingest --until curate --until tokenize")  # all but train on Dask
+    assert "--nproc-per-node=1" in script  # the recipe's tp x pp x dp = 1
+    assert not work.exists()
+    assert main(["run", str(recipe), "--slurm", "--dry-run", "--scheduler", "tcp://h:8786"]) == 1
+    assert "--scheduler does not go with --slurm" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------------------------
 # On the cluster
 

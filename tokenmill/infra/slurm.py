@@ -365,6 +365,8 @@ def submit_recipe(
     if args.from_ or args.force:
         # Every job of a chain runs the same script: a forced step would be redone by each.
         raise ConfigError("--from and --force do not go with --slurm: run them here, then submit the rest")
+    if args.scheduler:
+        raise ConfigError("--scheduler does not go with --slurm: the job starts its own Dask cluster in the allocation")
     spec = (recipe.slurm or SlurmSpec()).merged(slurm_overrides(args))
     steps = build_plan(recipe, workdir)
     runnable = select(steps, None, args.until, None).runnable
