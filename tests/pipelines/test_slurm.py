@@ -43,34 +43,16 @@ train:
     model: {{preset: tiny, max_seq_len: 32}}
     seq_len: 32
     split: "90,10,0"
-    steps: 2
+    steps: 12
     global_batch_size: 4
     lr: 3.0e-3
-    lr_warmup_steps: 1
+    lr_warmup_steps: 2
     log_interval: 1
-    eval_interval: 2
+    eval_interval: 6
     eval_iters: 1
-    save_interval: 1
+    save_interval: 2
     precision: fp32
     tensorboard: false
-"""
-
-TRAIN_CONFIG = """
-data: {blend}
-tokenizer: {tokenizer}
-model: {{preset: tiny, max_seq_len: 32}}
-seq_len: 32
-split: "90,10,0"
-steps: {steps}
-global_batch_size: 4
-lr: 3.0e-3
-lr_warmup_steps: 2
-log_interval: 1
-eval_interval: 0
-save_interval: 2
-keep_last: 3
-precision: fp32
-tensorboard: false
 """
 
 
@@ -224,15 +206,17 @@ def local_run(tmp_path_factory, shared_data) -> tuple[Path, Path]:
 # Without a cluster: the scripts and the errors
 
 
-def test_train_script_runs_torchrun_under_srun_with_c10d_on_the_first_node(tmp_path):
-    done = tokenmill(
-        "train", "tiny", "--slurm", "--dry-run", "--out", str(tmp_path / "run"), "--dp", "2", "--nodes", "2",
-        "--gpus-per-node", "1", "--partition", "gpu", "--account", "lm", "--time", "4:00:00",
-        "--sbatch=--qos=high", "--chain", "3",
-        env=_env(),
+def test_train_script_runs_torchrun_under_srun_with_c10d_on_the_first_node(tmp_path, capsys):
+    from tokenmill.cli import main
+
+    code = main(
+        ["train", "tiny", "--slurm", "--dry-run", "--out", str(tmp_path / "run"), "--dp", "2", "--nodes", "2",
+         "--gpus-per-node", "1", "--partition", "gpu", "--account", "lm", "--time", "4:00:00",
+         "--sbatch=--qos=high", "--chain", "3"]
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    script = done.stdout.split("# submitted with:")[0].split("\n", 1)[1]
+    done = capsys.readouterr()
+    assert code == 0, done.err
+    script = done.out.split("# submitted with:")[0].split("\n", 1)[1]
     for line in (
         "#SBATCH --nodes=2",
         "#SBATCH --gpus-per-node=1",
@@ -248,23 +232,23 @@ def test_train_script_runs_torchrun_under_srun_with_c10d_on_the_first_node(tmp_p
     assert "--rdzv-backend=c10d --rdzv-endpoint=$HEAD:" in launch
     assert launch.endswith("--dp 2 --resume")
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0  # valid bash
-    assert done.stdout.count("--dependency=afterany:") == 2  # a chain of 3
+    assert done.out.count("--dependency=afterany:") == 2  # a chain of 3
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
 
 
-def test_slurm_mistakes_are_one_line_errors(tmp_path, shared_data):
-    no_sbatch = {**_env(), "PATH": str(tmp_path)}  # an empty directory: no sbatch
-    for args in (
-        ("train", "tiny", "--slurm", "--out", str(tmp_path / "a")),
-        ("train", "tiny", "--nodes", "2"),
-        ("train", "tiny", "--slurm", "--dry-run", "--dp", "2", "--nodes", "3"),
-        ("train", "tiny", "--slurm", "--dry-run", "--time", "soon"),
+def test_slurm_mistakes_are_one_line_errors(tmp_path, capsys, monkeypatch):
+    from tokenmill.cli import main
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no sbatch
+    for args, message in (
+        (["train", "tiny", "--slurm", "--out", str(tmp_path / "a")], "--slurm needs `sbatch` on PATH"),
+        (["train", "tiny", "--nodes", "2"], "--nodes needs --slurm"),
+        (["train", "tiny", "--slurm", "--dry-run", "--dp", "2", "--nodes", "3"], "do not divide over 3 nodes"),
+        (["train", "tiny", "--slurm", "--dry-run", "--time", "soon"], "slurm option time = 'soon'"),
     ):
-        done = tokenmill(*args, env=no_sbatch)
-        assert done.returncode == 1, args
-        assert "Traceback" not in done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("tokenmill: error: "), done.stderr
-    assert "needs `sbatch` on PATH" in tokenmill("train", "tiny", "--slurm", env=no_sbatch).stderr
+        assert main(args) == 1, args
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and err.startswith("tokenmill: error: ") and message in err, err
     assert not (tmp_path / "a").exists()
 
 
@@ -319,22 +303,15 @@ def test_recipe_job_gives_the_outputs_of_a_local_run(slurm, local_run, tmp_path)
         assert documents(work / "curate" / "wiki" / stage) == documents(local / "curate" / "wiki" / stage), stage
     for name in ("tokenizer/tokenizer.json", "shards/wiki/wiki.bin", "shards/wiki/wiki.idx"):
         assert (work / name).read_bytes() == (local / name).read_bytes(), name
-    assert sorted(losses(work / "train" / "run")) == [1, 2]
+    assert sorted(losses(work / "train" / "run")) == list(range(1, 13))
     assert losses(work / "train" / "run") == pytest.approx(losses(local / "train" / "run"), rel=1e-6)
 
 
 @pytest.mark.slow
 def test_chained_training_job_resumes_the_cancelled_one(slurm, local_run, tmp_path):
     _, local = local_run
-    steps = 24
-    config = tmp_path / "train.yaml"
-    config.write_text(
-        TRAIN_CONFIG.format(
-            blend=local / "blend" / "blend.json", tokenizer=local / "tokenizer" / "tokenizer.json", steps=steps
-        )
-    )
-    reference = tokenmill("train", str(config), "--out", str(tmp_path / "reference"), "--no-progress", env=_env())
-    assert reference.returncode == 0, reference.stderr[-3000:]
+    # The local run's training (12 steps, a checkpoint every 2) is the uninterrupted reference.
+    config, steps = local / "train" / "config.yaml", 12
 
     run = tmp_path / "run"
     done = tokenmill(
@@ -360,6 +337,6 @@ def test_chained_training_job_resumes_the_cancelled_one(slurm, local_run, tmp_pa
     printed = [int(n) for n in re.findall(r"\bstep (\d+)\b", log)]
     assert printed and min(printed) == resumed_from + 1 and max(printed) == steps, log[-3000:]
     assert (run / "checkpoints" / "latest").read_text().strip() == f"step_{steps}"
-    got, want = losses(run), losses(tmp_path / "reference")
+    got, want = losses(run), losses(local / "train" / "run")
     assert sorted(got) == list(range(1, steps + 1))
     assert got == pytest.approx(want, rel=1e-6)
