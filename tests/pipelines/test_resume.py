@@ -12,8 +12,8 @@ import textwrap
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
+from pipeline_outputs import documents
 
 pytestmark = pytest.mark.slow
 
@@ -114,14 +114,6 @@ def run_and_kill(recipe: Path, workdir: Path, *, when_line: str | None = None, w
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
-
-
-def documents(stage_dir: Path) -> list[tuple[str, str]]:
-    rows = []
-    for path in sorted((stage_dir / "kept").glob("*.parquet")):
-        table = pq.read_table(path, columns=["id", "text"])
-        rows += list(zip(table["id"].to_pylist(), table["text"].to_pylist()))
-    return sorted(rows)
 
 
 def losses(workdir: Path) -> dict[int, tuple[float, float | None]]:

@@ -58,6 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--workdir", default=None, help="work directory (default: the recipe's `workdir:` or ./NAME-work)")
     _add_run_options(run)
+    from tokenmill.infra.slurm import add_slurm_options
+
+    add_slurm_options(run)
     run.set_defaults(func=_run_command)
 
     demo = subparsers.add_parser(
@@ -109,6 +112,12 @@ def _run_command(args: argparse.Namespace) -> int:
     for warning in recipe.warnings:
         print(f"warning: {warning}")
     workdir = local_workdir(args.workdir) if args.workdir else default_workdir(recipe)
+    from tokenmill.infra.slurm import check_slurm_only_options, submit_recipe
+
+    check_slurm_only_options(args)
+    if args.slurm:
+        submit_recipe(recipe, args.recipe, workdir, args)
+        return 0
     return _run_recipe(recipe, workdir, args)
 
 

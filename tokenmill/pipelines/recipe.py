@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from tokenmill.errors import ConfigError
 from tokenmill.infra import storage
+from tokenmill.infra.slurm import SlurmSpec
 
 SOURCE_FORMATS = ("jsonl", "parquet", "text", "warc", "wet", "html", "python-docs")
 
@@ -153,6 +154,8 @@ class Recipe(_Strict):
     blend: list[BlendEntry] | None = None
     train: TrainSpec | None = None
     eval: EvalSpec | None = None
+    # How `tokenmill run --slurm` submits the recipe (infra/slurm.py); ignored otherwise.
+    slurm: SlurmSpec | None = None
 
     # Set by `load_recipe`: the recipe file's directory, against which relative paths resolve.
     base_dir: Path = Field(default=Path("."), exclude=True)

@@ -9,15 +9,18 @@ again therefore redoes only the unfinished step, from where that step can resume
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import warnings
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,32 +114,37 @@ def _remove_leftovers(step: Step) -> None:
 
 
 class WorkdirLock:
-    """One run per work directory at a time: two runs would publish over each other."""
+    """One run per work directory at a time: two runs would publish over each other. The lock is
+    an flock (released by the kernel however the holder ends); the file holds the holder's pid
+    for the message the other run prints."""
 
     def __init__(self, workdir: Path) -> None:
         self.path = workdir / STATE_DIR / "lock"
-        self.handle: Any = None
+        self.fd: int | None = None
 
     def __enter__(self) -> WorkdirLock:
         import fcntl
 
-        self.handle = self.path.open("w")
+        # Opened without truncating: the holder's pid must survive a loser's attempt.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self.handle.close()
+            os.close(fd)
+            holder = self.path.read_text().strip() or "unknown"
             raise TokenmillError(
-                f"another tokenmill run is using {self.path.parent.parent}; wait for it or use another --workdir"
+                f"another tokenmill run (pid {holder}) is using {self.path.parent.parent};"
+                " wait for it or use another --workdir"
             ) from None
-        self.handle.write(str(os.getpid()))
-        self.handle.flush()
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self.fd = fd
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        import fcntl
-
-        fcntl.flock(self.handle, fcntl.LOCK_UN)
-        self.handle.close()
+        if self.fd is not None:
+            os.close(self.fd)  # closing the only descriptor releases the flock
+            self.fd = None
 
 
 def _log(message: str) -> None:
@@ -347,13 +355,17 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
     resume = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").glob("step_*"))
     spec = ctx.recipe.train
     assert spec is not None
-    argv = [sys.executable, "-m", "tokenmill.cli", "train", str(config_path), *spec.extra_args]
+    # Inside a Slurm job the trainer spans the allocation (`srun ... torchrun ...`, infra/slurm.py).
+    from tokenmill.infra.slurm import TRAIN_LAUNCHER_ENV
+
+    launcher = shlex.split(os.environ.get(TRAIN_LAUNCHER_ENV, "")) or [sys.executable]
+    argv = [*launcher, "-m", "tokenmill.cli", "train", str(config_path), *spec.extra_args]
     if resume:
         argv.append("--resume")
         _log(f"  resuming from the latest checkpoint in {run_dir / 'checkpoints'}")
     if not ctx.progress:
         argv.append("--no-progress")
-    _log(f"  $ {' '.join(argv[2:])}")
+    _log(f"  $ {' '.join(argv[argv.index('tokenmill.cli') + 1 :])}")
     from tokenmill.train.launch import child_env
     from tokenmill.train.lifecycle import LAUNCHER_PID_ENV, PIPELINE_PID_ENV
 
@@ -441,6 +453,23 @@ def summarise(step: Step, result: dict[str, Any]) -> str:
     return ""
 
 
+@contextmanager
+def _disk_full_is_an_error(what: str, workdir: Path) -> Iterator[None]:
+    """A full disk (here or in a Dask worker) as one line: every output is published atomically,
+    so what earlier steps finished is intact and a re-run after freeing space resumes."""
+    try:
+        yield
+    except OSError as error:
+        # pyarrow's writers raise OSError with the C library's message but no errno.
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT) and os.strerror(errno.ENOSPC) not in str(error):
+            raise
+        where = f" ({error.filename})" if error.filename else ""
+        raise TokenmillError(
+            f"{what}: no space left on the device{where}; finished steps and previous outputs are intact:"
+            f" free space under {workdir} and run again to resume"
+        ) from None
+
+
 # --------------------------------------------------------------------------------------------
 # The run
 
@@ -468,8 +497,10 @@ def run_recipe(
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / STATE_DIR).mkdir(exist_ok=True)
     lock = WorkdirLock(workdir).__enter__()
-    # The recipe as run, for the report and for whoever opens the directory later.
-    (workdir / "recipe.json").write_text(recipe.model_dump_json(indent=2) + "\n")
+    # The recipe as run, for the report and for whoever opens the directory later (atomic: a
+    # full disk leaves the previous one).
+    with _disk_full_is_an_error("recipe.json", workdir):
+        atomic_write_text(workdir / "recipe.json", recipe.model_dump_json(indent=2) + "\n")
     ctx = Context(
         recipe,
         workdir,
@@ -508,7 +539,8 @@ def run_recipe(
             state_path(workdir, step).unlink(missing_ok=True)
             _remove_leftovers(step)
             t0 = time.time()
-            outcome = RUNNERS[step.kind](ctx, step)
+            with _disk_full_is_an_error(step.name, workdir):
+                outcome = RUNNERS[step.kind](ctx, step)
             seconds = time.time() - t0
             summary = summarise(step, outcome)
             state = {
@@ -520,7 +552,8 @@ def run_recipe(
                 "version": __version__,
                 "result": outcome,
             }
-            atomic_write_text(state_path(workdir, step), json.dumps(state, indent=2, default=str) + "\n")
+            with _disk_full_is_an_error(step.name, workdir):
+                atomic_write_text(state_path(workdir, step), json.dumps(state, indent=2, default=str) + "\n")
             _log(f"{tag}: done in {seconds:.1f}s: {summary}")
             result.steps.append(StepResult(step.name, "ran", seconds, summary))
     finally:

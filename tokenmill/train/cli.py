@@ -66,6 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(torchrun's elastic agent); overrides `parallel.max_restarts`",
     )
     train.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
+    from tokenmill.infra.slurm import add_slurm_options
+
+    add_slurm_options(train, dry_run=True)
     train.set_defaults(func=run_train)
 
     export = subparsers.add_parser(
@@ -133,6 +136,14 @@ def run_train(args: argparse.Namespace) -> int:
         cfg = load_config(config_path, overrides)
     if args.max_restarts is not None:
         cfg.parallel.max_restarts = args.max_restarts
+    from tokenmill.infra.slurm import check_slurm_only_options, submit_training
+
+    check_slurm_only_options(args)
+    if args.slurm:
+        submit_training(cfg, _train_argv(args, Path(config_path).resolve()), args)
+        return 0
+    if args.dry_run:
+        raise ConfigError("--dry-run needs --slurm (it prints the sbatch script)")
 
     def deprecations() -> None:
         # Once, from the launcher (not from every rank), when the config has passed its checks:

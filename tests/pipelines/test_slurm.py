@@ -1,0 +1,342 @@
+"""`tokenmill run --slurm` and `tokenmill train --slurm` on a real single-node Slurm cluster
+(slurmctld + slurmd from Debian's slurm-wlm, configured for localhost in a temporary directory):
+the recipe's job gives the outputs of a local run; a chain of two training jobs, the first
+cancelled after a checkpoint, ends with the losses of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pipeline_outputs import documents
+
+REPO = Path(__file__).resolve().parents[2]
+DAEMONS = ("slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue", "sinfo")
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL"}
+
+RECIPE = """
+name: slurmtiny
+sources:
+  - name: wiki
+    path: {corpus}/wikitext2_valid.txt
+    format: text
+    separator: '^(?= = [^=])'
+curate:
+  - stage: normalize
+  - stage: dedup
+    options: {{method: exact}}
+tokenize: {{vocab_size: 320}}
+blend:
+  - {{source: wiki, weight: 1.0}}
+train:
+  config:
+    model: {{preset: tiny, max_seq_len: 32}}
+    seq_len: 32
+    split: "90,10,0"
+    steps: 12
+    global_batch_size: 4
+    lr: 3.0e-3
+    lr_warmup_steps: 2
+    log_interval: 1
+    eval_interval: 6
+    eval_iters: 1
+    save_interval: 2
+    precision: fp32
+    tensorboard: false
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(slurm_conf: Path | None = None) -> dict[str, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    if slurm_conf is not None:
+        env["SLURM_CONF"] = str(slurm_conf)
+    return env
+
+
+def tokenmill(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tokenmill.cli", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
+
+
+SLURM_CONF = """
+ClusterName=tokenmilltest
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+# Test cluster only: no munge daemon to manage.
+AuthType=auth/none
+CredType=cred/none
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={dir}/state
+SlurmdSpoolDir={dir}/spool
+SlurmctldPidFile={dir}/slurmctld.pid
+SlurmdPidFile={dir}/slurmd.pid
+SlurmctldLogFile={dir}/slurmctld.log
+SlurmdLogFile={dir}/slurmd.log
+# No cgroups in a container: plain process tracking, no CPU binding.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+ReturnToService=2
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SlurmdParameters=config_overrides
+SchedulerParameters=sched_interval=1
+KillWait=5
+MinJobAge=600
+NodeName={host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory) -> Iterator[dict[str, str]]:
+    """A running single-node Slurm cluster; yields the environment its clients need."""
+    missing = [name for name in DAEMONS if shutil.which(name) is None]
+    if missing:
+        pytest.skip(f"Slurm is not installed ({', '.join(missing)} missing; apt-get install slurmctld slurmd)")
+    if os.geteuid() != 0:
+        pytest.skip("a test Slurm cluster runs its daemons as root")
+    directory = tmp_path_factory.mktemp("slurm")
+    (directory / "state").mkdir()
+    (directory / "spool").mkdir()
+    host = socket.gethostname()
+    conf = directory / "slurm.conf"
+    conf.write_text(SLURM_CONF.format(host=host, dir=directory, ctld_port=_free_port(), d_port=_free_port()).lstrip())
+    env = _env(conf)
+    daemons = []
+    try:
+        for command in (["slurmctld", "-D", "-i"], ["slurmd", "-D", "-N", host]):
+            log = (directory / f"{command[0]}.stderr").open("w")
+            daemons.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
+        deadline = time.time() + 60
+        while True:
+            state = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True).stdout
+            if state.strip() == "idle":
+                break
+            if time.time() > deadline or any(d.poll() is not None for d in daemons):
+                logs = "".join((directory / f"{d}.stderr").read_text() for d in ("slurmctld", "slurmd"))
+                pytest.fail(f"the test Slurm cluster did not come up (sinfo: {state!r}):\n{logs[-3000:]}")
+            time.sleep(0.5)
+        yield env
+    finally:
+        # No job and no daemon outlives the tests.
+        subprocess.run(["scancel", "--full", f"--user={os.getuid()}"], env=env, capture_output=True)
+        deadline = time.time() + 30
+        while time.time() < deadline and daemons and daemons[0].poll() is None:
+            queue = subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True).stdout
+            if not queue.strip():
+                break
+            time.sleep(0.5)
+        for daemon in reversed(daemons):
+            daemon.terminate()
+        for daemon in daemons:
+            try:
+                daemon.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+
+
+def job_state(job_id: str, env: dict[str, str]) -> str:
+    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], env=env, capture_output=True, text=True).stdout
+    for field in out.split():
+        if field.startswith("JobState="):
+            return field.split("=", 1)[1]
+    return "UNKNOWN"
+
+
+def wait_job(job_id: str, env: dict[str, str], log_dir: Path, timeout: float = 300) -> str:
+    deadline = time.time() + timeout
+    while (state := job_state(job_id, env)) not in TERMINAL:
+        assert time.time() < deadline, f"job {job_id} still {state} after {timeout}s:\n{job_logs(log_dir)}"
+        time.sleep(0.5)
+    return state
+
+
+def job_logs(log_dir: Path) -> str:
+    return "".join(f"== {p.name}\n{p.read_text()[-4000:]}" for p in sorted(log_dir.glob("*.out")))
+
+
+def submitted_jobs(stdout: str) -> list[str]:
+    line = next(line for line in stdout.splitlines() if line.startswith("submitted job(s):"))
+    return line.split(":", 1)[1].split("(")[0].split()
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    from tokenmill.train.metrics import read_metrics
+
+    return {m["step"]: m["loss"] for m in read_metrics(run_dir) if "loss" in m}
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory, shared_data) -> tuple[Path, Path]:
+    """The tiny recipe run here, without Slurm: the reference."""
+    tmp = tmp_path_factory.mktemp("slurm-recipe")
+    recipe = tmp / "tiny.yaml"
+    recipe.write_text(textwrap.dedent(RECIPE.format(corpus=shared_data / "corpus")))
+    done = tokenmill("run", str(recipe), "--workdir", str(tmp / "local"), "--no-progress", "--workers", "2", env=_env())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return recipe, tmp / "local"
+
+
+# --------------------------------------------------------------------------------------------
+# Without a cluster: the scripts and the errors
+
+
+def test_train_script_runs_torchrun_under_srun_with_c10d_on_the_first_node(tmp_path, capsys):
+    from tokenmill.cli import main
+
+    code = main(
+        ["train", "tiny", "--slurm", "--dry-run", "--out", str(tmp_path / "run"), "--dp", "2", "--nodes", "2",
+         "--gpus-per-node", "1", "--partition", "gpu", "--account", "lm", "--time", "4:00:00",
+         "--sbatch=--qos=high", "--chain", "3"]
+    )  # fmt: skip
+    done = capsys.readouterr()
+    assert code == 0, done.err
+    script = done.out.split("# submitted with:")[0].split("\n", 1)[1]
+    for line in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --gpus-per-node=1",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=lm",
+        "#SBATCH --time=4:00:00",
+        "#SBATCH --qos=high",
+        f"#SBATCH --output={tmp_path / 'run' / 'slurm'}/%x-%j.out",
+    ):
+        assert line in script.splitlines(), line
+    launch = next(line for line in script.splitlines() if line.startswith("srun "))
+    assert "--nnodes=2 --nproc-per-node=1" in launch
+    assert "--rdzv-backend=c10d --rdzv-endpoint=$HEAD:" in launch
+    assert launch.endswith("--dp 2 --resume")
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0  # valid bash
+    assert done.out.count("--dependency=afterany:") == 2  # a chain of 3
+    assert not (tmp_path / "run").exists()  # a dry run writes nothing
+
+
+def test_slurm_mistakes_are_one_line_errors(tmp_path, capsys, monkeypatch):
+    from tokenmill.cli import main
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no sbatch
+    for args, message in (
+        (["train", "tiny", "--slurm", "--out", str(tmp_path / "a")], "--slurm needs `sbatch` on PATH"),
+        (["train", "tiny", "--nodes", "2"], "--nodes needs --slurm"),
+        (["train", "tiny", "--slurm", "--dry-run", "--dp", "2", "--nodes", "3"], "do not divide over 3 nodes"),
+        (["train", "tiny", "--slurm", "--dry-run", "--time", "soon"], "slurm option time = 'soon'"),
+    ):
+        assert main(args) == 1, args
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and err.startswith("tokenmill: error: ") and message in err, err
+    assert not (tmp_path / "a").exists()
+
+
+def test_recipe_slurm_section_is_checked_and_overridden_by_the_cli(tmp_path, shared_data, capsys):
+    from tokenmill.cli import main
+
+    recipe = tmp_path / "tiny.yaml"
+    text = textwrap.dedent(RECIPE.format(corpus=shared_data / "corpus"))
+    recipe.write_text(text + "slurm: {partition: cpu, nodez: 2}\n")
+    assert main(["run", str(recipe), "--slurm", "--dry-run"]) == 1
+    err = capsys.readouterr().err
+    assert "slurm.nodez" in err and "did you mean `nodes`" in err, err
+
+    recipe.write_text(text + "slurm: {partition: cpu, time: '1:00:00', sbatch: [--qos=low], setup: [module load x]}\n")
+    work = tmp_path / "work"
+    assert main(["run", str(recipe), "--workdir", str(work), "--slurm", "--dry-run", "--partition", "gpu"]) == 0
+    script = capsys.readouterr().out.split("# submitted with:")[0]
+    lines = script.splitlines()
+    assert "#SBATCH --partition=gpu" in lines and "#SBATCH --partition=cpu" not in lines  # the CLI wins
+    assert "#SBATCH --time=1:00:00" in lines and "#SBATCH --qos=low" in lines and "module load x" in lines
+    until = next(line for line in lines if line.startswith('"${RUN[@]}" --scheduler'))
+    assert until.endswith("--until ingest --until curate --until tokenize")  # all but train on Dask
+    assert "--nproc-per-node=1" in script  # the recipe's tp x pp x dp = 1
+    assert not work.exists()
+    assert main(["run", str(recipe), "--slurm", "--dry-run", "--scheduler", "tcp://h:8786"]) == 1
+    assert "--scheduler does not go with --slurm" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# On the cluster
+
+
+@pytest.mark.slow
+def test_recipe_job_gives_the_outputs_of_a_local_run(slurm, local_run, tmp_path):
+    recipe, local = local_run
+    work = tmp_path / "work"
+    done = tokenmill("run", str(recipe), "--workdir", str(work), "--slurm", "--cpus-per-node", "2", env=slurm)
+    assert done.returncode == 0, done.stderr
+    (job,) = submitted_jobs(done.stdout)
+    script = work / "slurm" / "run.sbatch"
+    assert script.is_file() and "dask_scheduler" in script.read_text()
+    state = wait_job(job, slurm, work / "slurm")
+    log = (work / "slurm" / f"tokenmill-slurmtiny-{job}.out").read_text()
+    assert state == "COMPLETED", log[-4000:]
+    # Curation ran on the Dask cluster of the allocation (its scheduler file on the work
+    # directory), then training under srun + torchrun.
+    address = json.loads((work / "slurm" / f"dask-scheduler-{job}.json").read_text())["address"]
+    assert f"tokenmill.cli run {recipe} --workdir {work} --no-progress --scheduler {address} --until ingest" in log
+    assert "[7/7] train: not selected" in log  # not on Dask
+    assert "train: done in" in log and "$ train " in log
+    for stage in ("00-ingest", "01-normalize", "02-dedup"):
+        assert documents(work / "curate" / "wiki" / stage) == documents(local / "curate" / "wiki" / stage), stage
+    for name in ("tokenizer/tokenizer.json", "shards/wiki/wiki.bin", "shards/wiki/wiki.idx"):
+        assert (work / name).read_bytes() == (local / name).read_bytes(), name
+    assert sorted(losses(work / "train" / "run")) == list(range(1, 13))
+    assert losses(work / "train" / "run") == pytest.approx(losses(local / "train" / "run"), rel=1e-6)
+
+
+@pytest.mark.slow
+def test_chained_training_job_resumes_the_cancelled_one(slurm, local_run, tmp_path):
+    _, local = local_run
+    # The local run's training (12 steps, a checkpoint every 2) is the uninterrupted reference.
+    config, steps = local / "train" / "config.yaml", 12
+
+    run = tmp_path / "run"
+    done = tokenmill(
+        "train", str(config), "--out", str(run), "--no-progress", "--slurm", "--chain", "2", "--cpus-per-node", "1",
+        env=slurm,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    first, second = submitted_jobs(done.stdout)
+    assert job_state(second, slurm) == "PENDING"  # waits for the first (afterany)
+    # Pre-empt the first job as soon as it has saved a checkpoint.
+    deadline = time.time() + 240
+    while not (run / "checkpoints" / "step_2").is_dir():
+        assert job_state(first, slurm) in {"PENDING", "RUNNING"}, job_logs(run / "slurm")
+        assert time.time() < deadline, job_logs(run / "slurm")
+        time.sleep(0.1)
+    subprocess.run(["scancel", first], env=slurm, check=True)
+    assert wait_job(first, slurm, run / "slurm") == "CANCELLED"
+    resumed_from = int((run / "checkpoints" / "latest").read_text().strip().removeprefix("step_"))
+    assert 2 <= resumed_from < steps
+    assert wait_job(second, slurm, run / "slurm") == "COMPLETED", job_logs(run / "slurm")
+    # The second job trained only the steps after the first one's checkpoint.
+    log = (run / "slurm" / f"tokenmill-run-{second}.out").read_text()
+    printed = [int(n) for n in re.findall(r"\bstep (\d+)\b", log)]
+    assert printed and min(printed) == resumed_from + 1 and max(printed) == steps, log[-3000:]
+    assert (run / "checkpoints" / "latest").read_text().strip() == f"step_{steps}"
+    got, want = losses(run), losses(local / "train" / "run")
+    assert sorted(got) == list(range(1, steps + 1))
+    assert got == pytest.approx(want, rel=1e-6)
