@@ -1,0 +1,135 @@
+"""A real Dask cluster of separate processes, started from the command line as users start one
+(`dask scheduler`, `dask worker`), and helpers to compare stage outputs between runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+from pandas.testing import assert_frame_equal
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DASK = Path(sys.executable).with_name("dask")
+
+
+class DaskProcesses:
+    """`dask scheduler` plus `dask worker` subprocesses on localhost; `close` kills every one."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.scheduler_file = directory / "scheduler.json"
+        # The workers import tokenmill from this checkout, as the client does.
+        self.env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+        self.workers: list[subprocess.Popen] = []
+        self.scheduler = self._spawn(
+            "scheduler",
+            [str(DASK), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
+            + ["--scheduler-file", str(self.scheduler_file)],
+        )
+        deadline = time.time() + 60
+        while not self.scheduler_file.exists():
+            if self.scheduler.poll() is not None or time.time() > deadline:
+                self.close()
+                raise RuntimeError(f"dask scheduler did not start: {self._log('scheduler')}")
+            time.sleep(0.1)
+        time.sleep(0.2)  # the file is written whole before it is closed; let it be closed
+        self.address: str = json.loads(self.scheduler_file.read_text())["address"]
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(self.directory / f"{name}.log", "w")  # noqa: SIM115 (kept open by the child)
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.directory, start_new_session=True
+        )
+
+    def _log(self, name: str) -> str:
+        path = self.directory / f"{name}.log"
+        return path.read_text()[-2000:] if path.exists() else ""
+
+    def add_worker(self, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """One single-threaded worker process without a nanny, so SIGKILL ends it for good."""
+        name = f"worker-{len(self.workers)}"
+        worker = self._spawn(
+            name,
+            [str(DASK), "worker", self.address, "--nthreads", "1", "--no-nanny", "--no-dashboard"]
+            + ["--name", name, "--local-directory", str(self.directory / name), "--memory-limit", "0"],
+        )
+        self.workers.append(worker)
+        return worker
+
+    def wait_for_workers(self, n: int, timeout: float = 90) -> None:
+        from distributed import Client
+
+        with Client(self.address, timeout="30s") as client:
+            try:
+                client.wait_for_workers(n, timeout=timeout)
+            except TimeoutError:
+                logs = "\n".join(self._log(f"worker-{i}") for i in range(len(self.workers)))
+                raise RuntimeError(f"{n} dask workers did not connect:\n{logs}") from None
+
+    def worker_pids(self) -> dict[str, int]:
+        """Address -> pid of every worker the scheduler knows."""
+        from distributed import Client
+
+        with Client(self.address, timeout="30s") as client:
+            workers = client.scheduler_info(n_workers=-1)["workers"]
+        return {address: info["pid"] for address, info in workers.items()}
+
+    def close(self) -> None:
+        for process in [*self.workers, self.scheduler]:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in [*self.workers, self.scheduler]:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=15)
+
+
+def cluster(directory: Path, workers: int = 2) -> DaskProcesses:
+    processes = DaskProcesses(directory)
+    try:
+        for _ in range(workers):
+            processes.add_worker()
+        processes.wait_for_workers(workers)
+    except BaseException:
+        processes.close()
+        raise
+    return processes
+
+
+def tokenmill(*argv: str, quiet: bool = True) -> None:
+    """Run a tokenmill command in this process and require success."""
+    from tokenmill.cli import main
+
+    code = main([*argv, "--no-progress"] if quiet else list(argv))
+    assert code == 0, f"tokenmill {' '.join(argv)} exited with {code}"
+
+
+def read_sorted(directory: Path) -> pd.DataFrame:
+    files = sorted(directory.glob("*.parquet"))
+    if not files:
+        return pd.DataFrame()
+    frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    return frame.sort_values("id", kind="stable").reset_index(drop=True)
+
+
+def assert_same_stage(actual: Path, expected: Path) -> dict:
+    """Same kept and rejected documents, in the same part files, and the same counts and stats."""
+    for sub in ("kept", "rejected"):
+        assert sorted(p.name for p in (actual / sub).glob("*")) == sorted(p.name for p in (expected / sub).glob("*"))
+        assert_frame_equal(read_sorted(actual / sub), read_sorted(expected / sub))
+    got = json.loads((actual / "manifest.json").read_text())
+    want = json.loads((expected / "manifest.json").read_text())
+    assert got["counts"] == want["counts"]
+    assert got["stats"] == want["stats"]
+    counts = got["counts"]
+    assert counts["in"] == counts["kept"] + sum(counts["rejected"].values())
+    return got
