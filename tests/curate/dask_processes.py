@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 from pandas.testing import assert_frame_equal
+
+from tokenmill.curate.documents import write_documents
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DASK = Path(sys.executable).with_name("dask")
@@ -73,13 +77,13 @@ class DaskProcesses:
                 logs = "\n".join(self._log(f"worker-{i}") for i in range(len(self.workers)))
                 raise RuntimeError(f"{n} dask workers did not connect:\n{logs}") from None
 
-    def worker_pids(self) -> dict[str, int]:
-        """Address -> pid of every worker the scheduler knows."""
+    def worker_address(self, index: int) -> str:
+        """The address of the worker started `index`-th (workers are named by their order)."""
         from distributed import Client
 
         with Client(self.address, timeout="30s") as client:
             workers = client.scheduler_info(n_workers=-1)["workers"]
-        return {address: info["pid"] for address, info in workers.items()}
+        return next(address for address, info in workers.items() if info["name"] == f"worker-{index}")
 
     def close(self) -> None:
         for process in [*self.workers, self.scheduler]:
@@ -91,6 +95,43 @@ class DaskProcesses:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=15)
+
+
+def write_web_like_corpus(shared_data: Path, directory: Path, files: int = 4) -> Path:
+    """Real paragraphs (WikiText-2 test, Shakespeare) as JSONL files, with exact and near
+    duplicates, a few empty and non-English records and a PIQA goal planted, so that every
+    stage keeps some documents and rejects others."""
+    wiki = [p.strip() for p in (shared_data / "corpus" / "wikitext2_test.txt").read_text().split("\n")]
+    wiki = [p for p in wiki if len(p) > 200 and not re.fullmatch(r"=.*=", p)][:160]
+    plays = [p.strip() for p in (shared_data / "corpus" / "tinyshakespeare.txt").read_text().split("\n\n")]
+    plays = [p for p in plays if len(p) > 150][:100]
+    piqa = [json.loads(line) for line in (shared_data / "eval" / "piqa_valid.jsonl").open()][:5]
+    rng = random.Random(7)
+    texts = wiki + plays
+    texts += rng.sample(wiki, 12)  # exact duplicates
+    texts += [t.replace(" the ", " a ", 2) for t in rng.sample(wiki, 12)]  # near duplicates
+    texts += [f"{text} {row['goal']} {row['sol1']}" for text, row in zip(plays, piqa)]  # contamination
+    texts += ["", "Der schnelle braune Fuchs springt über den faulen Hund und läuft in den Wald."]
+    rng.shuffle(texts)
+    directory.mkdir(parents=True)
+    per_file = -(-len(texts) // files)
+    for f in range(files):
+        with (directory / f"web-{f}.jsonl").open("w") as handle:
+            for text in texts[f * per_file : (f + 1) * per_file]:
+                handle.write(json.dumps({"text": text}) + "\n")
+    return directory
+
+
+def write_partitions(shared_data: Path, directory: Path, n: int, docs: int = 1500) -> Path:
+    """n Parquet files of real paragraphs, each a partition that takes a while to filter."""
+    lines = [line.strip() for line in (shared_data / "corpus" / "wikitext2_valid.txt").read_text().split("\n")]
+    lines = [line for line in lines if line and not line.startswith(" =")]
+    directory.mkdir(parents=True)
+    for part in range(n):
+        texts = [lines[(part * docs + i) % len(lines)] for i in range(docs)]
+        frame = pd.DataFrame({"id": [f"p{part}-{i:05d}" for i in range(docs)], "text": texts, "source": "wiki"})
+        write_documents(frame, directory / f"part-{part}.parquet")
+    return directory
 
 
 def cluster(directory: Path, workers: int = 2) -> DaskProcesses:

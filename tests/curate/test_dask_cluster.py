@@ -4,39 +4,12 @@ scheduler` + two `dask worker`s from the command line) give what the LocalCluste
 from __future__ import annotations
 
 import json
-import random
-import re
 from pathlib import Path
 
 import pytest
-from dask_processes import assert_same_stage, cluster, tokenmill
+from dask_processes import assert_same_stage, cluster, tokenmill, write_web_like_corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
-
-
-def write_web_like_corpus(shared_data: Path, directory: Path, files: int = 4) -> Path:
-    """Real paragraphs (WikiText-2 test, Shakespeare) as JSONL files, with exact and near
-    duplicates, a few empty and non-English records and a PIQA goal planted, so that every
-    stage keeps some documents and rejects others."""
-    wiki = [p.strip() for p in (shared_data / "corpus" / "wikitext2_test.txt").read_text().split("\n")]
-    wiki = [p for p in wiki if len(p) > 200 and not re.fullmatch(r"=.*=", p)][:160]
-    plays = [p.strip() for p in (shared_data / "corpus" / "tinyshakespeare.txt").read_text().split("\n\n")]
-    plays = [p for p in plays if len(p) > 150][:100]
-    piqa = [json.loads(line) for line in (shared_data / "eval" / "piqa_valid.jsonl").open()][:5]
-    rng = random.Random(7)
-    texts = wiki + plays
-    texts += rng.sample(wiki, 12)  # exact duplicates
-    texts += [t.replace(" the ", " a ", 2) for t in rng.sample(wiki, 12)]  # near duplicates
-    texts += [f"{text} {row['goal']} {row['sol1']}" for text, row in zip(plays, piqa)]  # contamination
-    texts += ["", "Der schnelle braune Fuchs springt über den faulen Hund und läuft in den Wald."]
-    rng.shuffle(texts)
-    directory.mkdir(parents=True)
-    per_file = -(-len(texts) // files)
-    for f in range(files):
-        with (directory / f"web-{f}.jsonl").open("w") as handle:
-            for text in texts[f * per_file : (f + 1) * per_file]:
-                handle.write(json.dumps({"text": text}) + "\n")
-    return directory
 
 
 @pytest.fixture(scope="module")
