@@ -9,8 +9,8 @@ Shakespeare from ../shared/data/corpus) in a seeded random order, 5% of them rep
 dedup has work. Each stage runs through the command line (`--scheduler`) on a LocalCluster of
 `--workers` single-threaded worker processes whose memory limit is `--limit-mb`: a worker that
 went over it would be paused and killed by Dask, so finishing is part of the claim. The
-workers are restarted before each stage, and each reports its `ru_maxrss` after it: the peak
-resident memory of that stage on that worker. The claim: the peak stays under `--limit-mb`
+workers are restarted before each stage, and each reports its peak resident memory after it (`VmHWM`):
+the peak of that stage on that worker. The claim: the peak stays under `--limit-mb`
 and does not grow with the input (largest / smallest size near 1), while a whole-file read
 (`pandas.read_json(lines=True)`, in a subprocess) grows with it. Megatron-LM's
 `tools/preprocess_data.py` is run on the same file too when `--megatron-lm DIR` names a
@@ -68,6 +68,11 @@ def worker_peaks(client) -> list[float]:
     """Peak RSS (MiB) of each worker process since it started."""
 
     def peak() -> float:
+        # VmHWM: the high-water mark of this process's own address space. (ru_maxrss would do on
+        # its own, but Linux keeps it across execve, so a spawned worker starts at its parent's.)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
     return sorted(client.run(peak).values())
@@ -77,9 +82,10 @@ def whole_file_peak(path: Path) -> float:
     """Peak RSS (MiB) of a process that reads the whole file with pandas, as a one-process
     script without streaming does."""
     code = (
-        "import resource, sys, pandas as pd\n"
+        "import sys, pandas as pd\n"
         "frame = pd.read_json(sys.argv[1], lines=True)\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+        "status = open('/proc/self/status').read().split('VmHWM:')[1]\n"
+        "print(int(status.split()[0]) / 1024)\n"
     )
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
     return float(out.stdout.strip())
