@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 from dask_processes import REPO_ROOT, assert_same_stage, tokenmill, write_partitions
 
-pytestmark = pytest.mark.slow
-
 N_PARTITIONS = 6
 
 
@@ -62,6 +60,7 @@ def task_of(name: str) -> int:
     return int(re.search(r"part-(\d+)-", name).group(1))
 
 
+@pytest.mark.slow
 def test_a_killed_stage_reruns_only_the_partitions_it_had_not_finished(tmp_path, shared_data, capsys):
     source = write_partitions(shared_data, tmp_path / "in", n=N_PARTITIONS)
     expected = tmp_path / "expected"
@@ -92,6 +91,7 @@ def test_a_killed_stage_reruns_only_the_partitions_it_had_not_finished(tmp_path,
     assert not list(tmp_path.glob(".out.partial-*")) and not (output / ".tasks").exists()
 
 
+@pytest.mark.slow
 def test_a_changed_config_starts_over(tmp_path, shared_data):
     source = write_partitions(shared_data, tmp_path / "in", n=3, docs=1000)
     output = tmp_path / "out"
@@ -102,3 +102,23 @@ def test_a_changed_config_starts_over(tmp_path, shared_data):
     manifest = assert_same_stage(output, expected)
     assert manifest["resumed_partitions"] == 0
     assert not old.exists()
+
+
+def test_the_work_directory_key_follows_config_inputs_and_partitions(tmp_path):
+    from tokenmill.curate.resume import partial_dir, stage_key
+
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.parquet").write_bytes(b"one")
+    key = stage_key("filter", {"min_words": 50}, [str(source)], {"tokenmill": "1"}, 2)
+    assert key == stage_key("filter", {"min_words": 50}, [str(source)], {"tokenmill": "1"}, 2)
+    assert key != stage_key("filter", {"min_words": 51}, [str(source)], {"tokenmill": "1"}, 2)
+    assert key != stage_key("filter", {"min_words": 50}, [str(source)], {"tokenmill": "2"}, 2)
+    assert key != stage_key("filter", {"min_words": 50}, [str(source)], {"tokenmill": "1"}, 3)
+    (source / "a.parquet").write_bytes(b"two!")  # an input file changed
+    changed = stage_key("filter", {"min_words": 50}, [str(source)], {"tokenmill": "1"}, 2)
+    assert changed != key
+    old = partial_dir(tmp_path / "out", key)
+    old.mkdir()
+    new = partial_dir(tmp_path / "out", changed)
+    assert new.name == f".out.partial-{changed}" and not old.exists()
