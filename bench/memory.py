@@ -13,8 +13,8 @@ workers are restarted before each stage, and each reports its peak resident memo
 the peak of that stage on that worker. The claim: the peak stays under `--limit-mb`
 and does not grow with the input (largest / smallest size near 1), while a whole-file read
 (`pandas.read_json(lines=True)`, in a subprocess) grows with it. Megatron-LM's
-`tools/preprocess_data.py` is run on the same file too when `--megatron-lm DIR` names a
-checkout whose environment imports it (none exists on this project's machines).
+`tools/preprocess_data.py` is not compared: no Megatron-LM checkout exists on this project's
+machines (megatron-core's wheel does not ship it).
 """
 
 from __future__ import annotations
@@ -91,18 +91,6 @@ def whole_file_peak(path: Path) -> float:
     return float(out.stdout.strip())
 
 
-def megatron_peak(checkout: Path, path: Path, tokenizer: Path, work: Path) -> float | None:
-    """Peak RSS (MiB, the whole process tree) of Megatron-LM's preprocess_data.py on the file."""
-    script = checkout / "tools" / "preprocess_data.py"
-    if not script.exists():
-        return None
-    argv = [sys.executable, str(script), "--input", str(path), "--output-prefix", str(work / "megatron")]
-    argv += ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(tokenizer), "--workers", "2"]
-    argv += ["--append-eod"]
-    subprocess.run(argv, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(checkout)})
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-
-
 def run_chain(workers: int, limit_mb: int, source: Path, work: Path, tokenizer: Path | None) -> dict[str, dict]:
     """Every stage on the output of the one before, each on fresh worker processes."""
     from distributed import Client, LocalCluster
@@ -156,9 +144,6 @@ def main() -> None:
     parser.add_argument("--sizes-mb", type=int, nargs="+", default=[50, 100, 200])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--limit-mb", type=int, default=1024, help="memory limit of each worker (the bound)")
-    parser.add_argument(
-        "--megatron-lm", type=Path, default=None, help="a Megatron-LM checkout, to run its preprocessing"
-    )
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -179,10 +164,6 @@ def main() -> None:
             results = run_chain(args.workers, args.limit_mb, source, work, tokenizer)
             tokenizer = results.pop("tokenizer")  # one tokenizer for every size
             results["whole-file read (pandas)"] = {"seconds": 0.0, "peaks": [whole_file_peak(source)]}
-            if args.megatron_lm:
-                peak = megatron_peak(args.megatron_lm, source, tokenizer, work)
-                if peak is not None:
-                    results["Megatron-LM preprocess_data.py"] = {"seconds": 0.0, "peaks": [peak]}
             table[size] = {"docs": docs, **results}
             print(
                 f"{size} MB ({docs} docs): " + ", ".join(f"{k} {max(v['peaks']):.0f}" for k, v in results.items()),
@@ -212,8 +193,7 @@ def main() -> None:
     lines.append(
         f"highest worker peak over every stage and size: {worst:.0f} MiB, {verdict} the {args.limit_mb} MiB bound"
     )
-    if not args.megatron_lm:
-        lines.append("Megatron-LM preprocess_data.py: not run (no checkout given with --megatron-lm)")
+    lines.append("Megatron-LM preprocess_data.py: not run (no Megatron-LM checkout or environment on this machine)")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
