@@ -65,3 +65,10 @@ def test_langid_bad_options_are_clear(tmp_path):
         LangIdStage(min_score=1.5)
     with pytest.raises(TokenmillError, match="not found"):
         LangIdStage(model=str(tmp_path / "nope.bin"))
+
+
+def test_normalize_an_empty_partition():
+    # An empty part (a JSONL byte range holding no line start) passes through with no error.
+    empty = pd.DataFrame({"id": pd.Series([], dtype=object), "text": pd.Series([], dtype=object), "source": "x"})
+    output = NormalizeStage().process(empty)
+    assert output.n_in == 0 and output.kept.empty and output.rejected.empty

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pandas as pd
@@ -44,8 +45,12 @@ def test_crashed_stage_leaves_no_output_and_keeps_the_previous_one(tmp_path, das
     write_documents(pd.DataFrame({"id": ["x"], "text": ["BOOM here"], "source": ["t"]}), good / "f9.parquet")
     with pytest.raises(ValueError, match="marker found"):
         run_stage(FailOnMarker(), good, tmp_path / "out", client=dask_client, progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
+    # The previous output stays; the partitions that finished wait in a hidden partial
+    # directory for a rerun to resume.
+    left = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".out.partial-"))
+    assert left == ["in", "out"], left
     assert (tmp_path / "out" / "manifest.json").exists()
+    assert first == json.loads((tmp_path / "out" / "manifest.json").read_text())
 
 
 def test_a_stage_that_loses_documents_is_caught(tmp_path, dask_client):

@@ -49,6 +49,8 @@ def print_summary(manifest: dict[str, Any], output: str) -> None:
     )
     for reason, n in sorted(rejected.items(), key=lambda item: -item[1]):
         print(f"  {reason}: {n}")
+    if manifest.get("resumed_partitions"):
+        print(f"  resumed {manifest['resumed_partitions']} of {manifest['partitions']} partitions from an earlier run")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

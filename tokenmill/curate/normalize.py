@@ -134,7 +134,8 @@ class NormalizeStage(DocumentStage):
             texts.append(normalized)
             for step in changed:
                 stats[f"changed.{step}"] = stats.get(f"changed.{step}", 0) + 1
-        docs = docs.assign(text=texts)
+        # Strings even when the batch is empty (an empty list would become a float column).
+        docs = docs.assign(text=pd.Series(texts, index=docs.index, dtype=object))
         empty = docs["text"].str.strip().str.len() == 0
         return StageOutput(
             n_in=len(docs), kept=docs[~empty], rejected=reject(docs[empty], "empty_after_normalize"), stats=stats

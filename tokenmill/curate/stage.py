@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from tokenmill import __version__
+from tokenmill.curate import resume
 from tokenmill.curate.documents import (
     KEPT_DIR,
     MANIFEST_FILE,
@@ -35,8 +36,10 @@ from tokenmill.curate.documents import (
     write_documents,
 )
 from tokenmill.infra import storage
-from tokenmill.infra.atomic import replace_dir, temp_sibling
+from tokenmill.infra.atomic import replace_dir
 from tokenmill.infra.cluster import client_or_new
+
+log = logging.getLogger(__name__)
 
 # Rows per batch when a Parquet input file is large; bounds a worker's memory.
 PARQUET_BATCH_ROWS = 20_000
@@ -137,11 +140,9 @@ def _run_task(task: PartitionTask, task_index: int, tmp_dir: str) -> dict[str, A
         if n_rejected:
             counts["rejected"].update(output.rejected["reason"].astype(str).value_counts().to_dict())
         counts["stats"].update(output.stats)
+    if not storage.is_url(tmp_dir):  # on object storage a stage starts over (no rename to commit a record)
+        resume.record_done(tmp_dir, task_index, counts)
     return counts
-
-
-def _tmp_dir_for(output: Path) -> Path:
-    return temp_sibling(output)
 
 
 def publish(tmp_dir: Path, output: Path) -> None:
@@ -175,27 +176,34 @@ def run_tasks(
     """Run partition tasks on Dask and publish `output` (kept/, rejected/, manifest.json).
 
     `finalize` may add stage-specific entries to the manifest before it is written, so the
-    published directory is complete the moment it appears.
+    published directory is complete the moment it appears. A rerun after a crash runs only the
+    partitions that the crashed run did not finish (`tokenmill.curate.resume`).
     """
     from distributed import as_completed
 
     from tokenmill.progress import progress_bar
 
     remote = storage.is_url(output)
+    versions = {**_library_versions(), **(versions or {})}
     if remote:
         # Object storage has no rename: the workers write under a temporary prefix that
-        # `publish_prefix` copies into place, manifest last.
+        # `publish_prefix` copies into place, manifest last. (No resume inside a stage there.)
         output = storage.absolute(output)
         storage.remove_stale_temporaries(output)
         tmp_dir: Any = storage.temp_prefix(output)
     else:
         output = Path(output).resolve()
         output.parent.mkdir(parents=True, exist_ok=True)
-        tmp_dir = _tmp_dir_for(output)
-        (tmp_dir / KEPT_DIR).mkdir(parents=True)
-        (tmp_dir / REJECTED_DIR).mkdir(parents=True)
+        tmp_dir = resume.partial_dir(output, resume.stage_key(stage_name, config, inputs, versions, len(tasks)))
+        (tmp_dir / KEPT_DIR).mkdir(parents=True, exist_ok=True)
+        (tmp_dir / REJECTED_DIR).mkdir(parents=True, exist_ok=True)
     started = time.time()
     totals: dict[str, Any] = {"in": 0, "kept": 0, "rejected": Counter(), "stats": Counter()}
+    done = {} if remote else resume.finished_tasks(tmp_dir, len(tasks))
+    for counts in done.values():
+        _add_counts(totals, counts)
+    if done:
+        log.info("%s: resumed %d of %d partitions finished by an earlier run", stage_name, len(done), len(tasks))
     try:
         with client_or_new(client, scheduler, workers) as dask:
             futures = [
@@ -203,15 +211,14 @@ def run_tasks(
                     _run_task, task, index, str(tmp_dir), key=f"{stage_name}-{uuid.uuid4().hex[:6]}-{index}", pure=False
                 )
                 for index, task in enumerate(tasks)
+                if index not in done
             ]
             n_workers = len(dask.scheduler_info(n_workers=-1).get("workers", {}))
-            with progress_bar(total=len(futures), desc=f"{stage_name}", unit="part", enabled=progress) as bar:
+            with progress_bar(
+                total=len(tasks), initial=len(done), desc=f"{stage_name}", unit="part", enabled=progress
+            ) as bar:
                 for future in as_completed(futures):
-                    counts = future.result()
-                    totals["in"] += counts["in"]
-                    totals["kept"] += counts["kept"]
-                    totals["rejected"].update(counts["rejected"])
-                    totals["stats"].update(counts["stats"])
+                    _add_counts(totals, future.result())
                     bar.update(1)
                     bar.set_postfix(kept=totals["kept"], rejected=sum(totals["rejected"].values()))
         finished = time.time()
@@ -220,7 +227,7 @@ def run_tasks(
             "config": config,
             "inputs": inputs,
             "upstream": {"stage": upstream.get("stage"), "counts": upstream.get("counts")} if upstream else None,
-            "versions": {**_library_versions(), **(versions or {})},
+            "versions": versions,
             "timings": {
                 "started": started,
                 "finished": finished,
@@ -228,6 +235,7 @@ def run_tasks(
                 "workers": n_workers,
             },
             "partitions": len(tasks),
+            "resumed_partitions": len(done),
             "counts": {
                 "in": totals["in"],
                 "kept": totals["kept"],
@@ -240,12 +248,14 @@ def run_tasks(
         if remote:
             storage.publish_prefix(tmp_dir, output, MANIFEST_FILE, manifest_text(manifest))
         else:
+            resume.remove_records(tmp_dir)
             write_manifest(tmp_dir, manifest)
             publish(tmp_dir, output)
     except BaseException:
         if remote:
             _discard_remote(tmp_dir)
-        else:
+        # Finished partitions stay for a rerun to resume; a run that finished none leaves nothing.
+        elif not resume.finished_tasks(tmp_dir, len(tasks)):
             shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
     return manifest
@@ -258,6 +268,13 @@ def _discard_remote(tmp_prefix: str) -> None:
         storage.remove(tmp_prefix)
     except Exception as error:
         logging.getLogger(__name__).warning("could not remove %s: %s", tmp_prefix, error)
+
+
+def _add_counts(totals: dict[str, Any], counts: dict[str, Any]) -> None:
+    totals["in"] += counts["in"]
+    totals["kept"] += counts["kept"]
+    totals["rejected"].update(counts["rejected"])
+    totals["stats"].update(counts["stats"])
 
 
 def run_stage(

@@ -37,16 +37,14 @@ def _min_label_keep_old(frame: pd.DataFrame) -> pd.DataFrame:
     return grouped.reset_index()
 
 
-def _write_labels(frame: pd.DataFrame, directory: str) -> pd.DataFrame:
+def _write_labels(frame: pd.DataFrame, directory: str, partition_info: dict | None = None) -> pd.DataFrame:
     """Write one partition of (node, label[, old]); report rows and labels that changed."""
-    import uuid
-
-    from tokenmill.curate.dedup.work import write_parquet_atomic
+    from tokenmill.curate.dedup.work import partition_file, write_parquet_atomic
 
     changed = int((frame["label"] != frame["old"]).sum()) if "old" in frame.columns else len(frame)
     roots = int((frame["node"] == frame["label"]).sum())
     out = frame[["node", "label"]].reset_index(drop=True)
-    write_parquet_atomic(out, Path(directory) / f"part-{uuid.uuid4().hex}.parquet")
+    write_parquet_atomic(out, partition_file(directory, partition_info))
     return pd.DataFrame({"rows": [len(out)], "changed": [changed], "roots": [roots]})
 
 

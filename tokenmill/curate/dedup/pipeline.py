@@ -33,6 +33,7 @@ from tokenmill.curate.dedup.work import (
     WorkDir,
     compute_with_progress,
     parquet_files,
+    partition_file,
     write_parquet_atomic,
     write_partitions,
 )
@@ -373,15 +374,13 @@ def _empty_decisions() -> pd.DataFrame:
     )
 
 
-def _write_decisions_by_part(frame: pd.DataFrame, directory: str) -> pd.DataFrame:
+def _write_decisions_by_part(frame: pd.DataFrame, directory: str, partition_info: dict | None = None) -> pd.DataFrame:
     """Split one partition of decisions by input file, so the apply task of file p reads only
     `part=p/`."""
-    import uuid
-
     for part, group in frame.groupby("part"):
         write_parquet_atomic(
             group.drop(columns=["part"]).reset_index(drop=True),
-            Path(directory) / f"part={int(part)}" / f"chunk-{uuid.uuid4().hex}.parquet",
+            partition_file(Path(directory) / f"part={int(part)}", partition_info, stem="chunk"),
         )
     return pd.DataFrame({"rows": [len(frame)], "rejected": [int((~frame["keep"]).sum())]})
 

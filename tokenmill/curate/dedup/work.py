@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,14 @@ def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: str | Path) -> No
     table = frame if isinstance(frame, pa.Table) else pa.Table.from_pandas(frame, preserve_index=False)
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
+
+
+def partition_file(directory: str | Path, partition_info: dict[str, Any] | None, stem: str = "part") -> Path:
+    """The file of one partition of a Dask dataframe, named by the partition's number: a task
+    that runs again (its worker died after writing) replaces its file instead of adding one."""
+    if partition_info is None:
+        raise RuntimeError("partition_info missing: write partitions through map_partitions")
+    return Path(directory) / f"{stem}-{partition_info['number']:05d}.parquet"
 
 
 def parquet_files(directory: str | Path) -> list[str]:
@@ -111,8 +118,8 @@ def write_partitions(
     """Write each partition of a Dask dataframe as its own Parquet file; returns the row count."""
     target = str(directory)
 
-    def _write(df: pd.DataFrame) -> pd.DataFrame:
-        write_parquet_atomic(df.reset_index(drop=True), Path(target) / f"part-{uuid.uuid4().hex}.parquet")
+    def _write(df: pd.DataFrame, partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+        write_parquet_atomic(df.reset_index(drop=True), partition_file(target, partition_info))
         return pd.DataFrame({"rows": [len(df)]})
 
     written = frame.map_partitions(_write, meta={"rows": "int64"}, enforce_metadata=False)

@@ -1,0 +1,205 @@
+"""Bench: peak RSS per Dask worker against input size, for ingest, normalize, filter, fuzzy dedup
+and encode of one JSONL file, beside a whole-file read of the same file with pandas.
+
+    .venv/bin/python bench/memory.py [--sizes-mb 50 100 200] [--workers 2] [--limit-mb 1024]
+                                     [--out bench/results/memory.txt]
+
+The input is one generated JSONL file per size: documents of 3-8 real paragraphs (WikiText-2 and
+Shakespeare from ../shared/data/corpus) in a seeded random order, 5% of them repeated, so
+dedup has work. Each stage runs through the command line (`--scheduler`) on a LocalCluster of
+`--workers` single-threaded worker processes whose memory limit is `--limit-mb`: a worker that
+went over it would be paused and killed by Dask, so finishing is part of the claim. The
+workers are restarted before each stage, and each reports its peak resident memory after it (`VmHWM`):
+the peak of that stage on that worker. The claim: the peak stays under `--limit-mb`
+and does not grow with the input (largest / smallest size near 1), while a whole-file read
+(`pandas.read_json(lines=True)`, in a subprocess) grows with it. Megatron-LM's
+`tools/preprocess_data.py` is not compared: no Megatron-LM checkout exists on this project's
+machines (megatron-core's wheel does not ship it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
+STAGES = ("ingest", "normalize", "filter", "dedup", "encode")
+
+
+def paragraphs() -> list[str]:
+    corpus = SHARED / "corpus"
+    found = []
+    for name in ("wikitext2_valid.txt", "wikitext2_test.txt"):
+        found += [line.strip() for line in (corpus / name).read_text().split("\n") if len(line.strip()) > 80]
+    found += [block.strip() for block in (corpus / "tinyshakespeare.txt").read_text().split("\n\n") if block.strip()]
+    return found
+
+
+def write_jsonl(path: Path, size_bytes: int, seed: int = 0) -> int:
+    """Documents of 3-8 random paragraphs until the file reaches `size_bytes`; returns their count."""
+    rng = random.Random(seed)
+    pool = paragraphs()
+    written, docs, recent = 0, 0, []
+    with path.open("w") as handle:
+        while written < size_bytes:
+            if recent and rng.random() < 0.05:
+                text = rng.choice(recent)
+            else:
+                text = "\n\n".join(rng.choice(pool) for _ in range(rng.randint(3, 8)))
+                recent = (recent + [text])[-1000:]
+            line = json.dumps({"text": text}) + "\n"
+            handle.write(line)
+            written += len(line.encode())
+            docs += 1
+    return docs
+
+
+def worker_peaks(client) -> list[float]:
+    """Peak RSS (MiB) of each worker process since it started."""
+
+    def peak() -> float:
+        # VmHWM: the high-water mark of this process's own address space. (ru_maxrss would do on
+        # its own, but Linux keeps it across execve, so a spawned worker starts at its parent's.)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+    return sorted(client.run(peak).values())
+
+
+def whole_file_peak(path: Path) -> float:
+    """Peak RSS (MiB) of a process that reads the whole file with pandas, as a one-process
+    script without streaming does."""
+    code = (
+        "import sys, pandas as pd\n"
+        "frame = pd.read_json(sys.argv[1], lines=True)\n"
+        "status = open('/proc/self/status').read().split('VmHWM:')[1]\n"
+        "print(int(status.split()[0]) / 1024)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip())
+
+
+def run_chain(workers: int, limit_mb: int, source: Path, work: Path, tokenizer: Path | None) -> dict[str, dict]:
+    """Every stage on the output of the one before, each on fresh worker processes."""
+    from distributed import Client, LocalCluster
+
+    from tokenmill.cli import main
+
+    def run(stage: str, argv: list[str]) -> dict:
+        with (
+            LocalCluster(
+                n_workers=workers, threads_per_worker=1, memory_limit=f"{limit_mb}MiB", dashboard_address=":0"
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            started = time.time()
+            code = main([*argv, "--scheduler", cluster.scheduler_address, "--no-progress"])
+            if code != 0:
+                raise SystemExit(f"{stage} failed with exit code {code}")
+            return {"seconds": time.time() - started, "peaks": worker_peaks(client)}
+
+    results = {}
+    previous = source
+    for stage in STAGES[:-1]:
+        output = work / stage
+        options = ["--threshold", "0.8"] if stage == "dedup" else []
+        results[stage] = run(stage, ["curate", stage, "--input", str(previous), "--output", str(output), *options])
+        previous = output
+    if tokenizer is None:
+        tokenizer = work / "tokenizer.json"
+        argv = ["tokenize", "train-tokenizer", "--input", str(previous), "--vocab-size", "8000"]
+        if main([*argv, "--sample-docs", "5000", "--output", str(tokenizer)]) != 0:
+            raise SystemExit("train-tokenizer failed")
+    results["encode"] = run(
+        "encode",
+        [
+            "tokenize",
+            "encode",
+            "--input",
+            str(previous),
+            "--tokenizer",
+            str(tokenizer),
+            "--output-prefix",
+            str(work / "shard"),
+        ],
+    )
+    results["tokenizer"] = tokenizer
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes-mb", type=int, nargs="+", default=[50, 100, 200])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--limit-mb", type=int, default=1024, help="memory limit of each worker (the bound)")
+    parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    lines = [
+        f"peak RSS per worker (MiB; {args.workers} single-threaded workers, memory limit {args.limit_mb} MiB each)",
+        f"input: one JSONL file per size; stages chained: {' -> '.join(STAGES)}",
+        "",
+    ]
+    table: dict[int, dict] = {}
+    with tempfile.TemporaryDirectory(dir=args.work) as scratch:
+        tokenizer = None
+        for size in args.sizes_mb:
+            work = Path(scratch) / f"{size}mb"
+            work.mkdir()
+            source = work / "input.jsonl"
+            docs = write_jsonl(source, size * 1024 * 1024)
+            results = run_chain(args.workers, args.limit_mb, source, work, tokenizer)
+            tokenizer = results.pop("tokenizer")  # one tokenizer for every size
+            results["whole-file read (pandas)"] = {"seconds": 0.0, "peaks": [whole_file_peak(source)]}
+            table[size] = {"docs": docs, **results}
+            print(
+                f"{size} MB ({docs} docs): " + ", ".join(f"{k} {max(v['peaks']):.0f}" for k, v in results.items()),
+                flush=True,
+            )
+            for path in work.iterdir():  # keep the scratch space to one size at a time
+                if path != tokenizer:
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+    sizes = list(table)
+    rows = [k for k in table[sizes[0]] if k != "docs"]
+    header = f"{'stage':<28}" + "".join(f"{f'{s} MB':>12}" for s in sizes) + f"{'largest/smallest':>18}"
+    lines += [header, "-" * len(header)]
+    worst = 0.0
+    for row in rows:
+        peaks = [max(table[s][row]["peaks"]) for s in sizes]
+        lines.append(f"{row:<28}" + "".join(f"{p:>12.0f}" for p in peaks) + f"{peaks[-1] / peaks[0]:>18.2f}")
+        if row in STAGES:
+            worst = max(worst, *peaks)
+    lines.append("")
+    lines.append(
+        "stage seconds: "
+        + "; ".join(f"{s} MB: " + ", ".join(f"{st} {table[s][st]['seconds']:.0f}" for st in STAGES) for s in sizes)
+    )
+    lines.append("documents: " + ", ".join(f"{s} MB {table[s]['docs']}" for s in sizes))
+    verdict = "within" if worst < args.limit_mb else "OVER"
+    lines.append(
+        f"highest worker peak over every stage and size: {worst:.0f} MiB, {verdict} the {args.limit_mb} MiB bound"
+    )
+    lines.append("Megatron-LM preprocess_data.py: not run (no Megatron-LM checkout or environment on this machine)")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Every curation stage and `encode` on a real Dask cluster of separate processes (`dask
+scheduler` + two `dask worker`s from the command line) give what the LocalCluster run gives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from dask_processes import assert_same_stage, cluster, tokenmill, write_web_like_corpus
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+
+
+@pytest.fixture(scope="module")
+def dask_processes(tmp_path_factory):
+    processes = cluster(tmp_path_factory.mktemp("dask"), workers=2)
+    yield processes
+    processes.close()
+
+
+def test_every_stage_and_encode_on_a_dask_cluster_equal_the_local_cluster(tmp_path, shared_data, dask_processes):
+    raw = write_web_like_corpus(shared_data, tmp_path / "raw")
+    piqa = str(shared_data / "eval" / "piqa_valid.jsonl")
+    chain = [
+        ("ingest", ["--source", "web"]),
+        ("normalize", []),
+        ("langid", ["--languages", "en"]),
+        ("filter", []),
+        ("dedup", ["--method", "exact"]),
+        ("dedup", ["--threshold", "0.7", "--verify"]),
+        ("decontaminate", ["--task", piqa]),
+    ]
+    source = raw
+    rejected_somewhere = set()
+    for step, (stage, options) in enumerate(chain):
+        local, remote = tmp_path / "local" / f"{step}-{stage}", tmp_path / "cluster" / f"{step}-{stage}"
+        tokenmill("curate", stage, "--input", str(source), "--output", str(local), "--workers", "2", *options)
+        tokenmill("curate", stage, "--input", str(source), "--output", str(remote), "--scheduler", dask_processes.address, *options)  # fmt: skip
+        manifest = assert_same_stage(remote, local)
+        assert manifest["counts"]["kept"] > 0
+        rejected_somewhere |= set(manifest["counts"]["rejected"])
+        source = local
+    # The corpus exercises each stage's rejections, not only its pass-through.
+    assert {"empty_text", "exact_duplicate", "near_duplicate"} <= rejected_somewhere
+    assert any(reason.startswith("contaminated:") for reason in rejected_somewhere)
+
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenmill(
+        "tokenize",
+        "train-tokenizer",
+        "--input",
+        str(source),
+        "--vocab-size",
+        "1000",
+        "--output",
+        str(tokenizer),
+        quiet=False,
+    )
+    local, remote = tmp_path / "local" / "shard", tmp_path / "cluster" / "shard"
+    common = ["--input", str(source), "--tokenizer", str(tokenizer)]
+    tokenmill("tokenize", "encode", *common, "--output-prefix", str(local), "--workers", "2")
+    tokenmill("tokenize", "encode", *common, "--output-prefix", str(remote), "--scheduler", dask_processes.address)
+    for suffix in (".bin", ".idx"):
+        assert Path(f"{remote}{suffix}").read_bytes() == Path(f"{local}{suffix}").read_bytes()
+    meta = json.loads(Path(f"{remote}.json").read_text())
+    assert meta["partitions"]["total"] >= 2 and meta["documents"] > 0
