@@ -20,6 +20,7 @@ samples), so a document's fate is the same on every run, worker count and partit
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import time
@@ -36,6 +37,8 @@ from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.curate.text import single_line
 from tokenmill.errors import ConfigError, TokenmillError
+
+log = logging.getLogger(__name__)
 
 LABEL_HQ = "__label__hq"
 LABEL_LQ = "__label__lq"
@@ -101,6 +104,37 @@ def predict_hq(model, lines: list[str]) -> np.ndarray:
     return scores
 
 
+# A diverged training (fastText's "Encountered NaN") is retried at half the learning rate, at
+# most this many times in all: at lr 0.5 it happens now and then on small or repetitive corpora.
+LR_ATTEMPTS = 5
+
+
+def _train_supervised(fasttext, *, lr: float, **settings: Any) -> tuple[Any, float]:
+    """`fasttext.train_supervised`, retried at half the learning rate while it diverges.
+    Returns the model and the learning rate that trained it."""
+    attempt_lr = lr
+    for attempt in range(1, LR_ATTEMPTS + 1):
+        try:
+            return fasttext.train_supervised(lr=attempt_lr, **settings), attempt_lr
+        except RuntimeError as error:
+            if "nan" not in str(error).lower():
+                raise
+            if attempt == LR_ATTEMPTS:
+                break
+            log.warning(
+                "fastText training diverged (NaN) at lr %g (attempt %d of %d); retrying at lr %g",
+                attempt_lr,
+                attempt,
+                LR_ATTEMPTS,
+                attempt_lr / 2,
+            )
+            attempt_lr /= 2
+    raise TokenmillError(
+        f"fastText training diverged (NaN) at every learning rate tried, from {lr:g} down to "
+        f"{attempt_lr:g}; pass a smaller --lr"
+    )
+
+
 def train_classifier(
     positive: str | Path | list,
     negative: str | Path | list,
@@ -148,7 +182,8 @@ def train_classifier(
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as tmp:
         train_file = Path(tmp) / "train.txt"
         train_file.write_text("\n".join(train_lines) + "\n", encoding="utf-8")
-        model = fasttext.train_supervised(
+        model, lr_used = _train_supervised(
+            fasttext,
             input=str(train_file),
             epoch=epoch,
             lr=lr,
@@ -200,7 +235,8 @@ def train_classifier(
         "config": {
             "holdout": holdout,
             "epoch": epoch,
-            "lr": lr,
+            "lr": lr_used,
+            "lr_requested": lr,
             "word_ngrams": word_ngrams,
             "dim": dim,
             "min_count": min_count,
