@@ -10,6 +10,7 @@ from typing import Any
 
 from tokenmill.eval.evaluator import evaluate
 from tokenmill.eval.models import load_model
+from tokenmill.eval.results import markdown_table
 from tokenmill.eval.tasks import MissingDataError
 from tokenmill.infra.atomic import atomic_dir
 from tokenmill.pipelines.plan import StepRef
@@ -82,21 +83,5 @@ def run_eval(ctx: Any, step: Any, spec: Any) -> dict[str, Any]:
     payload = {"results": results, "skipped": skipped}
     with atomic_dir(step.output) as tmp:
         (tmp / "results.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
-        (tmp / "results.md").write_text(results_table(results) + "\n")
+        (tmp / "results.md").write_text(markdown_table(results))
     return payload
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return "" if value is None else str(value)
-
-
-def results_table(results: list[dict[str, Any]]) -> str:
-    lines = ["| task | shots | metric | value | stderr | n |", "|---|---|---|---|---|---|"]
-    for r in results:
-        lines.append(
-            f"| {r.get('task')} | {r.get('shots', '')} | {r.get('metric')} | {_fmt(r.get('value'))} | "
-            f"{_fmt(r.get('stderr'))} | {_fmt(r.get('n'))} |"
-        )
-    return "\n".join(lines)

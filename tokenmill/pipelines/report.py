@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill import __version__
+from tokenmill.eval.results import RESULT_COLUMNS, result_cells
 from tokenmill.infra.atomic import atomic_write_text
 from tokenmill.pipelines.plan import Step, read_state
 from tokenmill.pipelines.recipe import Recipe
@@ -290,19 +291,8 @@ def _evaluation(workdir: Path, section: Section) -> None:
         section.text("Evaluation has not run yet.")
         return
     data = json.loads(path.read_text())
-    rows = [
-        [
-            r.get("task"),
-            r.get("shots", ""),
-            r.get("metric"),
-            r.get("value"),
-            "" if r.get("stderr") is None else r.get("stderr"),
-            "" if r.get("n") is None else r.get("n"),
-        ]
-        for r in data.get("results", [])
-    ]
-    if rows:
-        section.table(["task", "shots", "metric", "value", "stderr", "n"], rows)
+    if data.get("results"):
+        section.table(RESULT_COLUMNS, result_cells(data["results"]))
     else:
         section.text("No result.")
     for item in data.get("skipped", []):

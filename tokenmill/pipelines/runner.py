@@ -536,10 +536,10 @@ def run_recipe(
         _log(f"  {s.name:<32} {s.seconds:7.1f}s  {s.summary}")
     results_path = workdir / "eval" / "results.json"
     if any(s.name == StepRef.eval() for s in ran) and results_path.exists():
-        from tokenmill.pipelines.evaluate import results_table
+        from tokenmill.eval.results import markdown_table
 
         _log("")
-        _log(results_table(json.loads(results_path.read_text())["results"]))
+        _log(markdown_table(json.loads(results_path.read_text())["results"]).rstrip("\n"))
     if result.report_html:
         _log(f"report: {result.report_html} (and {result.report_md.name})")
     return result
