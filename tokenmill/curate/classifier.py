@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -37,6 +36,7 @@ from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.curate.text import single_line
 from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.infra.atomic import atomic_path, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +179,7 @@ def train_classifier(
 
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
+    # fastText trains from a file: a scratch one, gone once the model is trained
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as tmp:
         train_file = Path(tmp) / "train.txt"
         train_file.write_text("\n".join(train_lines) + "\n", encoding="utf-8")
@@ -196,9 +197,8 @@ def train_classifier(
             verbose=0,
             loss="softmax",
         )
-        tmp_model = Path(tmp) / "model.bin"
+    with atomic_path(output) as tmp_model:
         model.save_model(str(tmp_model))
-        os.replace(tmp_model, output)
 
     metrics: dict[str, Any] = {"n": len(test_items)}
     if test_items:
@@ -248,7 +248,7 @@ def train_classifier(
         "versions": {"fasttext-numpy2": fasttext_version},
         "seconds": round(time.time() - started, 3),
     }
-    metadata_path(output).write_text(json.dumps(metadata, indent=2) + "\n")
+    atomic_write_text(metadata_path(output), json.dumps(metadata, indent=2) + "\n")
     return metadata
 
 

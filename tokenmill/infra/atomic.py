@@ -13,9 +13,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def temp_sibling(path: str | Path) -> Path:
-    """A fresh hidden name beside ``path``: ``.NAME.tmp-<pid>-<random>``."""
+def temp_sibling(path: str | Path, shared: bool = False) -> Path:
+    """A fresh hidden name beside ``path``: ``.NAME.tmp-<pid>-<random>``; with ``shared``,
+    ``.NAME.tmp``, the same in every process, for a directory that several ranks write into
+    together (the caller clears it first, as a leftover)."""
     path = Path(path)
+    if shared:
+        return path.with_name(f".{path.name}.tmp")
     return path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 

@@ -10,7 +10,7 @@ Layout of one checkpoint::
                                                sha256 of every file (corruption check)
     checkpoints/latest                         the name of the newest complete checkpoint
 
-Writes are atomic: everything goes to ``.tmp_step_<N>/`` and is renamed into place, then
+Writes are atomic: everything goes to ``.step_<N>.tmp/`` and is renamed into place, then
 ``latest`` is replaced; a crash mid-save leaves the previous checkpoint untouched.
 """
 
@@ -32,7 +32,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from tokenmill.errors import TokenmillError
-from tokenmill.infra.atomic import atomic_path
+from tokenmill.infra.atomic import atomic_path, remove_leftovers, replace_dir, temp_sibling
 from tokenmill.train.model import GPT, ModelConfig
 
 META = "meta.json"
@@ -106,11 +106,10 @@ def save_checkpoint(
     """Save DCP ``state`` + ``meta`` as ``step_<step>`` atomically; prune to the last K."""
     root = Path(run_dir) / "checkpoints"
     final = root / f"step_{step}"
-    tmp = root / f".tmp_step_{step}"
+    tmp = temp_sibling(final, shared=True)  # every rank writes its shards into it
     if _rank() == 0:
         root.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        remove_leftovers(final)
     _barrier()
     with warnings.catch_warnings():  # one process without a process group is intended here
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
@@ -119,9 +118,7 @@ def save_checkpoint(
     if _rank() == 0:
         meta = dict(meta, step=step, format_version=FORMAT_VERSION, files=_file_table(tmp))
         _write_json(tmp / META, meta)
-        if final.exists():  # re-saving the same step (e.g. after a resume): replace it
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        replace_dir(tmp, final)  # re-saving the same step (e.g. after a resume) replaces it
         _fsync_dir(root)
         _write_text_atomic(root / LATEST, final.name)
         for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
