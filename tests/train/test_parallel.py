@@ -230,21 +230,21 @@ def test_two_launchers_train_together(tmp_path: Path) -> None:
 
 def test_impossible_layouts_are_clear_errors() -> None:
     from tokenmill.errors import ConfigError
+    from tokenmill.train.config import ParallelConfig, check_layout
     from tokenmill.train.model import ModelConfig
-    from tokenmill.train.parallel.mesh import ParallelDims, validate_layout
 
     model = ModelConfig("gpt2", 128, 2, 64, 4, max_seq_len=SEQ)
     cases = [
-        (ParallelDims(2, 2, 1), 8, "tp x pp x dp = 2 x 2 x 1 = 4 but 8 processes"),
-        (ParallelDims(8, 1, 1), 8, "tp: 8 does not divide model.n_heads = 4"),
-        (ParallelDims(1, 4, 1), 4, "4 pipeline stages"),
-        (ParallelDims(1, 2, 1, pp_schedule="interleaved", virtual_stages=2), 2, "4 pipeline stages"),
+        (ParallelConfig(tp=2, pp=2, dp=1), 8, "tp x pp x dp = 2 x 2 x 1 = 4 but 8 processes"),
+        (ParallelConfig(tp=8, pp=1, dp=1), 8, "tp: 8 does not divide model.n_heads = 4"),
+        (ParallelConfig(tp=1, pp=4, dp=1), 4, "4 pipeline stages"),
+        (ParallelConfig(tp=1, pp=2, dp=1, pp_schedule="interleaved", virtual_stages=2), 2, "4 pipeline stages"),
     ]
     for dims, world, message in cases:
         with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
-            validate_layout(dims, model, SEQ, world)
+            check_layout(dims, model, SEQ, world)
     with pytest.raises(ConfigError, match="seq_len 15 is not divisible by tp = 2"):
-        validate_layout(ParallelDims(2, 1, 1, sequence_parallel=True), model, 15, 2)
+        check_layout(ParallelConfig(tp=2, pp=1, dp=1, sequence_parallel=True), model, 15, 2)
 
 
 def test_pipeline_split_balances_the_head() -> None:

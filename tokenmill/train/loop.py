@@ -170,12 +170,11 @@ def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
             cfg.vocab_from_data = False
     resolve_vocab_size(cfg, meta_data["vocab_size"], meta_data["vocab_source"] or "the data")
     if cfg.world_size > 1:
+        from tokenmill.train.config import check_layout
         from tokenmill.train.parallel.engine import check_batch_layout
-        from tokenmill.train.parallel.mesh import ParallelDims, validate_layout
 
-        dims = ParallelDims.from_config(cfg)
-        validate_layout(dims, cfg.model, cfg.sequence_length)
-        check_batch_layout(cfg, dims)
+        check_layout(cfg.parallel, cfg.model, cfg.sequence_length)
+        check_batch_layout(cfg, cfg.parallel)
     no_validation = empty_valid_split(cfg, prefixes) if cfg.logging.eval_interval > 0 else None
     return Prepared(prefixes, meta_data, ckpt_path, no_validation)
 
