@@ -128,6 +128,14 @@ def test_train_config_checked_by_the_trainer_schema(tmp_path, corpus):
     assert "train.config" in message and "stepz" in message
 
 
+def test_train_layout_checked_by_the_trainer_layout_checks(tmp_path, corpus):
+    # the launch layout and the config's own parallel section get the same check and message
+    message = problems_of(tmp_path, GOOD + "train:\n  config: {model: {preset: tiny}}\n  zero: 5\n")
+    assert "train.zero (line 17): must be 0, 1, 2 or 3, got 5" in message
+    message = problems_of(tmp_path, GOOD + "train:\n  config: {parallel: {zero: 4}}\n")
+    assert "train.config.parallel.zero (line 16): must be 0, 1, 2 or 3, got 4" in message
+
+
 def test_selection_from_until_force(tmp_path, corpus):
     steps = build_plan(load_recipe(write(tmp_path, GOOD)), tmp_path / "work")
     everything = {s.name for s in steps}
