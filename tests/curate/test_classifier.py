@@ -165,7 +165,7 @@ def test_classifier_cli(quality_model, tmp_path, dask_client, capsys):
         )
         == 0
     )
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err
     assert "held-out accuracy: " in printed
     meta = json.loads(model.with_suffix(".json").read_text())
     assert meta["counts"]["positive"] == meta["counts"]["negative"] == 600

@@ -129,4 +129,4 @@ def test_cli_decontaminate(tmp_path, shared_data, eval_dir, dask_client, capsys)
         ]
     )
     assert code == 0
-    assert "contaminated:lambada: 1" in capsys.readouterr().out
+    assert "contaminated:lambada: 1" in capsys.readouterr().err

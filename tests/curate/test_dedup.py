@@ -305,8 +305,8 @@ def test_cli_runs_dedup_and_reports_bad_input(tmp_path, planted, dask_client, ca
         ]
     )
     assert code == 0
-    out = capsys.readouterr().out
-    assert out.startswith("dedup: in 80")
+    err = capsys.readouterr().err
+    assert any(line.startswith("dedup: in 80") for line in err.splitlines())
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["config"]["scheme"] == "fast"
     assert (
         tokenmill_main(["curate", "dedup", "--input", str(tmp_path / "missing"), "--output", str(tmp_path / "o2")]) == 1

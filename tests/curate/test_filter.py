@@ -197,7 +197,7 @@ def test_filter_cli(tmp_path, dask_client, capsys):
         )
         == 0
     )
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err
     assert "filter: in 3, kept 2, rejected 1" in printed and "gopher_quality.min_words: 1" in printed
     assert "c4 removed 2 of" in printed
     manifest = read_manifest(tmp_path / "out")

@@ -53,7 +53,7 @@ def test_directory_of_mixed_files_is_read_file_by_file(tmp_path):
 
     done = tokenmill("curate", "ingest", "--input", str(corpus), "--output", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
-    assert "ingest: in 14, kept 11, rejected 3" in done.stdout
+    assert "ingest: in 14, kept 11, rejected 3" in done.stderr
     counts = read_manifest(tmp_path / "out")["counts"]
     assert counts == {"in": 14, "kept": 11, "rejected": {"invalid_json": 1, "unknown_format": 2}}
 
@@ -186,7 +186,7 @@ def test_undecodable_bytes_are_rejected_or_replaced_and_counted(tmp_path, shared
     manifest = read_manifest(tmp_path / "replace")
     assert manifest["counts"] == {"in": 10, "kept": 10, "rejected": {}}
     assert manifest["stats"] == {"docs_with_replaced_bytes": 2, "replaced_bytes": 2}
-    assert "replaced 2 undecodable bytes in 2 documents" in done.stdout
+    assert "replaced 2 undecodable bytes in 2 documents" in done.stderr
     kept = read_dir(tmp_path / "replace" / "kept")
     assert sum(text.count("\ufffd") for text in kept["text"]) == 2
 

@@ -193,8 +193,8 @@ def test_mtnlg_dry_run_prints_the_plan_and_layout(tmp_path, capsys):
     from tokenmill.cli import main
 
     assert main(["run", str(REPO / "recipes" / "mtnlg.yaml"), "--workdir", str(tmp_path / "w"), "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    assert "warning: sources[0].path" in out  # the template's corpora are not on this machine
+    out, err = capsys.readouterr()
+    assert "tokenmill: WARNING: sources[0].path" in err  # the template's corpora are not on this machine
     assert "ingest.books3" in out and "curate.cc_2020_50.fuzzy_dedup" in out and "tokenize.blend" in out
     assert "tp=8 x pp=35 x dp=16 = 4480 process(es)" in out
     assert "105 layers x hidden 20480 x 128 heads" in out
@@ -299,7 +299,7 @@ def test_bundled_recipes_run_by_name_from_any_directory(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "training layout: tp=8 x pp=35 x dp=16 = 4480 process(es)" in done.stdout
     # The template's relative data paths mean the user's directory, reported as missing there.
-    assert f"path not found: {tmp_path / 'data' / 'pile' / 'books3'}" in done.stdout
+    assert f"path not found: {tmp_path / 'data' / 'pile' / 'books3'}" in done.stderr
     unknown = subprocess.run(
         [sys.executable, "-P", "-m", "tokenmill.cli", "run", "mtnlgg"],
         cwd=tmp_path,

@@ -92,7 +92,7 @@ def test_a_tokenmill_folder_in_the_cwd_does_not_shadow_the_package(shakespeare_s
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r["step"] for r in read_metrics(tmp_path / "run")] == [3]
-    assert "trained to step 3" in done.stdout
+    assert "trained to step 3" in done.stderr
 
 
 # A global batch of 18 at micro-batch 9 on dp=2 gives each rank one micro-batch of 9 rows:

@@ -391,14 +391,14 @@ def _train(options: TrainClassifierOptions) -> dict[str, Any]:
 def _report_train(meta: dict[str, Any], args: Any) -> None:
     counts = meta["counts"]
     accuracy = meta["holdout_accuracy"]
-    print(
+    log.info(
         f"train-classifier: {counts['positive']} positive, {counts['negative']} negative documents; "
         f"trained on {counts['train']}, held out {counts['holdout']} in {meta['seconds']:.1f}s -> {args.output}"
     )
     if accuracy is None:
-        print("  held-out accuracy: n/a (--holdout 0)")
+        log.info("  held-out accuracy: n/a (--holdout 0)")
     else:
-        print(f"  held-out accuracy: {accuracy:.4f} (written to {metadata_path(args.output)})")
+        log.info(f"  held-out accuracy: {accuracy:.4f} (written to {metadata_path(args.output)})")
 
 
 STAGES = (

@@ -24,6 +24,7 @@ import codecs
 import gzip
 import io
 import json
+import logging
 import re
 import threading
 from collections.abc import Iterator
@@ -36,6 +37,8 @@ import pandas as pd
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import StageOutput, run_tasks
 from tokenmill.errors import TokenmillError
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("jsonl", "parquet", "text")
 ENCODING_ERRORS = ("reject", "replace")
@@ -531,7 +534,7 @@ def _run(options: IngestOptions, input, output, **runner) -> dict[str, Any]:
 def _report(manifest: dict[str, Any], args: Any) -> None:
     stats = manifest["stats"]
     if stats.get("replaced_bytes"):
-        print(
+        log.info(
             f"  replaced {stats['replaced_bytes']} undecodable bytes in {stats['docs_with_replaced_bytes']} documents"
         )
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from tokenmill.eval.results import markdown_table
 from tokenmill.eval.tasks import MissingDataError
 from tokenmill.infra.atomic import atomic_dir
 from tokenmill.pipelines.plan import StepRef
+
+log = logging.getLogger(__name__)
 
 
 def heldout_perplexity(run_dir: Path) -> dict[str, Any] | None:
@@ -54,7 +57,7 @@ def run_eval(ctx: Any, step: Any, spec: Any) -> dict[str, Any]:
         model = load_model(run_dir)  # once for every task
         for task in spec.tasks:
             for shots in spec.shots:
-                print(f"  eval {task} {shots}-shot", flush=True)
+                log.info(f"  eval {task} {shots}-shot")
                 try:
                     results.extend(
                         evaluate(
@@ -71,10 +74,10 @@ def run_eval(ctx: Any, step: Any, spec: Any) -> dict[str, Any]:
                     if not spec.skip_missing:
                         raise
                     skipped.append({"task": task, "reason": str(error)})
-                    print(f"  skipped {task}: {error}", flush=True)
+                    log.info(f"  skipped {task}: {error}")
                     break
     if not any(r.get("task") != "heldout" for r in results):
-        print(
+        log.info(
             "  no benchmark scores: "
             + ("no task had its data" if spec.tasks else "no benchmark tasks in the recipe")
             + "; held-out perplexity only (the demo: pass --eval-data DIR with piqa_valid.jsonl, ...)",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
-import sys
 import warnings
 from pathlib import Path
 
 from tokenmill.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 # Bundled training configs are tokenmill/recipes/train-<name>.yaml: `tokenmill train tiny`.
 RECIPE_PREFIX = "train-"
@@ -98,7 +100,7 @@ def run_train(args: argparse.Namespace) -> int:
         # a config that cannot run gets its one line of error only.
         if not under_torchrun():
             for warning in caught:
-                print(f"tokenmill: warning: {warning.message}", file=sys.stderr)
+                log.warning(str(warning.message))
 
     if cfg.world_size > 1 and not under_torchrun():
         from tokenmill.train.lifecycle import check_run_unlocked
@@ -120,7 +122,7 @@ def run_train(args: argparse.Namespace) -> int:
     result = train(cfg, resume=args.resume)
     if result.losses and int(os.environ.get("RANK", "0")) == 0:
         last = max(result.losses)
-        print(f"trained to step {result.step}: loss {result.losses[last]:.4f}; checkpoint {result.checkpoint}")
+        log.info(f"trained to step {result.step}: loss {result.losses[last]:.4f}; checkpoint {result.checkpoint}")
     return 0
 
 
@@ -144,5 +146,5 @@ def run_export(args: argparse.Namespace) -> int:
     from tokenmill.train.export_hf import export_hf
 
     out = export_hf(args.checkpoint, args.outdir)
-    print(f"exported to {out}")
+    log.info(f"exported to {out}")
     return 0
