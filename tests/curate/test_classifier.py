@@ -141,7 +141,7 @@ def test_classify_options_are_checked(quality_model, tmp_path):
         ClassifyStage(model=str(model), pareto_alpha=0)
 
 
-def test_classifier_cli(quality_model, tmp_path, dask_client, capsys):
+def test_classifier_cli(quality_model, tmp_path, curate_cli, capsys):
     root, _, _ = quality_model
     model = tmp_path / "cli.bin"
     assert (
@@ -171,23 +171,7 @@ def test_classifier_cli(quality_model, tmp_path, dask_client, capsys):
     assert meta["counts"]["positive"] == meta["counts"]["negative"] == 600
     assert f"held-out accuracy: {meta['holdout_accuracy']:.4f}" in printed and meta["holdout_accuracy"] >= 0.9
     assert (
-        main(
-            [
-                "curate",
-                "classify",
-                "--input",
-                str(root / "positive"),
-                "--output",
-                str(tmp_path / "scored"),
-                "--model",
-                str(model),
-                "--pareto-alpha",
-                "9",
-                "--scheduler",
-                dask_client.scheduler.address,
-                "--no-progress",
-            ]
-        )
+        curate_cli("classify", root / "positive", tmp_path / "scored", "--model", str(model), "--pareto-alpha", "9")
         == 0
     )
     manifest = read_manifest(tmp_path / "scored")
@@ -196,43 +180,11 @@ def test_classifier_cli(quality_model, tmp_path, dask_client, capsys):
     # most real paragraphs, almost no shuffled ones
     assert manifest["counts"]["kept"] / 1400 > 0.5
     assert (
-        main(
-            [
-                "curate",
-                "classify",
-                "--input",
-                str(root / "negative"),
-                "--output",
-                str(tmp_path / "scored-neg"),
-                "--model",
-                str(model),
-                "--pareto-alpha",
-                "9",
-                "--scheduler",
-                dask_client.scheduler.address,
-                "--no-progress",
-            ]
-        )
+        curate_cli("classify", root / "negative", tmp_path / "scored-neg", "--model", str(model), "--pareto-alpha", "9")
         == 0
     )
     assert read_manifest(tmp_path / "scored-neg")["counts"]["kept"] / 1400 < 0.1
-    assert (
-        main(
-            [
-                "curate",
-                "classify",
-                "--input",
-                str(root / "positive"),
-                "--output",
-                str(tmp_path / "x"),
-                "--model",
-                str(tmp_path / "missing.bin"),
-                "--scheduler",
-                dask_client.scheduler.address,
-            ]
-        )
-        == 1
-    )
+    assert curate_cli("classify", root / "positive", tmp_path / "x", "--model", str(tmp_path / "missing.bin")) == 1
     assert "not found" in capsys.readouterr().err
 
 

@@ -53,11 +53,12 @@ LAYOUTS_8 = {
 ALL = {**LAYOUTS_2, **LAYOUTS_8}
 
 
-def make_config(name: str):
+def tiny_config(model_over: dict | None = None, train_over: dict | None = None, seed: int = 7):
+    """The small GPT (vocab 128, 2 layers, hidden 64, 4 heads) and training settings every
+    parallel test shares, with overrides for the model and the layout."""
     from tokenmill.train.config import TrainConfig
     from tokenmill.train.model import ModelConfig
 
-    model_over, train_over = ALL[name] if name in ALL else ({}, {})
     model = ModelConfig(
         **{
             "flavour": "gpt2",
@@ -66,7 +67,7 @@ def make_config(name: str):
             "hidden": 64,
             "n_heads": 4,
             "max_seq_len": SEQ,
-            **model_over,
+            **(model_over or {}),
         }
     )
     return TrainConfig(
@@ -77,11 +78,15 @@ def make_config(name: str):
         lr=LR,
         min_lr=LR,
         clip_grad=CLIP,
-        seed=7,
+        seed=seed,
         progress=False,
         tensorboard=False,
-        **train_over,
+        **(train_over or {}),
     ).validate()
+
+
+def make_config(name: str):
+    return tiny_config(*ALL.get(name, ({}, {})))
 
 
 def batches() -> list[torch.Tensor]:
