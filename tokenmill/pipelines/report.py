@@ -20,7 +20,7 @@ from typing import Any
 
 from tokenmill import __version__
 from tokenmill.eval.results import RESULT_COLUMNS, result_cells
-from tokenmill.infra.atomic import atomic_write_text
+from tokenmill.infra.atomic import atomic_write_text, read_json
 from tokenmill.pipelines.plan import Step, read_state
 from tokenmill.pipelines.recipe import Recipe
 from tokenmill.pipelines.svg import bar_chart, histogram, line_chart
@@ -38,13 +38,7 @@ LENGTH_SAMPLE = 200_000
 
 
 def _manifest(stage_dir: Path) -> dict[str, Any] | None:
-    path = stage_dir / "manifest.json"
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
+    return read_json(stage_dir / "manifest.json")
 
 
 def doc_lengths(stage_dir: Path, limit: int = LENGTH_SAMPLE) -> list[int]:

@@ -8,7 +8,6 @@ stopped (bitwise on the CPU in fp32; tested).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -23,6 +22,7 @@ import torch
 import yaml
 
 from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.infra.atomic import read_json
 from tokenmill.train.checkpoint import (
     list_checkpoints,
     load_checkpoint,
@@ -71,16 +71,14 @@ def data_metadata(prefixes: list[str]) -> dict[str, Any]:
     vocab, source, tokenizer, eod = 0, None, None, None
     for prefix in prefixes:
         path = Path(f"{prefix}.json")
-        if path.is_file():
-            try:
-                meta = json.loads(path.read_text())
-            except json.JSONDecodeError:
-                continue
-            if int(meta.get("vocab_size") or 0) > vocab:
-                vocab, source = int(meta["vocab_size"]), str(path)
-            tok = meta.get("tokenizer")
-            tokenizer = tokenizer or (tok.get("path") if isinstance(tok, dict) else tok)
-            eod = eod if eod is not None else meta.get("eod_id")
+        meta = read_json(path)
+        if not isinstance(meta, dict):
+            continue
+        if int(meta.get("vocab_size") or 0) > vocab:
+            vocab, source = int(meta["vocab_size"]), str(path)
+        tok = meta.get("tokenizer")
+        tokenizer = tokenizer or (tok.get("path") if isinstance(tok, dict) else tok)
+        eod = eod if eod is not None else meta.get("eod_id")
     return {"vocab_size": vocab or None, "vocab_source": source, "tokenizer": tokenizer, "eod_id": eod}
 
 
