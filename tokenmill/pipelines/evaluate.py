@@ -80,8 +80,7 @@ def run_eval(ctx: Any, step: Any, spec: Any) -> dict[str, Any]:
         log.info(
             "  no benchmark scores: "
             + ("no task had its data" if spec.tasks else "no benchmark tasks in the recipe")
-            + "; held-out perplexity only (the demo: pass --eval-data DIR with piqa_valid.jsonl, ...)",
-            flush=True,
+            + "; held-out perplexity only (the demo: pass --eval-data DIR with piqa_valid.jsonl, ...)"
         )
     payload = {"results": results, "skipped": skipped}
     with atomic_dir(step.output) as tmp:
