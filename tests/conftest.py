@@ -35,3 +35,17 @@ def dask_client_1():
 
     with make_client(workers=1) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def curate_cli(dask_client):
+    """Run `tokenmill curate STAGE --input IN --output OUT OPTIONS...` on the session's Dask
+    cluster, without progress bars; returns the exit code."""
+    from tokenmill.cli import main
+
+    def run(stage: str, input: Path, output: Path, *options: str) -> int:
+        address = dask_client.scheduler.address
+        argv = ["curate", stage, "--input", str(input), "--output", str(output), *options]
+        return main([*argv, "--scheduler", address, "--no-progress"])
+
+    return run

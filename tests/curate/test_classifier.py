@@ -14,7 +14,7 @@ from tokenmill.cli import main
 from tokenmill.curate.classifier import ClassifyStage, pareto_draws, train_classifier
 from tokenmill.curate.documents import read_manifest, write_documents
 from tokenmill.curate.stage import run_stage
-from tokenmill.errors import ConfigError
+from tokenmill.errors import ConfigError, TokenmillError
 
 
 def paragraphs(corpus, split: str, limit: int) -> list[str]:
@@ -141,7 +141,7 @@ def test_classify_options_are_checked(quality_model, tmp_path):
         ClassifyStage(model=str(model), pareto_alpha=0)
 
 
-def test_classifier_cli(quality_model, tmp_path, dask_client, capsys):
+def test_classifier_cli(quality_model, tmp_path, curate_cli, capsys):
     root, _, _ = quality_model
     model = tmp_path / "cli.bin"
     assert (
@@ -165,29 +165,13 @@ def test_classifier_cli(quality_model, tmp_path, dask_client, capsys):
         )
         == 0
     )
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err
     assert "held-out accuracy: " in printed
     meta = json.loads(model.with_suffix(".json").read_text())
     assert meta["counts"]["positive"] == meta["counts"]["negative"] == 600
     assert f"held-out accuracy: {meta['holdout_accuracy']:.4f}" in printed and meta["holdout_accuracy"] >= 0.9
     assert (
-        main(
-            [
-                "curate",
-                "classify",
-                "--input",
-                str(root / "positive"),
-                "--output",
-                str(tmp_path / "scored"),
-                "--model",
-                str(model),
-                "--pareto-alpha",
-                "9",
-                "--scheduler",
-                dask_client.scheduler.address,
-                "--no-progress",
-            ]
-        )
+        curate_cli("classify", root / "positive", tmp_path / "scored", "--model", str(model), "--pareto-alpha", "9")
         == 0
     )
     manifest = read_manifest(tmp_path / "scored")
@@ -196,41 +180,38 @@ def test_classifier_cli(quality_model, tmp_path, dask_client, capsys):
     # most real paragraphs, almost no shuffled ones
     assert manifest["counts"]["kept"] / 1400 > 0.5
     assert (
-        main(
-            [
-                "curate",
-                "classify",
-                "--input",
-                str(root / "negative"),
-                "--output",
-                str(tmp_path / "scored-neg"),
-                "--model",
-                str(model),
-                "--pareto-alpha",
-                "9",
-                "--scheduler",
-                dask_client.scheduler.address,
-                "--no-progress",
-            ]
-        )
+        curate_cli("classify", root / "negative", tmp_path / "scored-neg", "--model", str(model), "--pareto-alpha", "9")
         == 0
     )
     assert read_manifest(tmp_path / "scored-neg")["counts"]["kept"] / 1400 < 0.1
-    assert (
-        main(
-            [
-                "curate",
-                "classify",
-                "--input",
-                str(root / "positive"),
-                "--output",
-                str(tmp_path / "x"),
-                "--model",
-                str(tmp_path / "missing.bin"),
-                "--scheduler",
-                dask_client.scheduler.address,
-            ]
-        )
-        == 1
-    )
+    assert curate_cli("classify", root / "positive", tmp_path / "x", "--model", str(tmp_path / "missing.bin")) == 1
     assert "not found" in capsys.readouterr().err
+
+
+def test_diverged_training_retries_at_a_lower_learning_rate(quality_model, tmp_path, caplog):
+    # lr 80 reliably hits fastText's "Encountered NaN" on this text; a few halvings train
+    root, _, _ = quality_model
+    model = tmp_path / "retried.bin"
+    with caplog.at_level("WARNING", logger="tokenmill.curate.classifier"):
+        meta = train_classifier(root / "positive", root / "negative", model, lr=80, max_docs=300, seed=0)
+    warnings = [r.getMessage() for r in caplog.records if "diverged" in r.getMessage()]
+    assert len(warnings) >= 1
+    assert warnings == [
+        f"fastText training diverged (NaN) at lr {80 / 2**i:g} (attempt {i + 1} of 5); retrying at lr {80 / 2 ** (i + 1):g}"
+        for i in range(len(warnings))
+    ]
+    assert meta["config"]["lr_requested"] == 80
+    assert meta["config"]["lr"] == 80 / 2 ** len(warnings)
+    assert json.loads(model.with_suffix(".json").read_text())["config"]["lr"] == meta["config"]["lr"]
+    assert meta["holdout_accuracy"] >= 0.8
+
+
+def test_training_that_diverges_at_every_attempt_is_a_clear_error(quality_model, tmp_path):
+    root, _, _ = quality_model
+    model = tmp_path / "never.bin"
+    with pytest.raises(
+        TokenmillError, match=r"diverged \(NaN\) at every learning rate tried, from 1e\+06 down to 62500"
+    ):
+        train_classifier(root / "positive", root / "negative", model, lr=1e6, max_docs=300, seed=0)
+    assert not model.exists() and not model.with_suffix(".json").exists()
+    assert list(tmp_path.iterdir()) == []

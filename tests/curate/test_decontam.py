@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 from bench.synthetic import wikitext_articles
-from tokenmill.cli import main as tokenmill_main
 from tokenmill.curate.decontaminate import EvalTask, build_table, run_decontaminate
 from tokenmill.curate.dedup.shingles import TextNormalization
 from tokenmill.curate.documents import write_documents
@@ -80,7 +79,7 @@ def test_table_skips_short_eval_texts_and_reads_fields(eval_dir):
     assert everything.stats["winogrande_dev"]["texts"] > 1267  # all string fields: sentence, options, answer
 
 
-def test_bad_task_files_are_clear_errors(tmp_path, eval_dir, capsys):
+def test_bad_task_files_are_clear_errors(tmp_path, eval_dir, curate_cli, capsys):
     with pytest.raises(TokenmillError, match="not found"):
         EvalTask.parse(str(tmp_path / "missing.jsonl"))
     bad = tmp_path / "bad.jsonl"
@@ -90,43 +89,24 @@ def test_bad_task_files_are_clear_errors(tmp_path, eval_dir, capsys):
     with pytest.raises(TokenmillError, match="field"):
         EvalTask.parse(f"{eval_dir / 'boolq_dev.jsonl'}:nope").texts()
     write_documents(pd.DataFrame({"id": ["a"], "text": ["x"], "source": ["s"]}), tmp_path / "in" / "a.parquet")
-    code = tokenmill_main(
-        [
-            "curate",
-            "decontaminate",
-            "--input",
-            str(tmp_path / "in"),
-            "--output",
-            str(tmp_path / "o"),
-            "--task",
-            str(bad),
-        ]
-    )
+    code = curate_cli("decontaminate", tmp_path / "in", tmp_path / "o", "--task", str(bad))
     assert code == 1 and "bad.jsonl:2" in capsys.readouterr().err
 
 
-def test_cli_decontaminate(tmp_path, shared_data, eval_dir, dask_client, capsys):
+def test_cli_decontaminate(tmp_path, shared_data, eval_dir, curate_cli, capsys):
     lambada = lines(eval_dir / "lambada_openai_test.jsonl", 1)[0]["text"]
     docs = pd.DataFrame(
         {"id": ["clean", "leak"], "text": ["Nothing to see here, just words " * 5, lambada], "source": "s"}
     )
     write_documents(docs, tmp_path / "in" / "a.parquet")
-    code = tokenmill_main(
-        [
-            "curate",
-            "decontaminate",
-            "--input",
-            str(tmp_path / "in"),
-            "--output",
-            str(tmp_path / "out"),
-            "--task",
-            f"lambada={eval_dir / 'lambada_openai_test.jsonl'}",
-            "--fields",
-            "text",
-            "--scheduler",
-            dask_client.scheduler.address,
-            "--no-progress",
-        ]
+    code = curate_cli(
+        "decontaminate",
+        tmp_path / "in",
+        tmp_path / "out",
+        "--task",
+        f"lambada={eval_dir / 'lambada_openai_test.jsonl'}",
+        "--fields",
+        "text",
     )
     assert code == 0
-    assert "contaminated:lambada: 1" in capsys.readouterr().out
+    assert "contaminated:lambada: 1" in capsys.readouterr().err

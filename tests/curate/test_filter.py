@@ -7,7 +7,6 @@ import re
 import pandas as pd
 import pytest
 
-from tokenmill.cli import main
 from tokenmill.curate.documents import read_manifest, write_documents
 from tokenmill.curate.filter import FilterStage
 from tokenmill.curate.stage import run_stage
@@ -177,27 +176,11 @@ def test_filter_same_documents_with_one_and_two_workers(tmp_path, shared_data, d
         assert outputs[0][part].equals(outputs[1][part])
 
 
-def test_filter_cli(tmp_path, dask_client, capsys):
+def test_filter_cli(tmp_path, curate_cli, capsys):
     docs = frame({"good": GOOD, "short": SHORT, "menu": GOOD + "\nHome\nContact"})
     write_documents(docs, tmp_path / "in" / "part.parquet")
-    address = dask_client.scheduler.address
-    assert (
-        main(
-            [
-                "curate",
-                "filter",
-                "--input",
-                str(tmp_path / "in"),
-                "--output",
-                str(tmp_path / "out"),
-                "--scheduler",
-                address,
-                "--no-progress",
-            ]
-        )
-        == 0
-    )
-    printed = capsys.readouterr().out
+    assert curate_cli("filter", tmp_path / "in", tmp_path / "out") == 0
+    printed = capsys.readouterr().err
     assert "filter: in 3, kept 2, rejected 1" in printed and "gopher_quality.min_words: 1" in printed
     assert "c4 removed 2 of" in printed
     manifest = read_manifest(tmp_path / "out")
@@ -205,46 +188,22 @@ def test_filter_cli(tmp_path, dask_client, capsys):
     assert manifest["config"]["rules"]["gopher_quality"]["min_words"] == 50
 
     assert (
-        main(
-            [
-                "curate",
-                "filter",
-                "--input",
-                str(tmp_path / "out"),
-                "--output",
-                str(tmp_path / "out2"),
-                "--scheduler",
-                address,
-                "--no-progress",
-                "--no-c4",
-                "--no-fineweb",
-                "--set",
-                "gopher_quality.min_words=5",
-                "--disable",
-                "gopher_repetition",
-            ]
+        curate_cli(
+            "filter",
+            tmp_path / "out",
+            tmp_path / "out2",
+            "--no-c4",
+            "--no-fineweb",
+            "--set",
+            "gopher_quality.min_words=5",
+            "--disable",
+            "gopher_repetition",
         )
         == 0
     )
     manifest = read_manifest(tmp_path / "out2")
     assert manifest["counts"]["kept"] == 2 and manifest["config"]["rules"]["c4"]["enabled"] is False
 
-    assert (
-        main(
-            [
-                "curate",
-                "filter",
-                "--input",
-                str(tmp_path / "in"),
-                "--output",
-                str(tmp_path / "bad"),
-                "--scheduler",
-                address,
-                "--set",
-                "gopher_quality.min_words=lots",
-            ]
-        )
-        == 1
-    )
+    assert curate_cli("filter", tmp_path / "in", tmp_path / "bad", "--set", "gopher_quality.min_words=lots") == 1
     assert "cannot read 'lots'" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()

@@ -28,6 +28,12 @@ def tokenmill(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def ingest(inputs: Path | list[Path], output: Path, *options: str) -> subprocess.CompletedProcess:
+    """`tokenmill curate ingest` of `inputs` into `output`, in a process of its own."""
+    paths = inputs if isinstance(inputs, list) else [inputs]
+    return tokenmill("curate", "ingest", "--input", *map(str, paths), *options, "--output", str(output))
+
+
 def read_dir(path: Path) -> pd.DataFrame:
     files = sorted(path.glob("*.parquet"))
     return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True) if files else pd.DataFrame()
@@ -51,9 +57,9 @@ def test_directory_of_mixed_files_is_read_file_by_file(tmp_path):
     (corpus / "i.bin").write_bytes(b"\x00\x01\x02")
     (corpus / ".hidden.jsonl").write_bytes(jsonl({"text": "never read"}))
 
-    done = tokenmill("curate", "ingest", "--input", str(corpus), "--output", str(tmp_path / "out"))
+    done = ingest(corpus, tmp_path / "out")
     assert done.returncode == 0, done.stderr
-    assert "ingest: in 14, kept 11, rejected 3" in done.stdout
+    assert "ingest: in 14, kept 11, rejected 3" in done.stderr
     counts = read_manifest(tmp_path / "out")["counts"]
     assert counts == {"in": 14, "kept": 11, "rejected": {"invalid_json": 1, "unknown_format": 2}}
 
@@ -91,7 +97,7 @@ def test_explicit_format_reads_every_file_of_a_directory(tmp_path):
     corpus.mkdir()
     (corpus / "one.log").write_bytes(jsonl({"text": "first"}))
     (corpus / "two.log").write_bytes(jsonl({"text": "second"}))
-    done = tokenmill("curate", "ingest", "--input", str(corpus), "--format", "jsonl", "--output", str(tmp_path / "out"))
+    done = ingest(corpus, tmp_path / "out", "--format", "jsonl")
     assert done.returncode == 0, done.stderr
     kept = read_dir(tmp_path / "out" / "kept").sort_values("id")
     assert kept["id"].tolist() == ["logs:one.log:0", "logs:two.log:0"]
@@ -112,26 +118,13 @@ def test_latin1_text_with_encoding_option(tmp_path, shared_data):
     path.write_bytes("\n\n".join(lines).encode("latin-1"))
 
     # Read as UTF-8 (the default), the Latin-1 bytes are undecodable: counted rejections, not loss.
-    done = tokenmill(
-        "curate", "ingest", "--input", str(path), "--separator", r"\n\n", "--output", str(tmp_path / "utf8")
-    )
+    done = ingest(path, tmp_path / "utf8", "--separator", r"\n\n")
     assert done.returncode == 0, done.stderr
     counts = read_manifest(tmp_path / "utf8")["counts"]
     assert counts["in"] == len(lines) and counts["kept"] == 0
     assert counts["rejected"] == {"invalid_utf8": len(lines)}
 
-    done = tokenmill(
-        "curate",
-        "ingest",
-        "--input",
-        str(path),
-        "--separator",
-        r"\n\n",
-        "--encoding",
-        "latin-1",
-        "--output",
-        str(tmp_path / "latin1"),
-    )
+    done = ingest(path, tmp_path / "latin1", "--separator", r"\n\n", "--encoding", "latin-1")
     assert done.returncode == 0, done.stderr
     manifest = read_manifest(tmp_path / "latin1")
     assert manifest["counts"] == {"in": len(lines), "kept": len(lines), "rejected": {}}
@@ -150,43 +143,21 @@ def test_undecodable_bytes_are_rejected_or_replaced_and_counted(tmp_path, shared
     path = tmp_path / "cp1252.txt"
     path.write_bytes(b"\n".join(data))
 
-    done = tokenmill(
-        "curate",
-        "ingest",
-        "--input",
-        str(path),
-        "--separator",
-        r"\n",
-        "--encoding",
-        "cp1252",
-        "--output",
-        str(tmp_path / "reject"),
-    )
+    done = ingest(path, tmp_path / "reject", "--separator", r"\n", "--encoding", "cp1252")
     assert done.returncode == 0, done.stderr
     counts = read_manifest(tmp_path / "reject")["counts"]
     assert counts == {"in": 10, "kept": 8, "rejected": {"invalid_encoding": 2}}
     rejected = read_dir(tmp_path / "reject" / "rejected")
     assert any("\\x81" in raw for raw in rejected["raw"])
 
-    done = tokenmill(
-        "curate",
-        "ingest",
-        "--input",
-        str(path),
-        "--separator",
-        r"\n",
-        "--encoding",
-        "cp1252",
-        "--encoding-errors",
-        "replace",
-        "--output",
-        str(tmp_path / "replace"),
+    done = ingest(
+        path, tmp_path / "replace", "--separator", r"\n", "--encoding", "cp1252", "--encoding-errors", "replace"
     )
     assert done.returncode == 0, done.stderr
     manifest = read_manifest(tmp_path / "replace")
     assert manifest["counts"] == {"in": 10, "kept": 10, "rejected": {}}
     assert manifest["stats"] == {"docs_with_replaced_bytes": 2, "replaced_bytes": 2}
-    assert "replaced 2 undecodable bytes in 2 documents" in done.stdout
+    assert "replaced 2 undecodable bytes in 2 documents" in done.stderr
     kept = read_dir(tmp_path / "replace" / "kept")
     assert sum(text.count("\ufffd") for text in kept["text"]) == 2
 
@@ -195,9 +166,7 @@ def test_bad_encoding_options_are_one_line_errors(tmp_path):
     path = tmp_path / "a.txt"
     path.write_text("text")
     for encoding, message in (("no-such-codec", "unknown --encoding"), ("utf-16", "not ASCII-compatible")):
-        done = tokenmill(
-            "curate", "ingest", "--input", str(path), "--encoding", encoding, "--output", str(tmp_path / "o")
-        )
+        done = ingest(path, tmp_path / "o", "--encoding", encoding)
         assert done.returncode == 1
         assert message in done.stderr and "Traceback" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
@@ -207,9 +176,7 @@ def test_bad_encoding_options_are_one_line_errors(tmp_path):
 def test_ids_name_the_file_once_and_are_stable(tmp_path, shared_data):
     wiki = shared_data / "corpus" / "wikitext2_valid.txt"
     for run in ("first", "second"):
-        done = tokenmill(
-            "curate", "ingest", "--input", str(wiki), "--separator", "^(?= = [^=])", "--output", str(tmp_path / run)
-        )
+        done = ingest(wiki, tmp_path / run, "--separator", "^(?= = [^=])")
         assert done.returncode == 0, done.stderr
     first = read_dir(tmp_path / "first" / "kept").sort_values("id", ignore_index=True)
     second = read_dir(tmp_path / "second" / "kept").sort_values("id", ignore_index=True)
@@ -229,30 +196,12 @@ def test_two_inputs_with_one_source_or_the_same_name(tmp_path):
     (tmp_path / "y" / "part.jsonl").write_bytes(jsonl({"text": "from y"}))
     (tmp_path / "z.jsonl").write_bytes(jsonl({"text": "from z"}))
 
-    done = tokenmill(
-        "curate",
-        "ingest",
-        "--input",
-        str(tmp_path / "x" / "part.jsonl"),
-        str(tmp_path / "z.jsonl"),
-        "--source",
-        "crawl",
-        "--output",
-        str(tmp_path / "shared"),
-    )
+    done = ingest([tmp_path / "x" / "part.jsonl", tmp_path / "z.jsonl"], tmp_path / "shared", "--source", "crawl")
     assert done.returncode == 0, done.stderr
     kept = read_dir(tmp_path / "shared" / "kept").sort_values("id")
     assert kept["id"].tolist() == ["crawl:part.jsonl:0", "crawl:z.jsonl:0"]
 
     # Same file name twice: the ids would collide, so it is a clear error, not a silent merge.
-    done = tokenmill(
-        "curate",
-        "ingest",
-        "--input",
-        str(tmp_path / "x" / "part.jsonl"),
-        str(tmp_path / "y" / "part.jsonl"),
-        "--output",
-        str(tmp_path / "clash"),
-    )
+    done = ingest([tmp_path / "x" / "part.jsonl", tmp_path / "y" / "part.jsonl"], tmp_path / "clash")
     assert done.returncode == 1 and "same ids" in done.stderr
     assert not (tmp_path / "clash").exists()

@@ -128,6 +128,14 @@ def test_train_config_checked_by_the_trainer_schema(tmp_path, corpus):
     assert "train.config" in message and "stepz" in message
 
 
+def test_train_layout_checked_by_the_trainer_layout_checks(tmp_path, corpus):
+    # the launch layout and the config's own parallel section get the same check and message
+    message = problems_of(tmp_path, GOOD + "train:\n  config: {model: {preset: tiny}}\n  zero: 5\n")
+    assert "train.zero (line 17): must be 0, 1, 2 or 3, got 5" in message
+    message = problems_of(tmp_path, GOOD + "train:\n  config: {parallel: {zero: 4}}\n")
+    assert "train.config.parallel.zero (line 16): must be 0, 1, 2 or 3, got 4" in message
+
+
 def test_selection_from_until_force(tmp_path, corpus):
     steps = build_plan(load_recipe(write(tmp_path, GOOD)), tmp_path / "work")
     everything = {s.name for s in steps}
@@ -185,8 +193,8 @@ def test_mtnlg_dry_run_prints_the_plan_and_layout(tmp_path, capsys):
     from tokenmill.cli import main
 
     assert main(["run", str(REPO / "recipes" / "mtnlg.yaml"), "--workdir", str(tmp_path / "w"), "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    assert "warning: sources[0].path" in out  # the template's corpora are not on this machine
+    out, err = capsys.readouterr()
+    assert "tokenmill: WARNING: sources[0].path" in err  # the template's corpora are not on this machine
     assert "ingest.books3" in out and "curate.cc_2020_50.fuzzy_dedup" in out and "tokenize.blend" in out
     assert "tp=8 x pp=35 x dp=16 = 4480 process(es)" in out
     assert "105 layers x hidden 20480 x 128 heads" in out
@@ -291,7 +299,7 @@ def test_bundled_recipes_run_by_name_from_any_directory(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "training layout: tp=8 x pp=35 x dp=16 = 4480 process(es)" in done.stdout
     # The template's relative data paths mean the user's directory, reported as missing there.
-    assert f"path not found: {tmp_path / 'data' / 'pile' / 'books3'}" in done.stdout
+    assert f"path not found: {tmp_path / 'data' / 'pile' / 'books3'}" in done.stderr
     unknown = subprocess.run(
         [sys.executable, "-P", "-m", "tokenmill.cli", "run", "mtnlgg"],
         cwd=tmp_path,

@@ -78,9 +78,10 @@ def _env() -> dict[str, str]:
 
 
 def run_to_end(recipe: Path, workdir: Path) -> str:
+    """Run the recipe to its end; returns the runner's messages (stderr)."""
     done = subprocess.run(_command(recipe, workdir), capture_output=True, text=True, env=_env(), timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
+    return done.stderr
 
 
 def run_and_kill(recipe: Path, workdir: Path, *, when_line: str | None = None, when_path: Path | None = None) -> None:

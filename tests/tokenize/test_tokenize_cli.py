@@ -39,7 +39,7 @@ def test_train_encode_inspect_and_load(small_wiki_docs, dask_client, tmp_path, c
         )
         == 0
     )
-    assert "vocab 512, eod id 0, pad id 1" in capsys.readouterr().out
+    assert "vocab 512, eod id 0, pad id 1" in capsys.readouterr().err
     prefix = tmp_path / "shards" / "wiki"
     assert (
         run(
@@ -59,9 +59,9 @@ def test_train_encode_inspect_and_load(small_wiki_docs, dask_client, tmp_path, c
         )
         == 0
     )
-    out = capsys.readouterr().out
+    err = capsys.readouterr().err
     meta = json.loads((tmp_path / "shards" / "wiki.json").read_text())
-    assert f"encode: 300 documents, {meta['tokens']} tokens (uint16)" in out
+    assert f"encode: 300 documents, {meta['tokens']} tokens (uint16)" in err
     assert run(["tokenize", "inspect", str(prefix), "--docs", "1"]) == 0
     out = capsys.readouterr().out
     assert "300 documents" in out and "[0]" in out and "<|endoftext|>" in out
@@ -118,4 +118,4 @@ def test_train_tokenizer_says_when_the_text_is_too_small_for_the_vocabulary(smal
     warnings = [line for line in done.stderr.splitlines() if line.startswith("tokenmill: WARNING:")]
     assert len(warnings) == 1
     assert f"has {learned} tokens, not the 8192 requested" in warnings[0] and "300 documents" in warnings[0]
-    assert f"vocab {learned}," in done.stdout
+    assert f"vocab {learned}," in done.stderr

@@ -94,7 +94,7 @@ def test_a_run_killed_while_a_checkpoint_is_written_resumes_from_the_previous_on
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert (run / "checkpoints" / "latest").read_text().strip() == "step_2"
     assert [p.name for p in list_checkpoints(run)] == ["step_2"]
-    assert (run / "checkpoints" / ".tmp_step_4" / ".metadata").is_file()  # written, never published
+    assert (run / "checkpoints" / ".step_4.tmp" / ".metadata").is_file()  # written, never published
 
     resumed = tokenmill_train(config, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]

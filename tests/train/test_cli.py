@@ -42,7 +42,7 @@ def test_train_tiny_recipe_then_resume_then_export(
     )
     records = read_metrics(run)
     assert [r["step"] for r in records] == [5, 10, 12] and records[-1]["loss"] < records[0]["loss"] - 0.5
-    assert "val_loss" in records[-1] and "trained to step 12" in capsys.readouterr().out
+    assert "val_loss" in records[-1] and "trained to step 12" in capsys.readouterr().err
     assert (run / "checkpoints" / "latest").read_text().strip() == "step_12"
     assert list((run / "tensorboard").iterdir())
     # --steps extends the same run from its latest checkpoint.

@@ -29,22 +29,15 @@ def run(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProces
     return subprocess.run([TOKENMILL, *args], cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout)
 
 
+def train_tiny(shard: Path, out: Path | str, steps: int, *flags: str) -> list[str]:
+    """The arguments of `tokenmill train tiny` on `shard` into `out` for `steps` steps."""
+    return ["train", "tiny", "--data", str(shard), "--out", str(out), "--steps", str(steps), *flags]
+
+
 def start(shard: Path, out: Path, *flags: str) -> subprocess.Popen:
     """A long run, in its own process group as a shell job is (Ctrl-C goes to the group)."""
     return subprocess.Popen(
-        [
-            TOKENMILL,
-            "train",
-            "tiny",
-            "--data",
-            str(shard),
-            "--out",
-            str(out),
-            "--steps",
-            "5000",
-            "--no-progress",
-            *flags,
-        ],
+        [TOKENMILL, *train_tiny(shard, out, 5000, "--no-progress", *flags)],
         cwd=out.parent,
         env=env(),
         stdout=subprocess.PIPE,
@@ -76,23 +69,10 @@ def test_a_tokenmill_folder_in_the_cwd_does_not_shadow_the_package(shakespeare_s
     on 2 processes: no child puts the working directory on its import path."""
     (tmp_path / "tokenmill").mkdir()
     (tmp_path / "tokenmill" / "__init__.py").write_text("raise ImportError('the cwd shadows the package')\n")
-    done = run(
-        "train",
-        "tiny",
-        "--data",
-        str(shakespeare_shard),
-        "--out",
-        "run",
-        "--steps",
-        "3",
-        "--dp",
-        "2",
-        "--no-progress",
-        cwd=tmp_path,
-    )
+    done = run(*train_tiny(shakespeare_shard, "run", 3, "--dp", "2", "--no-progress"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r["step"] for r in read_metrics(tmp_path / "run")] == [3]
-    assert "trained to step 3" in done.stdout
+    assert "trained to step 3" in done.stderr
 
 
 # A global batch of 18 at micro-batch 9 on dp=2 gives each rank one micro-batch of 9 rows:
@@ -164,9 +144,7 @@ def test_killing_the_launcher_kills_its_workers(shakespeare_shard: Path, tmp_pat
     time.sleep(2)
     assert (out / "metrics.jsonl").stat().st_size == size
     # The run directory is free again: a new run resumes it.
-    done = run(
-        "train", "tiny", "--data", str(shakespeare_shard), "--out", "run", "--steps", "2", "--no-progress", cwd=tmp_path
-    )
+    done = run(*train_tiny(shakespeare_shard, "run", 2, "--no-progress"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -188,19 +166,7 @@ def test_a_second_run_on_the_same_directory_is_refused(
             )
         )
         for second_flags in ([], ["--dp", "2"]):
-            second = run(
-                "train",
-                "tiny",
-                "--data",
-                str(shakespeare_shard),
-                "--out",
-                "run",
-                "--steps",
-                "3",
-                *second_flags,
-                cwd=tmp_path,
-                timeout=120,
-            )
+            second = run(*train_tiny(shakespeare_shard, "run", 3, *second_flags), cwd=tmp_path, timeout=120)
             assert second.returncode == 1
             assert second.stderr.strip().splitlines() == [
                 f"tokenmill: error: run is being written by another `tokenmill train` (pid {writer}); "

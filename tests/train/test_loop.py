@@ -104,8 +104,8 @@ def test_interrupted_save_leaves_previous_checkpoint(shakespeare_shard: Path, tm
     run = tmp_path / "run"
     train(tiny_config(shakespeare_shard, run, steps=2))
     # A crash mid-save leaves only a temporary directory, which is never picked up.
-    (run / "checkpoints" / ".tmp_step_4").mkdir()
-    (run / "checkpoints" / ".tmp_step_4" / "__0_0.distcp").write_bytes(b"partial")
+    (run / "checkpoints" / ".step_4.tmp").mkdir()
+    (run / "checkpoints" / ".step_4.tmp" / "__0_0.distcp").write_bytes(b"partial")
     assert [p.name for p in list_checkpoints(run)] == ["step_2"]
     _, _, meta = load_for_inference(run)
     assert meta["step"] == 2

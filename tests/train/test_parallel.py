@@ -53,11 +53,12 @@ LAYOUTS_8 = {
 ALL = {**LAYOUTS_2, **LAYOUTS_8}
 
 
-def make_config(name: str):
+def tiny_config(model_over: dict | None = None, train_over: dict | None = None, seed: int = 7):
+    """The small GPT (vocab 128, 2 layers, hidden 64, 4 heads) and training settings every
+    parallel test shares, with overrides for the model and the layout."""
     from tokenmill.train.config import TrainConfig
     from tokenmill.train.model import ModelConfig
 
-    model_over, train_over = ALL[name] if name in ALL else ({}, {})
     model = ModelConfig(
         **{
             "flavour": "gpt2",
@@ -66,7 +67,7 @@ def make_config(name: str):
             "hidden": 64,
             "n_heads": 4,
             "max_seq_len": SEQ,
-            **model_over,
+            **(model_over or {}),
         }
     )
     return TrainConfig(
@@ -77,11 +78,15 @@ def make_config(name: str):
         lr=LR,
         min_lr=LR,
         clip_grad=CLIP,
-        seed=7,
+        seed=seed,
         progress=False,
         tensorboard=False,
-        **train_over,
+        **(train_over or {}),
     ).validate()
+
+
+def make_config(name: str):
+    return tiny_config(*ALL.get(name, ({}, {})))
 
 
 def batches() -> list[torch.Tensor]:
@@ -230,21 +235,21 @@ def test_two_launchers_train_together(tmp_path: Path) -> None:
 
 def test_impossible_layouts_are_clear_errors() -> None:
     from tokenmill.errors import ConfigError
+    from tokenmill.train.config import ParallelConfig, check_layout
     from tokenmill.train.model import ModelConfig
-    from tokenmill.train.parallel.mesh import ParallelDims, validate_layout
 
     model = ModelConfig("gpt2", 128, 2, 64, 4, max_seq_len=SEQ)
     cases = [
-        (ParallelDims(2, 2, 1), 8, "tp x pp x dp = 2 x 2 x 1 = 4 but 8 processes"),
-        (ParallelDims(8, 1, 1), 8, "tp: 8 does not divide model.n_heads = 4"),
-        (ParallelDims(1, 4, 1), 4, "4 pipeline stages"),
-        (ParallelDims(1, 2, 1, pp_schedule="interleaved", virtual_stages=2), 2, "4 pipeline stages"),
+        (ParallelConfig(tp=2, pp=2, dp=1), 8, "tp x pp x dp = 2 x 2 x 1 = 4 but 8 processes"),
+        (ParallelConfig(tp=8, pp=1, dp=1), 8, "tp: 8 does not divide model.n_heads = 4"),
+        (ParallelConfig(tp=1, pp=4, dp=1), 4, "4 pipeline stages"),
+        (ParallelConfig(tp=1, pp=2, dp=1, pp_schedule="interleaved", virtual_stages=2), 2, "4 pipeline stages"),
     ]
     for dims, world, message in cases:
         with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
-            validate_layout(dims, model, SEQ, world)
+            check_layout(dims, model, SEQ, world)
     with pytest.raises(ConfigError, match="seq_len 15 is not divisible by tp = 2"):
-        validate_layout(ParallelDims(2, 1, 1, sequence_parallel=True), model, 15, 2)
+        check_layout(ParallelConfig(tp=2, pp=1, dp=1, sequence_parallel=True), model, 15, 2)
 
 
 def test_pipeline_split_balances_the_head() -> None:

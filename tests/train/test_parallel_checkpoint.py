@@ -17,7 +17,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_parallel import GLOBAL_BATCH, LR, MICRO_BATCH, SEQ, launch  # noqa: E402
+from test_parallel import CLIP, GLOBAL_BATCH, LR, MICRO_BATCH, SEQ, launch, tiny_config  # noqa: E402
 
 STEPS = 4
 SAVE_AT = 2
@@ -29,25 +29,9 @@ LAYOUTS = {
 
 
 def make_config(layout: str):
-    from tokenmill.train.config import TrainConfig
-    from tokenmill.train.model import ModelConfig
-
     # Tied embeddings, as the gpt2 presets have them: under pp the head's copy is saved and
     # loaded under the embedding's name, the harder case for resharding.
-    model = ModelConfig("gpt2", 128, 2, 64, 4, max_seq_len=SEQ, tie_embeddings=True)
-    return TrainConfig(
-        model=model,
-        seq_len=SEQ,
-        global_batch_size=GLOBAL_BATCH,
-        micro_batch_size=MICRO_BATCH,
-        lr=LR,
-        min_lr=LR,
-        clip_grad=1.0,
-        seed=11,
-        progress=False,
-        tensorboard=False,
-        **LAYOUTS[layout],
-    ).validate()
+    return tiny_config({"tie_embeddings": True}, LAYOUTS[layout], seed=11)
 
 
 def worker(out: Path, mode: str, layout: str, source: str | None) -> None:
@@ -78,7 +62,7 @@ def worker(out: Path, mode: str, layout: str, source: str | None) -> None:
             save_checkpoint(out / layout, step, engine.state_dict_for_checkpoint(), {"step": step})
         tokens = data[step][engine.dp_rank * local : (engine.dp_rank + 1) * local]
         losses.append(engine.train_step(tokens, MICRO_BATCH))
-        engine.clip_grad_norm(1.0)
+        engine.clip_grad_norm(CLIP)
         engine.optimizer_step(LR)
     if dist.get_rank() == 0:
         name = f"{mode}_{layout}" + (f"_from_{source}" if source else "")

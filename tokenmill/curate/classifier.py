@@ -20,7 +20,7 @@ samples), so a document's fate is the same on every run, worker count and partit
 from __future__ import annotations
 
 import json
-import os
+import logging
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -36,6 +36,9 @@ from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.curate.text import single_line
 from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.infra.atomic import atomic_path, atomic_write_text
+
+log = logging.getLogger(__name__)
 
 LABEL_HQ = "__label__hq"
 LABEL_LQ = "__label__lq"
@@ -101,6 +104,37 @@ def predict_hq(model, lines: list[str]) -> np.ndarray:
     return scores
 
 
+# A diverged training (fastText's "Encountered NaN") is retried at half the learning rate, at
+# most this many times in all: at lr 0.5 it happens now and then on small or repetitive corpora.
+LR_ATTEMPTS = 5
+
+
+def _train_supervised(fasttext, *, lr: float, **settings: Any) -> tuple[Any, float]:
+    """`fasttext.train_supervised`, retried at half the learning rate while it diverges.
+    Returns the model and the learning rate that trained it."""
+    attempt_lr = lr
+    for attempt in range(1, LR_ATTEMPTS + 1):
+        try:
+            return fasttext.train_supervised(lr=attempt_lr, **settings), attempt_lr
+        except RuntimeError as error:
+            if "nan" not in str(error).lower():
+                raise
+            if attempt == LR_ATTEMPTS:
+                break
+            log.warning(
+                "fastText training diverged (NaN) at lr %g (attempt %d of %d); retrying at lr %g",
+                attempt_lr,
+                attempt,
+                LR_ATTEMPTS,
+                attempt_lr / 2,
+            )
+            attempt_lr /= 2
+    raise TokenmillError(
+        f"fastText training diverged (NaN) at every learning rate tried, from {lr:g} down to "
+        f"{attempt_lr:g}; pass a smaller --lr"
+    )
+
+
 def train_classifier(
     positive: str | Path | list,
     negative: str | Path | list,
@@ -145,10 +179,12 @@ def train_classifier(
 
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
+    # fastText trains from a file: a scratch one, gone once the model is trained
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as tmp:
         train_file = Path(tmp) / "train.txt"
         train_file.write_text("\n".join(train_lines) + "\n", encoding="utf-8")
-        model = fasttext.train_supervised(
+        model, lr_used = _train_supervised(
+            fasttext,
             input=str(train_file),
             epoch=epoch,
             lr=lr,
@@ -161,9 +197,8 @@ def train_classifier(
             verbose=0,
             loss="softmax",
         )
-        tmp_model = Path(tmp) / "model.bin"
+    with atomic_path(output) as tmp_model:
         model.save_model(str(tmp_model))
-        os.replace(tmp_model, output)
 
     metrics: dict[str, Any] = {"n": len(test_items)}
     if test_items:
@@ -200,7 +235,8 @@ def train_classifier(
         "config": {
             "holdout": holdout,
             "epoch": epoch,
-            "lr": lr,
+            "lr": lr_used,
+            "lr_requested": lr,
             "word_ngrams": word_ngrams,
             "dim": dim,
             "min_count": min_count,
@@ -212,7 +248,7 @@ def train_classifier(
         "versions": {"fasttext-numpy2": fasttext_version},
         "seconds": round(time.time() - started, 3),
     }
-    metadata_path(output).write_text(json.dumps(metadata, indent=2) + "\n")
+    atomic_write_text(metadata_path(output), json.dumps(metadata, indent=2) + "\n")
     return metadata
 
 
@@ -355,14 +391,14 @@ def _train(options: TrainClassifierOptions) -> dict[str, Any]:
 def _report_train(meta: dict[str, Any], args: Any) -> None:
     counts = meta["counts"]
     accuracy = meta["holdout_accuracy"]
-    print(
+    log.info(
         f"train-classifier: {counts['positive']} positive, {counts['negative']} negative documents; "
         f"trained on {counts['train']}, held out {counts['holdout']} in {meta['seconds']:.1f}s -> {args.output}"
     )
     if accuracy is None:
-        print("  held-out accuracy: n/a (--holdout 0)")
+        log.info("  held-out accuracy: n/a (--holdout 0)")
     else:
-        print(f"  held-out accuracy: {accuracy:.4f} (written to {metadata_path(args.output)})")
+        log.info(f"  held-out accuracy: {accuracy:.4f} (written to {metadata_path(args.output)})")
 
 
 STAGES = (

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def add_stage_arguments(parser: argparse.ArgumentParser, *, document_input: bool = True) -> None:
@@ -43,14 +46,16 @@ def runner_options(args: argparse.Namespace) -> dict[str, Any]:
 def print_summary(manifest: dict[str, Any], output: str) -> None:
     counts = manifest["counts"]
     rejected = counts["rejected"]
-    print(
+    log.info(
         f"{manifest['stage']}: in {counts['in']}, kept {counts['kept']}, rejected {sum(rejected.values())}"
         f" in {manifest['timings']['seconds']:.1f}s -> {output}"
     )
     for reason, n in sorted(rejected.items(), key=lambda item: -item[1]):
-        print(f"  {reason}: {n}")
+        log.info(f"  {reason}: {n}")
     if manifest.get("resumed_partitions"):
-        print(f"  resumed {manifest['resumed_partitions']} of {manifest['partitions']} partitions from an earlier run")
+        log.info(
+            f"  resumed {manifest['resumed_partitions']} of {manifest['partitions']} partitions from an earlier run"
+        )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

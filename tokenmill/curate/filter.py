@@ -15,6 +15,7 @@ None (or `off` on the command line) turns a rule off.
 from __future__ import annotations
 
 import argparse
+import logging
 import textwrap
 from collections import Counter
 from dataclasses import dataclass, field, fields
@@ -27,6 +28,8 @@ from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.rules import FAMILIES, RuleSet
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 REASONS = {"filter.no_text": "the text is missing (null)"}
 
@@ -166,7 +169,7 @@ def _from_cli(args: argparse.Namespace, values: dict[str, Any]) -> dict[str, Any
 def _report(manifest: dict[str, Any], args: argparse.Namespace) -> None:
     stats = manifest.get("stats", {})
     if "c4.lines_in" in stats:
-        print(
+        log.info(
             f"  c4 removed {stats.get('c4.lines_removed', 0)} of {stats['c4.lines_in']} lines"
             f" and edited {stats.get('c4.docs_edited', 0)} kept documents"
         )

@@ -26,6 +26,7 @@ import codecs
 import gzip
 import io
 import json
+import logging
 import re
 import threading
 from collections.abc import Iterator
@@ -40,6 +41,8 @@ from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import StageOutput, run_tasks
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("jsonl", "parquet", "text", "warc", "wet", "html")
 # Formats read record by record from an archive, which is only ever gzip-compressed.
@@ -561,7 +564,7 @@ def _run(options: IngestOptions, input, output, **runner) -> dict[str, Any]:
 def _report(manifest: dict[str, Any], args: Any) -> None:
     stats = manifest["stats"]
     if stats.get("replaced_bytes"):
-        print(
+        log.info(
             f"  replaced {stats['replaced_bytes']} undecodable bytes in {stats['docs_with_replaced_bytes']} documents"
         )
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from tokenmill.eval.tasks import TASKS
 
+log = logging.getLogger(__name__)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -129,5 +131,5 @@ def run(args: argparse.Namespace) -> int:
             "fewshot_seed": 1234,
         }
         path = write_results(rows, args.output, config)
-        print(f"wrote {path} and {path.with_suffix('.md')}")
+        log.info(f"wrote {path} and {path.with_suffix('.md')}")
     return 0

@@ -19,14 +19,30 @@ def _fmt(value: float | None, metric: str) -> str:
     return f"{value:.4f}"
 
 
+RESULT_COLUMNS = ["task", "shots", "n", "metric", "value", "± stderr"]
+
+
+def result_cells(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """The cells of the results table, one list per (task, shots, metric), in `RESULT_COLUMNS`
+    order; a result without a count (held-out perplexity) shows `-` for n."""
+    return [
+        [
+            str(r["task"]),
+            str(r["shots"]),
+            "-" if r.get("n") is None else str(r["n"]),
+            str(r["metric"]),
+            _fmt(r["value"], r["metric"]),
+            _fmt(r.get("stderr"), r["metric"]),
+        ]
+        for r in rows
+    ]
+
+
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    """One line per (task, shots, metric); `±` is the harness's standard error."""
-    lines = ["| task | shots | n | metric | value | ± stderr |", "|---|---:|---:|---|---:|---:|"]
-    for r in rows:
-        lines.append(
-            f"| {r['task']} | {r['shots']} | {r['n']} | {r['metric']} | "
-            f"{_fmt(r['value'], r['metric'])} | {_fmt(r['stderr'], r['metric'])} |"
-        )
+    """The results table of `tokenmill eval`, a recipe's eval step and its report: one line
+    per (task, shots, metric); `±` is the harness's standard error."""
+    lines = ["| " + " | ".join(RESULT_COLUMNS) + " |", "|---|---:|---:|---|---:|---:|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in result_cells(rows)]
     return "\n".join(lines) + "\n"
 
 

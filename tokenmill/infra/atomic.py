@@ -5,17 +5,23 @@ are built in a temporary sibling and swapped in. A killed writer leaves at most 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
-def temp_sibling(path: str | Path) -> Path:
-    """A fresh hidden name beside ``path``: ``.NAME.tmp-<pid>-<random>``."""
+def temp_sibling(path: str | Path, shared: bool = False) -> Path:
+    """A fresh hidden name beside ``path``: ``.NAME.tmp-<pid>-<random>``; with ``shared``,
+    ``.NAME.tmp``, the same in every process, for a directory that several ranks write into
+    together (the caller clears it first, as a leftover)."""
     path = Path(path)
+    if shared:
+        return path.with_name(f".{path.name}.tmp")
     return path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
@@ -82,3 +88,16 @@ def atomic_dir(target: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def read_json(path: str | Path) -> Any | None:
+    """The JSON a file holds, or None when it is missing or not valid JSON (a state or
+    metadata file that a reader treats as absent: written by a killed older writer, or
+    by hand)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None

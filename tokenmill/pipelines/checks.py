@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from tokenmill.curate.registry import deprecation, options_model, recipe_stages
 from tokenmill.infra import storage
-from tokenmill.pipelines.recipe import Problems, Recipe, suggest
+from tokenmill.pipelines.recipe import Problems, Recipe, TrainSpec, suggest
 
 
 def _check_path(recipe: Recipe, problems: Problems, loc: tuple[Any, ...], value: str, *, check: bool | str) -> None:
@@ -108,6 +108,7 @@ def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool | str 
     if recipe.train is not None:
         if recipe.blend is None:
             problems.add(("train",), "training needs a `blend:` section (which shards to train on)")
+        _check_train_layout(recipe.train, problems)
         config = recipe.train.config
         if isinstance(config, str):
             if not recipe.train_config_file().is_file():  # neither a file nor a bundled name
@@ -155,6 +156,17 @@ def _known_tasks() -> list[str]:
     from tokenmill.eval.tasks import TASKS
 
     return sorted(TASKS)
+
+
+def _check_train_layout(spec: TrainSpec, problems: Problems) -> None:
+    """The launch layout (`train.tp`, `pp`, `dp`, `zero`) by the trainer's own layout checks,
+    each problem located at the recipe key that sets it."""
+    from tokenmill.train.config import ParallelConfig, layout_problems
+
+    parallel = ParallelConfig(tp=spec.tp, pp=spec.pp, dp=spec.dp, zero=spec.zero)
+    for loc, message in layout_problems(parallel):
+        key = loc[-1] if loc[-1] in TrainSpec.model_fields else None
+        problems.add(("train", key) if key else ("train",), message)
 
 
 def _check_train_config(config: dict[str, Any], problems: Problems) -> None:

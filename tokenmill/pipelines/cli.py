@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+log = logging.getLogger(__name__)
 
 DEMO_RECIPE = "demo.yaml"
 
@@ -110,7 +113,7 @@ def _run_command(args: argparse.Namespace) -> int:
     # A bundled recipe is a template: its relative paths mean the user's directory, not the package's.
     recipe = load_recipe(path, check_paths="warn" if args.dry_run else True, base_dir=Path.cwd() if bundled else None)
     for warning in recipe.warnings:
-        print(f"warning: {warning}")
+        log.warning(warning)
     workdir = local_workdir(args.workdir) if args.workdir else default_workdir(recipe)
     from tokenmill.infra.slurm import check_slurm_only_options, submit_recipe
 
@@ -159,5 +162,5 @@ def _demo_command(args: argparse.Namespace) -> int:
     started = time.time()
     code = _run_recipe(recipe, Path(args.workdir).resolve(), args)
     if not args.dry_run:
-        print(f"demo finished in {time.time() - started:.0f}s")
+        log.info(f"demo finished in {time.time() - started:.0f}s")
     return code

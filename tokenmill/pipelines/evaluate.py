@@ -4,15 +4,19 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
 
 from tokenmill.eval.evaluator import evaluate
 from tokenmill.eval.models import load_model
+from tokenmill.eval.results import markdown_table
 from tokenmill.eval.tasks import MissingDataError
 from tokenmill.infra.atomic import atomic_dir
 from tokenmill.pipelines.plan import StepRef
+
+log = logging.getLogger(__name__)
 
 
 def heldout_perplexity(run_dir: Path) -> dict[str, Any] | None:
@@ -53,7 +57,7 @@ def run_eval(ctx: Any, step: Any, spec: Any) -> dict[str, Any]:
         model = load_model(run_dir)  # once for every task
         for task in spec.tasks:
             for shots in spec.shots:
-                print(f"  eval {task} {shots}-shot", flush=True)
+                log.info(f"  eval {task} {shots}-shot")
                 try:
                     results.extend(
                         evaluate(
@@ -70,33 +74,16 @@ def run_eval(ctx: Any, step: Any, spec: Any) -> dict[str, Any]:
                     if not spec.skip_missing:
                         raise
                     skipped.append({"task": task, "reason": str(error)})
-                    print(f"  skipped {task}: {error}", flush=True)
+                    log.info(f"  skipped {task}: {error}")
                     break
     if not any(r.get("task") != "heldout" for r in results):
-        print(
+        log.info(
             "  no benchmark scores: "
             + ("no task had its data" if spec.tasks else "no benchmark tasks in the recipe")
-            + "; held-out perplexity only (the demo: pass --eval-data DIR with piqa_valid.jsonl, ...)",
-            flush=True,
+            + "; held-out perplexity only (the demo: pass --eval-data DIR with piqa_valid.jsonl, ...)"
         )
     payload = {"results": results, "skipped": skipped}
     with atomic_dir(step.output) as tmp:
         (tmp / "results.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
-        (tmp / "results.md").write_text(results_table(results) + "\n")
+        (tmp / "results.md").write_text(markdown_table(results))
     return payload
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return "" if value is None else str(value)
-
-
-def results_table(results: list[dict[str, Any]]) -> str:
-    lines = ["| task | shots | metric | value | stderr | n |", "|---|---|---|---|---|---|"]
-    for r in results:
-        lines.append(
-            f"| {r.get('task')} | {r.get('shots', '')} | {r.get('metric')} | {_fmt(r.get('value'))} | "
-            f"{_fmt(r.get('stderr'))} | {_fmt(r.get('n'))} |"
-        )
-    return "\n".join(lines)

@@ -25,6 +25,7 @@ from tokenmill import __version__
 from tokenmill.curate.registry import recipe_stage
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
+from tokenmill.infra.atomic import read_json
 from tokenmill.pipelines.recipe import Recipe
 
 STATE_DIR = ".state"
@@ -393,13 +394,7 @@ def state_path(workdir: Path, step: Step) -> Path:
 
 
 def read_state(workdir: Path, step: Step) -> dict[str, Any] | None:
-    path = state_path(workdir, step)
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
+    return read_json(state_path(workdir, step))
 
 
 def is_fresh(workdir: Path, step: Step) -> bool:

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill import __version__
-from tokenmill.infra.atomic import atomic_write_text
+from tokenmill.eval.results import RESULT_COLUMNS, result_cells
+from tokenmill.infra.atomic import atomic_write_text, read_json
 from tokenmill.pipelines.plan import Step, read_state
 from tokenmill.pipelines.recipe import Recipe
 from tokenmill.pipelines.svg import bar_chart, histogram, line_chart
@@ -37,13 +38,7 @@ LENGTH_SAMPLE = 200_000
 
 
 def _manifest(stage_dir: Path) -> dict[str, Any] | None:
-    path = stage_dir / "manifest.json"
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
+    return read_json(stage_dir / "manifest.json")
 
 
 def doc_lengths(stage_dir: Path, limit: int = LENGTH_SAMPLE) -> list[int]:
@@ -290,19 +285,8 @@ def _evaluation(workdir: Path, section: Section) -> None:
         section.text("Evaluation has not run yet.")
         return
     data = json.loads(path.read_text())
-    rows = [
-        [
-            r.get("task"),
-            r.get("shots", ""),
-            r.get("metric"),
-            r.get("value"),
-            "" if r.get("stderr") is None else r.get("stderr"),
-            "" if r.get("n") is None else r.get("n"),
-        ]
-        for r in data.get("results", [])
-    ]
-    if rows:
-        section.table(["task", "shots", "metric", "value", "stderr", "n"], rows)
+    if data.get("results"):
+        section.table(RESULT_COLUMNS, result_cells(data["results"]))
     else:
         section.text("No result.")
     for item in data.get("skipped", []):

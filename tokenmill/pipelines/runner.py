@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -44,6 +45,8 @@ from tokenmill.pipelines.plan import (
 )
 from tokenmill.pipelines.recipe import Recipe
 from tokenmill.train.metrics import read_metrics
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -147,10 +150,6 @@ class WorkdirLock:
             self.fd = None
 
 
-def _log(message: str) -> None:
-    print(message, flush=True)
-
-
 def local_workdir(path: str | Path) -> Path:
     """The work directory, which must be local: it holds the run's lock, state and checkpoints."""
     if storage.is_url(path):
@@ -177,7 +176,7 @@ def _ingest(ctx: Context, step: Step) -> dict[str, Any]:
         from tokenmill.pipelines.pydocs import build_corpus
 
         corpus = ctx.workdir / "sources" / source.name / "corpus.jsonl"
-        _log(f"  assembling the python-docs corpus -> {corpus}")
+        log.info(f"  assembling the python-docs corpus -> {corpus}")
         extra = build_corpus(corpus, source.max_documents)
         paths: list[Any] = [corpus]
         fmt, id_field = "jsonl", "id"
@@ -241,7 +240,7 @@ def _tokenizer(ctx: Context, step: Step) -> dict[str, Any]:
             from tokenmill.tokenize.tokenizer import train_tokenizer
 
             inputs = [str(ctx.steps[d].output) for d in step.deps]
-            _log(f"  training a byte-level BPE (vocab {spec.vocab_size}) on {len(inputs)} curated source(s)")
+            log.info(f"  training a byte-level BPE (vocab {spec.vocab_size}) on {len(inputs)} curated source(s)")
             train_tokenizer(
                 inputs,
                 spec.vocab_size,
@@ -349,7 +348,7 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
     # data upstream) means a different fingerprint, and training starts afresh.
     marker = step.output / "fingerprint"
     if run_dir.exists() and (not marker.exists() or marker.read_text().strip() != step.fingerprint):
-        _log(f"  the training config or its data changed since {run_dir} was written: starting afresh")
+        log.info(f"  the training config or its data changed since {run_dir} was written: starting afresh")
         shutil.rmtree(run_dir)
     marker.write_text(step.fingerprint + "\n")
     resume = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").glob("step_*"))
@@ -362,10 +361,10 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
     argv = [*launcher, "-m", "tokenmill.cli", "train", str(config_path), *spec.extra_args]
     if resume:
         argv.append("--resume")
-        _log(f"  resuming from the latest checkpoint in {run_dir / 'checkpoints'}")
+        log.info(f"  resuming from the latest checkpoint in {run_dir / 'checkpoints'}")
     if not ctx.progress:
         argv.append("--no-progress")
-    _log(f"  $ {' '.join(argv[argv.index('tokenmill.cli') + 1 :])}")
+    log.info(f"  $ {' '.join(argv[argv.index('tokenmill.cli') + 1 :])}")
     from tokenmill.train.launch import child_env
     from tokenmill.train.lifecycle import LAUNCHER_PID_ENV, PIPELINE_PID_ENV
 
@@ -527,15 +526,15 @@ def run_recipe(
                     )
                 else:
                     note = "not selected"
-                _log(f"{tag}: {note}")
+                log.info(f"{tag}: {note}")
                 result.steps.append(StepResult(step.name, "skipped" if fresh else "not-selected", summary=note))
                 continue
             if fresh and step.name not in selection.forced:
                 state = read_state(workdir, step) or {}
-                _log(f"{tag}: up to date, skipped ({state.get('summary', '')})")
+                log.info(f"{tag}: up to date, skipped ({state.get('summary', '')})")
                 result.steps.append(StepResult(step.name, "skipped", summary=state.get("summary", "")))
                 continue
-            _log(f"{tag}: {step.description}")
+            log.info(f"{tag}: {step.description}")
             state_path(workdir, step).unlink(missing_ok=True)
             _remove_leftovers(step)
             t0 = time.time()
@@ -554,7 +553,7 @@ def run_recipe(
             }
             with _disk_full_is_an_error(step.name, workdir):
                 atomic_write_text(state_path(workdir, step), json.dumps(state, indent=2, default=str) + "\n")
-            _log(f"{tag}: done in {seconds:.1f}s: {summary}")
+            log.info(f"{tag}: done in {seconds:.1f}s: {summary}")
             result.steps.append(StepResult(step.name, "ran", seconds, summary))
     finally:
         ctx.close_client()
@@ -565,24 +564,25 @@ def run_recipe(
             try:
                 result.report_md, result.report_html = write_report(recipe, workdir, steps)
             except Exception as error:  # a report must never hide the run's own error
-                _log(f"report: could not be written: {error}")
+                log.warning(f"report: could not be written: {error}")
     result.seconds = time.time() - started
     ran = [s for s in result.steps if s.status == "ran"]
     skipped = [s for s in result.steps if s.status == "skipped"]
-    _log("")
-    _log(
+    log.info("")
+    log.info(
         f"tokenmill run: {len(ran)} step(s) ran, {len(skipped)} up to date, in {result.seconds:.1f}s; work directory {workdir}"
     )
     for s in ran:
-        _log(f"  {s.name:<32} {s.seconds:7.1f}s  {s.summary}")
+        log.info(f"  {s.name:<32} {s.seconds:7.1f}s  {s.summary}")
     results_path = workdir / "eval" / "results.json"
     if any(s.name == StepRef.eval() for s in ran) and results_path.exists():
-        from tokenmill.pipelines.evaluate import results_table
+        from tokenmill.eval.results import markdown_table
 
-        _log("")
-        _log(results_table(json.loads(results_path.read_text())["results"]))
+        log.info("")
+        # the scores are the run's result: stdout, as `tokenmill eval` prints them
+        print(markdown_table(json.loads(results_path.read_text())["results"]), end="", flush=True)
     if result.report_html:
-        _log(f"report: {result.report_html} (and {result.report_md.name})")
+        log.info(f"report: {result.report_html} (and {result.report_md.name})")
     return result
 
 

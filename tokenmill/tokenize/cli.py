@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -92,7 +95,9 @@ def _train_command(args: argparse.Namespace) -> int:
         progress=True,
     )
     tokenizer = load_tokenizer(path)
-    print(f"tokenizer: vocab {vocab_size(tokenizer)}, eod id {eod_id(tokenizer)}, pad id {pad_id(tokenizer)} -> {path}")
+    log.info(
+        f"tokenizer: vocab {vocab_size(tokenizer)}, eod id {eod_id(tokenizer)}, pad id {pad_id(tokenizer)} -> {path}"
+    )
     return 0
 
 
@@ -109,14 +114,14 @@ def _encode_command(args: argparse.Namespace) -> int:
         eod_token=args.eod_token,
     )
     seconds = meta["timings"]["seconds"]
-    print(
+    log.info(
         f"encode: {meta['documents']} documents, {meta['tokens']} tokens ({meta['dtype']}) in {seconds:.1f}s"
         f" ({meta['tokens'] / max(seconds, 1e-9):,.0f} tokens/s) -> {meta['prefix']}.bin/.idx/.json"
     )
     if meta["partitions"]["resumed"]:
-        print(f"  resumed {meta['partitions']['resumed']} of {meta['partitions']['total']} partitions")
+        log.info(f"  resumed {meta['partitions']['resumed']} of {meta['partitions']['total']} partitions")
     for reason, n in sorted(meta["counts"]["rejected"].items(), key=lambda item: -item[1]):
-        print(f"  rejected {reason}: {n}")
+        log.info(f"  rejected {reason}: {n}")
     return 0
 
 

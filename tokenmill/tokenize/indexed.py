@@ -20,11 +20,13 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
 
 from tokenmill.errors import TokenmillError
+from tokenmill.infra.atomic import atomic_path, remove_leftovers
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -95,8 +97,12 @@ class IndexedDatasetWriter:
         if self.dtype not in CODE_OF_DTYPE:
             raise TokenmillError(f"dtype {self.dtype} has no Megatron dtype code")
         self.prefix.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp_bin = Path(f"{self.prefix}.bin.tmp")
-        self._tmp_idx = Path(f"{self.prefix}.idx.tmp")
+        for path in (bin_path(self.prefix), idx_path(self.prefix)):
+            remove_leftovers(path)  # of a writer of this prefix that was killed
+        # both files are published by closing this stack (the .bin first), or never
+        self._publish = ExitStack()
+        self._tmp_idx = self._publish.enter_context(atomic_path(idx_path(self.prefix)))
+        self._tmp_bin = self._publish.enter_context(atomic_path(bin_path(self.prefix)))
         self._bin = open(self._tmp_bin, "wb")
         self._lengths: list[np.ndarray] = []
         self._count = 0
@@ -145,13 +151,13 @@ class IndexedDatasetWriter:
         self._bin.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, dtype=np.int32)
         write_index(self._tmp_idx, self.dtype, lengths, np.arange(len(lengths) + 1, dtype=np.int64))
-        os.replace(self._tmp_bin, bin_path(self.prefix))
-        os.replace(self._tmp_idx, idx_path(self.prefix))
+        self._publish.close()
         return self.prefix
 
     def abort(self) -> None:
         if not self._bin.closed:
             self._bin.close()
+        self._publish.pop_all()  # publish nothing
         for path in (self._tmp_bin, self._tmp_idx):
             path.unlink(missing_ok=True)
 

@@ -10,7 +10,7 @@ Layout of one checkpoint::
                                                sha256 of every file (corruption check)
     checkpoints/latest                         the name of the newest complete checkpoint
 
-Writes are atomic: everything goes to ``.tmp_step_<N>/`` and is renamed into place, then
+Writes are atomic: everything goes to ``.step_<N>.tmp/`` and is renamed into place, then
 ``latest`` is replaced; a crash mid-save leaves the previous checkpoint untouched. With
 ``AsyncCheckpointer`` the files are written in the background while training goes on, and
 published the same way once complete.
@@ -35,7 +35,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from tokenmill.errors import TokenmillError
-from tokenmill.infra.atomic import atomic_path
+from tokenmill.infra.atomic import atomic_path, remove_leftovers, replace_dir, temp_sibling
 from tokenmill.train.faults import inject
 from tokenmill.train.model import GPT, ModelConfig
 
@@ -106,29 +106,27 @@ def _file_table(directory: Path) -> dict[str, dict[str, Any]]:
 
 def _paths(run_dir: str | Path, step: int) -> tuple[Path, Path, Path]:
     root = Path(run_dir) / "checkpoints"
-    return root, root / f"step_{step}", root / f".tmp_step_{step}"
+    final = root / f"step_{step}"
+    return root, final, temp_sibling(final, shared=True)  # every rank writes its shards into it
 
 
 def _prepare(run_dir: str | Path, step: int) -> Path:
-    """An empty ``.tmp_step_<step>`` for every rank to write into; returns its path."""
-    root, _, tmp = _paths(run_dir, step)
+    """An empty shared temporary directory for every rank to write into; returns its path."""
+    root, final, tmp = _paths(run_dir, step)
     if _rank() == 0:
         root.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        remove_leftovers(final)
     _barrier()
     return tmp
 
 
 def _publish(run_dir: str | Path, step: int, meta: dict[str, Any], keep_last: int) -> Path:
-    """Rank 0, once every rank's files are in ``.tmp_step_<step>``: meta.json, the rename
+    """Rank 0, once every rank's files are in the shared temporary directory: meta.json, the rename
     into place, ``latest``, pruning to the last ``keep_last``."""
     root, final, tmp = _paths(run_dir, step)
     meta = dict(meta, step=step, format_version=FORMAT_VERSION, files=_file_table(tmp))
     _write_json(tmp / META, meta)
-    if final.exists():  # re-saving the same step (e.g. after a resume): replace it
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    replace_dir(tmp, final)  # re-saving the same step (e.g. after a resume) replaces it
     _fsync_dir(root)
     _write_text_atomic(root / LATEST, final.name)
     for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:

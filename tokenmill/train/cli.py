@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -150,7 +149,7 @@ def run_train(args: argparse.Namespace) -> int:
         # a config that cannot run gets its one line of error only.
         if not under_torchrun():
             for warning in caught:
-                print(f"tokenmill: warning: {warning.message}", file=sys.stderr)
+                log.warning(str(warning.message))
 
     # Restarts need an agent to restart the ranks: one process then runs under it as well.
     if (cfg.world_size > 1 or cfg.parallel.max_restarts > 0) and not under_torchrun():
@@ -175,7 +174,7 @@ def run_train(args: argparse.Namespace) -> int:
     result = train(cfg, resume=restart_resume(cfg, args.resume) if under_torchrun() else args.resume)
     if result.losses and int(os.environ.get("RANK", "0")) == 0:
         last = max(result.losses)
-        print(f"trained to step {result.step}: loss {result.losses[last]:.4f}; checkpoint {result.checkpoint}")
+        log.info(f"trained to step {result.step}: loss {result.losses[last]:.4f}; checkpoint {result.checkpoint}")
     return 0
 
 
@@ -201,5 +200,5 @@ def run_export(args: argparse.Namespace) -> int:
     from tokenmill.train.export_hf import export_hf
 
     out = export_hf(args.checkpoint, args.outdir)
-    print(f"exported to {out}")
+    log.info(f"exported to {out}")
     return 0

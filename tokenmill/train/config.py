@@ -399,15 +399,14 @@ class TrainConfig(BaseModel):
 
 
 def layout_problems(
-    parallel: ParallelConfig | Any,
+    parallel: ParallelConfig,
     model: ModelConfig | None = None,
     seq_len: int | None = None,
     world_size: int | None = None,
 ) -> list[tuple[tuple[str, ...], str]]:
     """Every reason the (tp, pp, dp, zero, schedule) layout cannot run: (location, message).
     With `model`, also whether the layout can hold it (the engine checks once the vocabulary
-    is known); with `world_size`, whether as many processes were launched. `parallel` is a
-    ParallelConfig or anything with its fields (the engine's frozen ParallelDims)."""
+    is known); with `world_size`, whether as many processes were launched."""
     out: list[tuple[tuple[str, ...], str]] = []
     p = parallel
     if world_size is not None and p.world_size != world_size:
@@ -452,9 +451,7 @@ def layout_problems(
     return out
 
 
-def check_layout(
-    parallel: ParallelConfig | Any, model: ModelConfig, seq_len: int, world_size: int | None = None
-) -> None:
+def check_layout(parallel: ParallelConfig, model: ModelConfig, seq_len: int, world_size: int | None = None) -> None:
     """Raise ConfigError (naming the key) when the layout cannot hold the model."""
     problems = _new_problems({})
     for loc, message in layout_problems(parallel, model, seq_len, world_size):

@@ -8,7 +8,6 @@ stopped (bitwise on the CPU in fp32; tested).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -23,6 +22,7 @@ import torch
 import yaml
 
 from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.infra.atomic import read_json
 from tokenmill.train.checkpoint import (
     AsyncCheckpointer,
     list_checkpoints,
@@ -74,16 +74,14 @@ def data_metadata(prefixes: list[str]) -> dict[str, Any]:
     vocab, source, tokenizer, eod = 0, None, None, None
     for prefix in prefixes:
         path = Path(f"{prefix}.json")
-        if path.is_file():
-            try:
-                meta = json.loads(path.read_text())
-            except json.JSONDecodeError:
-                continue
-            if int(meta.get("vocab_size") or 0) > vocab:
-                vocab, source = int(meta["vocab_size"]), str(path)
-            tok = meta.get("tokenizer")
-            tokenizer = tokenizer or (tok.get("path") if isinstance(tok, dict) else tok)
-            eod = eod if eod is not None else meta.get("eod_id")
+        meta = read_json(path)
+        if not isinstance(meta, dict):
+            continue
+        if int(meta.get("vocab_size") or 0) > vocab:
+            vocab, source = int(meta["vocab_size"]), str(path)
+        tok = meta.get("tokenizer")
+        tokenizer = tokenizer or (tok.get("path") if isinstance(tok, dict) else tok)
+        eod = eod if eod is not None else meta.get("eod_id")
     return {"vocab_size": vocab or None, "vocab_source": source, "tokenizer": tokenizer, "eod_id": eod}
 
 
@@ -173,12 +171,11 @@ def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
             cfg.vocab_from_data = False
     resolve_vocab_size(cfg, meta_data["vocab_size"], meta_data["vocab_source"] or "the data")
     if cfg.world_size > 1:
+        from tokenmill.train.config import check_layout
         from tokenmill.train.parallel.engine import check_batch_layout
-        from tokenmill.train.parallel.mesh import ParallelDims, validate_layout
 
-        dims = ParallelDims.from_config(cfg)
-        validate_layout(dims, cfg.model, cfg.sequence_length)
-        check_batch_layout(cfg, dims)
+        check_layout(cfg.parallel, cfg.model, cfg.sequence_length)
+        check_batch_layout(cfg, cfg.parallel)
     no_validation = empty_valid_split(cfg, prefixes) if cfg.logging.eval_interval > 0 else None
     return Prepared(prefixes, meta_data, ckpt_path, no_validation)
 

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tokenmill.train.flops import flops_per_token
+
 FLAVOURS = ("gpt2", "llama")
 
 
@@ -111,19 +113,18 @@ class ModelConfig:
         return total
 
     def flops_per_token(self, seq_len: int | None = None) -> float:
-        """Training FLOPs per token (forward + backward, no recomputation).
-
-        6 FLOPs per weight of every matmul (2 forward, 4 backward), the output head included,
-        plus the attention scores and weighted sum: 2 matmuls of T x T x h per layer, i.e.
-        12 * n_layers * hidden * seq_len per token (full square, as Megatron and PaLM count).
-        """
-        t = seq_len or self.max_seq_len
-        h, f, v, L = self.hidden, self.ffn_hidden, self.vocab_size, self.n_layers
-        assert f is not None and self.n_kv_heads is not None
-        kv = self.n_kv_heads * self.head_dim
-        mlp = (3 if self.flavour == "llama" else 2) * h * f
-        matmul_weights = L * (2 * h * h + 2 * h * kv + mlp) + v * h
-        return 6.0 * matmul_weights + 12.0 * L * h * t
+        """Training FLOPs per token (forward + backward, no recomputation) at `seq_len`
+        (default: `max_seq_len`), as `tokenmill.train.flops` counts them."""
+        assert self.ffn_hidden is not None and self.n_kv_heads is not None
+        return flops_per_token(
+            self.n_layers,
+            self.hidden,
+            self.ffn_hidden,
+            self.vocab_size,
+            seq_len or self.max_seq_len,
+            kv_dim=self.n_kv_heads * self.head_dim,
+            gated=self.flavour == "llama",
+        )
 
 
 def _gpt2(n_layers: int, hidden: int, n_heads: int, seq: int = 2048, **kw) -> ModelConfig:

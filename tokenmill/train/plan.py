@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from tokenmill.errors import TokenmillError
+from tokenmill.train.flops import flops_per_token, head_flops, layer_flops
 
 _UNITS = {
     "": 1,
@@ -169,7 +170,9 @@ def estimate(shape: Shape, hw: Hardware, layout: Layout, global_batch: int, k: f
     recompute = weights + grads + optim + act_full > budget
 
     # Compute: per micro-batch per stage, forward + backward (+ forward again if recomputing).
-    flops_mb = 72 * b * s * layers_per_stage * h * h * (1 + s / (6 * h)) + 6 * 2 * b * s * h * V / pp
+    layer, head = layer_flops(h, 4 * h, seq_len=s), head_flops(h, V)
+    # the head counted twice and spread over the stages: the calibration the rankings rest on
+    flops_mb = b * s * (layers_per_stage * layer + 2 * head / pp)
     flops_mb *= (4 / 3) if recompute else 1.0
     eff = hw.max_efficiency * (b * s / (b * s + 512)) * ((h / tp) / (h / tp + 512))
     t_compute = flops_mb / tp / (hw.peak_flops * eff)
@@ -191,7 +194,7 @@ def estimate(shape: Shape, hw: Hardware, layout: Layout, global_batch: int, k: f
         per_mb = _ring(grad_bytes, dp, dp_bw) / 2 * (1.0 if zero == 2 else 3.0)
         t_dp = per_mb * m
     iter_time = (m + pp - 1) * t_slot + t_dp
-    total_flops = 72 * global_batch * s * L * h * h * (1 + s / (6 * h) + V / (12 * h * L))
+    total_flops = global_batch * s * flops_per_token(L, h, 4 * h, V, s)
     return Estimate(
         layout=layout,
         n_micro=m,

@@ -22,6 +22,7 @@ import pandas as pd
 
 from tokenmill.curate.dedup.work import parquet_files
 from tokenmill.errors import TokenmillError
+from tokenmill.infra.atomic import atomic_write_text, replace_dir
 
 MAX_ITERATIONS = 64
 NO_LABEL = int(np.iinfo(np.int64).min)
@@ -90,7 +91,7 @@ def connected_components(
         out = directory / f"iter-{iteration:03d}"
         shutil.rmtree(out, ignore_errors=True)
         _write(client, labels, out)
-        state_file.write_text(json.dumps({"iteration": iteration}))
+        atomic_write_text(state_file, json.dumps({"iteration": iteration}))
     bar = progress_bar(desc="dedup components", unit="iter", enabled=progress)
     while True:
         current = dd.read_parquet(parquet_files(directory / f"iter-{iteration:03d}"), columns=["node", "label"])
@@ -123,9 +124,10 @@ def connected_components(
         out = directory / f"iter-{iteration + 1:03d}"
         shutil.rmtree(out, ignore_errors=True)
         summary = _write(client, jumped, out)
+        # the state moves on before the previous labels go, so a resume always finds its labels
+        atomic_write_text(state_file, json.dumps({"iteration": iteration + 1}))
         shutil.rmtree(directory / f"iter-{iteration:03d}", ignore_errors=True)
         iteration += 1
-        state_file.write_text(json.dumps({"iteration": iteration}))
         bar.update(1)
         bar.set_postfix(changed=summary["changed"])
         if summary["changed"] == 0:
@@ -133,8 +135,9 @@ def connected_components(
         if iteration >= MAX_ITERATIONS:
             raise TokenmillError(f"connected components did not converge in {MAX_ITERATIONS} iterations")
     bar.close()
-    shutil.rmtree(final, ignore_errors=True)
-    (directory / f"iter-{iteration:03d}").rename(final)
     result = {"iterations": iteration, "nodes": summary["rows"], "components": summary["roots"]}
-    state_file.write_text(json.dumps({"iteration": iteration, "converged": True, "result": result}))
+    # converged counts only once `final` is there too: a resume between the two re-checks the
+    # last labels, which are still in place
+    atomic_write_text(state_file, json.dumps({"iteration": iteration, "converged": True, "result": result}))
+    replace_dir(directory / f"iter-{iteration:03d}", final)
     return result

@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill.infra.atomic import atomic_path
+from tokenmill.infra.atomic import atomic_path, read_json
 
 
 def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: str | Path) -> None:
@@ -52,10 +52,7 @@ class WorkDir:
         digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()
         config_file = self.path / "config.json"
         if config_file.exists():
-            try:
-                old = json.loads(config_file.read_text()).get("digest")
-            except json.JSONDecodeError:
-                old = None
+            old = (read_json(config_file) or {}).get("digest")
             if old != digest:
                 # Checkpoints of another config or other inputs must not be reused.
                 shutil.rmtree(self.path)

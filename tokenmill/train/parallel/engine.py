@@ -33,12 +33,12 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
 from tokenmill.errors import ConfigError
-from tokenmill.train.config import TrainConfig
+from tokenmill.train.config import ParallelConfig, TrainConfig, check_layout
 from tokenmill.train.engine import FLAT_OPTIMIZER_STATE, autocast_context, cross_entropy
 from tokenmill.train.model import GPT, ModelConfig
 from tokenmill.train.optim import build_optimizer
 from tokenmill.train.parallel.data_parallel import ZeroOneOptimizer, all_reduce_grads, local
-from tokenmill.train.parallel.mesh import ParallelDims, build_mesh, embedding_group, init_distributed, validate_layout
+from tokenmill.train.parallel.mesh import build_mesh, embedding_group, init_distributed
 from tokenmill.train.parallel.parallelize import parallelize_gpt
 from tokenmill.train.parallel.pipeline import build_schedule, stage_ids
 
@@ -73,7 +73,7 @@ def pipeline_microbatches(local_batch: int, n_micro: int, pp: int, pp_schedule: 
     return n
 
 
-def check_batch_layout(cfg: TrainConfig, dims: ParallelDims) -> None:
+def check_batch_layout(cfg: TrainConfig, dims: ParallelConfig) -> None:
     """Raise ConfigError, before any process starts, if a batch of the run (the ramp-up's
     included) cannot be cut into the pipeline's micro-batches."""
     if dims.pp <= 1:
@@ -93,9 +93,9 @@ class ParallelEngine:
 
     def __init__(self, model_config: ModelConfig, cfg: TrainConfig, device: torch.device | None = None) -> None:
         self.cfg = cfg
-        self.dims = dims = ParallelDims.from_config(cfg)
+        self.dims = dims = cfg.parallel
         self.device = init_distributed(device)
-        validate_layout(dims, model_config, cfg.sequence_length, dist.get_world_size())
+        check_layout(dims, model_config, cfg.sequence_length, dist.get_world_size())
         self.mesh = build_mesh(dims, self.device.type)
         self.pp_group = self.mesh.get_group("pp")
         self.dp_group = self.mesh.get_group("dp")

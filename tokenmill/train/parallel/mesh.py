@@ -1,55 +1,20 @@
-"""The process layout: checks that a (tp, pp, dp) layout can hold the model, and the
+"""The process layout (`tokenmill.train.config.ParallelConfig`, which also checks that it
+can hold the model) as processes: the distributed launch and the
 `DeviceMesh` with dims ("pp", "dp", "tp") (tp innermost, so a tensor-parallel group sits
 inside one node when ranks are numbered node by node)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from tokenmill.errors import ConfigError
-from tokenmill.train.config import TrainConfig, check_layout
-from tokenmill.train.model import ModelConfig
+from tokenmill.train.config import ParallelConfig
 
 MESH_DIMS = ("pp", "dp", "tp")
-
-
-@dataclass(frozen=True)
-class ParallelDims:
-    tp: int
-    pp: int
-    dp: int
-    zero: int = 0
-    pp_schedule: str = "1f1b"
-    virtual_stages: int = 1
-    sequence_parallel: bool = False
-
-    @classmethod
-    def from_config(cls, cfg: TrainConfig) -> ParallelDims:
-        p = cfg.parallel
-        return cls(p.tp, p.pp, p.dp, p.zero, p.pp_schedule, p.virtual_stages, p.sequence_parallel)
-
-    @property
-    def world_size(self) -> int:
-        return self.tp * self.pp * self.dp
-
-    @property
-    def stages_per_rank(self) -> int:
-        return self.virtual_stages if self.pp_schedule == "interleaved" and self.pp > 1 else 1
-
-    @property
-    def num_stages(self) -> int:
-        return self.pp * self.stages_per_rank
-
-
-def validate_layout(dims: ParallelDims, model: ModelConfig, seq_len: int, world_size: int | None = None) -> None:
-    """Raise ConfigError (naming the key) when the layout cannot hold the model; the checks
-    are the config's own (tokenmill.train.config.layout_problems)."""
-    check_layout(dims, model, seq_len, world_size)  # type: ignore[arg-type]
 
 
 def init_distributed(device: torch.device | None = None) -> torch.device:
@@ -66,7 +31,7 @@ def init_distributed(device: torch.device | None = None) -> torch.device:
     return torch.device("cpu")
 
 
-def build_mesh(dims: ParallelDims, device_type: str = "cpu") -> DeviceMesh:
+def build_mesh(dims: ParallelConfig, device_type: str = "cpu") -> DeviceMesh:
     """A 3D mesh ("pp", "dp", "tp"); every dim exists even when its size is 1."""
     return init_device_mesh(device_type, (dims.pp, dims.dp, dims.tp), mesh_dim_names=MESH_DIMS)
 

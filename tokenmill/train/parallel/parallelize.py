@@ -13,17 +13,16 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from tokenmill.train.config import TrainConfig
+from tokenmill.train.config import ParallelConfig, TrainConfig
 from tokenmill.train.engine import apply_activation_checkpointing
 from tokenmill.train.model import GPT
 from tokenmill.train.parallel.data_parallel import apply_fsdp
-from tokenmill.train.parallel.mesh import ParallelDims
 from tokenmill.train.parallel.pipeline import make_stage_module, split_layers
 from tokenmill.train.parallel.tensor_parallel import apply_tensor_parallel
 
 
 def parallelize_gpt(
-    model: GPT, dims: ParallelDims, config: TrainConfig, mesh: DeviceMesh, stage_ids: list[int], device: torch.device
+    model: GPT, dims: ParallelConfig, config: TrainConfig, mesh: DeviceMesh, stage_ids: list[int], device: torch.device
 ) -> list[nn.Module]:
     """This rank's model parts (one per pipeline stage it runs), parallelized and initialized.
     `model` is the whole GPT on the meta device; every parameter's initial value depends only

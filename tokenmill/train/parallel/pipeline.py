@@ -15,17 +15,19 @@ import torch
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
+from tokenmill.train.flops import head_flops, layer_flops
 from tokenmill.train.model import ModelConfig
 
 
 def stage_costs(model: ModelConfig) -> tuple[float, float]:
-    """(cost of one layer, cost of the head) in matmul FLOPs per token; the embedding is a
-    lookup and costs nothing to compute."""
+    """(cost of one layer, cost of the head) in training FLOPs per token of their matmuls; the
+    embedding is a lookup and costs nothing to compute, and attention, the same in every
+    layer, does not move the balance."""
     assert model.ffn_hidden is not None and model.n_kv_heads is not None
-    h, kv = model.hidden, model.n_kv_heads * model.head_dim
-    mlp = (3 if model.flavour == "llama" else 2) * h * model.ffn_hidden
-    layer = 2 * h * h + 2 * h * kv + mlp
-    return float(layer), float(h * model.vocab_size)
+    layer = layer_flops(
+        model.hidden, model.ffn_hidden, model.n_kv_heads * model.head_dim, gated=model.flavour == "llama"
+    )
+    return float(layer), float(head_flops(model.hidden, model.vocab_size))
 
 
 def split_layers(model: ModelConfig, num_stages: int) -> list[list[int]]:
