@@ -55,10 +55,33 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     return Path(path)
 
 
-def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding=encoding)
-    return Path(path)
+def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8", durable: bool = False) -> Path:
+    """Write ``text`` to ``path`` in one step; with ``durable`` the bytes reach the disk before
+    the rename and the rename itself is synced (what a checkpoint pointer needs to survive a
+    power loss, not only a killed process)."""
+    path = Path(path)
+    with atomic_path(path) as tmp, open(tmp, "w", encoding=encoding) as handle:
+        handle.write(text)
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
+    if durable:
+        fsync_dir(path.parent)
+    return path
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Sync a directory's entries (a rename into it) to disk; a no-op where that is not possible."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def replace_dir(tmp_dir: str | Path, target: str | Path) -> None:

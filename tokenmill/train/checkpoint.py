@@ -35,7 +35,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from tokenmill.errors import TokenmillError
-from tokenmill.infra.atomic import atomic_path, remove_leftovers, replace_dir, temp_sibling
+from tokenmill.infra.atomic import atomic_write_text, fsync_dir, remove_leftovers, replace_dir, temp_sibling
 from tokenmill.train.faults import inject
 from tokenmill.train.model import GPT, ModelConfig
 
@@ -127,8 +127,8 @@ def _publish(run_dir: str | Path, step: int, meta: dict[str, Any], keep_last: in
     meta = dict(meta, step=step, format_version=FORMAT_VERSION, files=_file_table(tmp))
     _write_json(tmp / META, meta)
     replace_dir(tmp, final)  # re-saving the same step (e.g. after a resume) replaces it
-    _fsync_dir(root)
-    _write_text_atomic(root / LATEST, final.name)
+    fsync_dir(root)
+    atomic_write_text(root / LATEST, final.name + "\n", durable=True)
     for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -205,24 +205,6 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
         json.dump(data, handle, indent=1)
         handle.flush()
         os.fsync(handle.fileno())
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    with atomic_path(path) as tmp, open(tmp, "w") as handle:
-        handle.write(text + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
