@@ -20,7 +20,6 @@ enough to run on every page, and it maps labels the way browsers do, e.g. gb2312
 from __future__ import annotations
 
 import codecs
-import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenmill.curate.stage import DocumentBatcher, StageOutput
+from tokenmill.infra import storage
 
 # Document columns beyond id, text and source.
 WEB_COLUMNS = ("url", "date", "warc_record_id", "content_type", "charset")
@@ -213,9 +213,13 @@ class WarcFile:
 
         batch = DocumentBatcher(self.source, WEB_COLUMNS)
         number = 0
+        # A local path is read by FastWARC's own file stream; an object-storage URL through a
+        # storage file object, which fetches in blocks as records are read (never the whole
+        # archive in memory). FastWARC undoes the gzip members itself either way.
+        stream = storage.open_input(self.path) if storage.is_url(self.path) else None
         try:
             records = ArchiveIterator(
-                self.path,
+                stream if stream is not None else self.path,
                 record_types=WarcRecordType.any_type,
                 parse_http=False,  # parsed below, for responses only
                 quirks_mode=True,  # ClueWeb and other older writers bend the format
@@ -231,20 +235,23 @@ class WarcFile:
             # Damaged bytes (a gzip data error): the records before them were kept; nothing after
             # them is guessed at.
             batch.reject(
-                f"{self.source}:{os.path.basename(self.path)}:corrupt",
+                f"{self.source}:{storage.basename(self.path)}:corrupt",
                 "corrupt_file",
                 f"{self.path}: unreadable after record {number}: {error}",
                 {},
             )
         else:
-            if number == 0 and os.path.getsize(self.path) > 0:
+            if number == 0 and storage.size(self.path) > 0:
                 # Bytes but not one record: not an archive (a misnamed file), said rather than skipped.
                 batch.reject(
-                    f"{self.source}:{os.path.basename(self.path)}",
+                    f"{self.source}:{storage.basename(self.path)}",
                     "corrupt_file",
-                    f"{self.path}: no {self.kind.upper()} record in its {os.path.getsize(self.path)} bytes",
+                    f"{self.path}: no {self.kind.upper()} record in its {storage.size(self.path)} bytes",
                     {},
                 )
+        finally:
+            if stream is not None:
+                stream.close()
         yield batch.flush()
 
     def _record(self, record: Any, number: int, batch: DocumentBatcher) -> bool:
@@ -332,7 +339,7 @@ class WarcFile:
 
     def _truncated(self, record_id: str | None, number: int, detail: str, batch: DocumentBatcher) -> bool:
         batch.reject(
-            record_id or f"{self.source}:{os.path.basename(self.path)}:truncated",
+            record_id or f"{self.source}:{storage.basename(self.path)}:truncated",
             "truncated_archive",
             f"{self.path}: record {number} is cut off ({detail}); it and anything after it were not read",
             {"warc_record_id": record_id},
