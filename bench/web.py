@@ -5,18 +5,23 @@
 Input: the gzipped WARCs in ../shared/data/web/warc that both readers read in full (Common
 Crawl, wget and the whirlwind page). Before timing, each side's reader counts the HTML documents
 it finds in every shared WARC (truncated and ClueWeb ones included), so differences in what the
-readers take from the same archive are printed too. Both sides turn every HTML response into text with
-the same extractor, `trafilatura.extract` with datatrove's settings for it
-(`favor_precision=True, include_comments=False, deduplicate=True`), and count the documents
-with text.
+readers take from the same archive are printed too. Two comparisons:
 
-- tokenmill: our WARC reading (`tokenmill.curate.webarchive.WarcFile`: FastWARC, HTTP decoding,
-  charset) feeding `trafilatura.extract`, in this process.
+(a) the same extractor: both sides call `trafilatura.extract(html, include_comments=False)`
+    (our `trafilatura` extractor; datatrove's `Trafilatura(favour_precision=False,
+    deduplicate=False)`, which then passes exactly those arguments).
+(b) the defaults: our `lean` extractor against datatrove's `Trafilatura()` (favour_precision and
+    deduplicate on).
+
+- tokenmill: the stages' own code, `WarcFile` (what ingest runs per archive: FastWARC, HTTP
+  decoding, charset) feeding each batch to `ExtractStage.process` (what the extract stage runs
+  per partition: its checks, then every page through its extractor child process).
 - datatrove: its `WarcReader` (warcio, cchardet) feeding its `Trafilatura` extractor, run in
   datatrove's own virtual environment (`make bench-env`, `.venv-bench`, or
   `TOKENMILL_BENCH_PYTHON`) as a subprocess started by this script with `--datatrove-worker`.
   Its extractor runs trafilatura in a sandbox process (for its per-document timeout, raised
-  here to 60 s so that no page times out); that process's CPU time is counted with its parent's. Without the environment the peer is skipped.
+  here to 60 s so that no page times out); that process's CPU time is counted with its parent's.
+  Without the environment the peer is skipped.
 
 Each side is one process (one core); the figure is documents per CPU second (user + system,
 children included) of the best of `--repeat` passes, which does not swing with the load of
@@ -37,9 +42,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
 BENCH_PYTHON = Path(os.environ.get("TOKENMILL_BENCH_PYTHON", ROOT / ".venv-bench" / "bin" / "python"))
-# trafilatura.extract's arguments in datatrove's Trafilatura extractor (its defaults).
 PEER_TIMEOUT_S = 60
-EXTRACT_KWARGS = {"favor_precision": True, "include_comments": False, "deduplicate": True}
+# datatrove's Trafilatura extractor calls trafilatura.extract(html, favor_precision=...,
+# include_comments=False, deduplicate=...). "same": both off, so that it makes exactly the call our
+# `trafilatura` extractor makes (trafilatura.extract(html, include_comments=False)); "default":
+# datatrove's defaults (both on).
+PEER_SETTINGS = {
+    "same": {"favour_precision": False, "deduplicate": False},
+    "default": {"favour_precision": True, "deduplicate": True},
+}
 
 
 def all_warc_files() -> list[Path]:
@@ -103,31 +114,48 @@ def best_pass(one_pass, repeat: int, reset=None) -> dict[str, float]:
     return best
 
 
-def tokenmill_side(files: list[Path], repeat: int) -> dict[str, float]:
-    import trafilatura
-
+def tokenmill_side(files: list[Path], repeat: int, extractor: str) -> dict[str, float]:
+    """The stages' own code: `WarcFile` (what ingest runs per archive) feeding each batch to
+    `ExtractStage.process` (what the extract stage runs per partition: its checks, then each page
+    through its extractor child process), without the Parquet writing between them."""
+    from tokenmill.curate.extract import ExtractStage, _close_processes
     from tokenmill.curate.webarchive import WarcFile
+
+    stage = ExtractStage(extractor=extractor, timeout=PEER_TIMEOUT_S)
 
     def one_pass() -> tuple[int, int, int]:
         responses = extracted = chars = 0
         for path in files:
             for output in WarcFile(str(path), "bench").run():
-                for html in output.kept["text"]:
-                    responses += 1
-                    text = trafilatura.extract(html, **EXTRACT_KWARGS)
-                    if text:
-                        extracted += 1
-                        chars += len(text)
+                responses += len(output.kept)
+                result = stage.process(output.kept)
+                extracted += len(result.kept)
+                chars += int(result.kept["text"].str.len().sum())
+        # The child exits here, so its CPU time is counted with this pass, and the next pass
+        # starts a fresh one, as datatrove starts a fresh sandbox per pass.
+        _close_processes()
         return responses, extracted, chars
 
-    # trafilatura's `deduplicate` remembers text across calls: each pass starts from fresh caches,
-    # as datatrove's extractor does in the new sandbox process it starts for each pass.
-    from trafilatura.meta import reset_caches
-
-    return best_pass(one_pass, repeat, reset_caches)
+    return best_pass(one_pass, repeat)
 
 
-def datatrove_side(files: list[Path], repeat: int) -> dict[str, float]:
+def child_start_cpu(extractor: str, repeat: int) -> float:
+    """CPU seconds of starting the stage's extractor child (a fresh interpreter importing the
+    extractor) and extracting one tiny page: the fixed part of each pass, paid in a real run once
+    per worker and per `recycle_after` pages."""
+    from tokenmill.curate.html_text import ExtractorProcess
+
+    best = float("inf")
+    for _ in range(repeat):
+        started = cpu_seconds()
+        process = ExtractorProcess(extractor, timeout=PEER_TIMEOUT_S, recycle_after=1)
+        process.extract("<html><body><p>One short paragraph of text.</p></body></html>")
+        process.close()
+        best = min(best, cpu_seconds() - started)
+    return best
+
+
+def datatrove_side(files: list[Path], repeat: int, settings: str) -> dict[str, float]:
     """Runs inside .venv-bench: datatrove's WarcReader + Trafilatura over the same files."""
     import shutil
     import tempfile
@@ -142,10 +170,10 @@ def datatrove_side(files: list[Path], repeat: int) -> dict[str, float]:
 
         def one_pass() -> tuple[int, int, int]:
             reader = WarcReader(str(folder), glob_pattern="*.warc.gz")
-            # favour_precision=True, deduplicate=True as by default; its default 1 s timeout per
-            # document is raised so that a loaded machine does not turn slow pages into timeouts
-            # (which would cut its work, and restart its sandbox) -- both sides extract every page.
-            extractor = Trafilatura(timeout=PEER_TIMEOUT_S)
+            # Its default 1 s timeout per document is raised so that a loaded machine does not turn
+            # slow pages into timeouts (which would cut its work, and restart its sandbox) -- both
+            # sides extract every page.
+            extractor = Trafilatura(timeout=PEER_TIMEOUT_S, **PEER_SETTINGS[settings])
             responses = extracted = chars = 0
 
             def counted():
@@ -165,11 +193,38 @@ def datatrove_side(files: list[Path], repeat: int) -> dict[str, float]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+# (title, our extractor, datatrove's settings) of each comparison.
+COMPARISONS = (
+    ("(a) same extractor: trafilatura.extract(html, include_comments=False) on both sides", "trafilatura", "same"),
+    ("(b) defaults: our ingest + extract (lean) against datatrove's WarcReader + Trafilatura()", "lean", "default"),
+)
+
+
+def run_peer(settings: str, repeat: int) -> dict:
+    done = subprocess.run(
+        [str(BENCH_PYTHON), __file__, "--datatrove-worker", settings, "--repeat", str(repeat)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    if done.returncode != 0:
+        sys.exit(f"datatrove worker failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def describe(name: str, side: dict) -> str:
+    return (
+        f"  {name}: {side['html_docs']} HTML documents, {side['extracted']} with text ({side['chars']} chars) in"
+        f" {side['cpu_seconds']:.2f} CPU s (wall {side['wall']:.2f} s): {side['docs_per_cpu_s']:.1f} docs per CPU"
+        f" second, peak RSS {side['peak_rss_mb']:.0f} MB"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "web.txt")
-    parser.add_argument("--datatrove-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--datatrove-worker", choices=list(PEER_SETTINGS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     files = warc_files()
     if args.datatrove_worker:
@@ -179,7 +234,7 @@ def main() -> None:
         from loguru import logger
 
         logger.remove()  # datatrove logs every step's stats
-        timed = datatrove_side(files, args.repeat)
+        timed = datatrove_side(files, args.repeat, args.datatrove_worker)
         started = cpu_seconds()  # after the timed passes: imports are warm, as on our side
         counts = datatrove_counts()
         read_cpu = cpu_seconds() - started
@@ -189,30 +244,31 @@ def main() -> None:
         sys.exit(f"no WARC files under {SHARED / 'web' / 'warc'}")
     from importlib.metadata import version
 
-    ours = tokenmill_side(files, args.repeat)
+    lines = [
+        f"WARC -> extracted text: {len(files)} shared WARC files ({', '.join(p.name for p in files)});"
+        f" trafilatura {version('trafilatura')}, fastwarc {version('fastwarc')}; best of {args.repeat} passes;"
+        " one process each (its extractor child / sandbox included); CPU seconds incl. children",
+    ]
+    peer_counts: dict | None = None
+    for title, extractor, settings in COMPARISONS:
+        ours = tokenmill_side(files, args.repeat, extractor)
+        lines += [title, describe(f"tokenmill (WarcFile + ExtractStage, extractor={extractor})", ours)]
+        lines.append(f"    of which starting the extractor child: {child_start_cpu(extractor, args.repeat):.2f} CPU s")
+        if not BENCH_PYTHON.exists():
+            lines.append(f"  datatrove: skipped, no environment at {BENCH_PYTHON} (make bench-env)")
+            continue
+        peer = run_peer(settings, args.repeat)
+        peer_counts = peer
+        arguments = ", ".join(f"{k}={v}" for k, v in PEER_SETTINGS[settings].items())
+        lines.append(describe(f"datatrove (WarcReader + Trafilatura({arguments}))", peer))
+        lines.append(
+            f"  tokenmill / datatrove: {ours['docs_per_cpu_s'] / peer['docs_per_cpu_s']:.2f}x documents with text"
+            f" per CPU second ({peer['wall'] / ours['wall']:.2f}x wall)"
+        )
     started = cpu_seconds()
     our_counts = tokenmill_counts()
     our_read_cpu = cpu_seconds() - started
-    lines = [
-        f"WARC -> extracted text: {len(files)} shared WARC files ({', '.join(p.name for p in files)}),"
-        f" trafilatura {version('trafilatura')} extract({', '.join(f'{k}={v}' for k, v in EXTRACT_KWARGS.items())})"
-        f" on both sides; best of {args.repeat} passes; one process (core) each; CPU seconds incl. children",
-        f"  tokenmill (fastwarc {version('fastwarc')}): {ours['html_docs']} HTML documents, {ours['extracted']} with text"
-        f" ({ours['chars']} chars) in {ours['cpu_seconds']:.2f} CPU s (wall {ours['wall']:.2f} s):"
-        f" {ours['docs_per_cpu_s']:.1f} docs per CPU second, peak RSS {ours['peak_rss_mb']:.0f} MB",
-    ]
-    if not BENCH_PYTHON.exists():
-        lines.append(f"  datatrove: skipped, no environment at {BENCH_PYTHON} (make bench-env)")
-    else:
-        done = subprocess.run(
-            [str(BENCH_PYTHON), __file__, "--datatrove-worker", "--repeat", str(args.repeat)],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-        )
-        if done.returncode != 0:
-            sys.exit(f"datatrove worker failed:\n{done.stderr[-3000:]}")
-        peer = json.loads(done.stdout.strip().splitlines()[-1])
+    if peer_counts is not None:
         peer_versions = subprocess.run(
             [
                 str(BENCH_PYTHON),
@@ -223,21 +279,12 @@ def main() -> None:
             text=True,
         ).stdout.split()
         lines.append(
-            f"  datatrove {peer_versions[0]} (warcio {peer_versions[1]}, in {BENCH_PYTHON.parent.parent.name},"
-            f" a subprocess): {peer['html_docs']} HTML documents, {peer['extracted']} with text ({peer['chars']} chars)"
-            f" in {peer['cpu_seconds']:.2f} CPU s (wall {peer['wall']:.2f} s): {peer['docs_per_cpu_s']:.1f} docs per"
-            f" CPU second, peak RSS {peer['peak_rss_mb']:.0f} MB"
-        )
-        lines.append(
-            "HTML documents found per shared WARC (tokenmill / datatrove); reading alone (no extraction), all 6"
-            f" files: {our_read_cpu:.3f} / {peer['read_cpu']:.3f} CPU s"
+            f"datatrove {peer_versions[0]} (warcio {peer_versions[1]}, in {BENCH_PYTHON.parent.parent.name}, a"
+            " subprocess). HTML documents found per shared WARC (tokenmill / datatrove); reading alone (no"
+            f" extraction), all {len(our_counts)} files: {our_read_cpu:.3f} / {peer_counts['read_cpu']:.3f} CPU s"
         )
         for name, n in our_counts.items():
-            lines.append(f"  {name}: {n} / {peer['counts'].get(name)}")
-        lines.append(
-            f"tokenmill / datatrove: {ours['docs_per_cpu_s'] / peer['docs_per_cpu_s']:.2f}x documents with text per"
-            f" CPU second ({ours['wall'] and peer['wall'] / ours['wall']:.2f}x wall)"
-        )
+            lines.append(f"  {name}: {n} / {peer_counts['counts'].get(name)}")
     from warc_read import write_result  # bench/ is this script's directory, first on sys.path
 
     write_result(lines, args.out)

@@ -183,6 +183,14 @@ def test_process_keeps_documents_and_counts_what_it_replaced():
     }
 
 
+def test_an_empty_partition_keeps_its_columns():
+    # Upstream stages leave empty partitions (langid dropped every page of an archive); the
+    # next stage must still find the document columns there.
+    frame = docs(["mail ops@example.org"]).assign(url="https://example.org/").iloc[:0]
+    out = PiiStage().process(frame)
+    assert out.n_in == 0 and list(out.kept.columns) == list(frame.columns) and out.kept.empty
+
+
 def test_real_web_articles(shared_data):
     """The 181 article bodies of the extraction benchmark hold 4 real e-mail addresses and 4 phone
     numbers (and Twitter handles, prices, dates and years that must stay)."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 import pytest
 
-from tokenmill.curate.documents import write_documents
+from tokenmill.curate.documents import read_documents, write_documents
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 
 
@@ -74,3 +74,14 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path):
     source = make_input(tmp_path, [["a long enough text"]])
     with pytest.raises(TokenmillError, match="cannot reach the Dask scheduler"):
         run_stage(FailOnMarker(), source, tmp_path / "out", scheduler="tcp://127.0.0.1:1", progress=False)
+
+
+def test_an_empty_partition_keeps_its_string_column_types(tmp_path):
+    # Extra string columns (a web archive's url, date) of a partition that a stage emptied are
+    # strings on disk, as in the partitions that hold rows, so the directory reads as one table.
+    full = pd.DataFrame({"id": ["a"], "text": ["x"], "source": ["s"], "url": ["https://example.org/"]})
+    write_documents(full, tmp_path / "parts" / "part-1.parquet")
+    empty = read_documents(tmp_path / "parts" / "part-1.parquet").iloc[:0]
+    write_documents(empty, tmp_path / "parts" / "part-0.parquet")  # read first: its schema leads
+    combined = pd.read_parquet(tmp_path / "parts")
+    assert combined["url"].tolist() == ["https://example.org/"]

@@ -307,7 +307,11 @@ def test_bundled_recipes_run_by_name_from_any_directory(tmp_path):
         text=True,
         timeout=300,
     )
-    assert unknown.returncode == 1 and "bundled: demo, mtnlg" in unknown.stderr and "Traceback" not in unknown.stderr
+    assert (
+        unknown.returncode == 1
+        and "bundled: common-crawl, demo, mtnlg" in unknown.stderr
+        and "Traceback" not in unknown.stderr
+    )
 
 
 def test_train_config_may_name_a_bundled_config(tmp_path, corpus):

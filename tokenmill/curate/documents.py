@@ -53,7 +53,13 @@ def to_arrow(frame: pd.DataFrame) -> pa.Table:
     arrays = []
     for name in frame.columns:
         column = frame[name]
-        if name in STRING_COLUMNS or (column.dtype == object and column.isna().all()):
+        # A pandas string column (the default for strings read from Parquet) that is empty or all
+        # null has no values to infer from: written as null-typed it would clash with its other parts.
+        if (
+            name in STRING_COLUMNS
+            or isinstance(column.dtype, pd.StringDtype)
+            or (column.dtype == object and column.isna().all())
+        ):
             values = [None if (v is None or (isinstance(v, float) and v != v)) else str(v) for v in column.tolist()]
             arrays.append(pa.array(values, type=pa.string()))
             fields.append(pa.field(name, pa.string()))

@@ -38,7 +38,7 @@ import pandas as pd
 
 from tokenmill.curate import webarchive
 from tokenmill.curate.registry import Stage, option
-from tokenmill.curate.stage import StageOutput, run_tasks
+from tokenmill.curate.stage import DocumentBatcher, StageOutput, run_tasks
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
 
@@ -68,7 +68,6 @@ JSONL_CHUNK_BYTES = 32 * 1024 * 1024
 # Records per output batch: bounds a worker's memory on large inputs.
 BATCH_RECORDS = 20_000
 # Raw lines kept with a rejection are cut to this many characters.
-RAW_PREVIEW_CHARS = 2_000
 # Text files of a directory handled by one task: many small files, few tasks.
 TEXT_FILES_PER_TASK = 256
 
@@ -168,64 +167,32 @@ def _count_and_replace(error: UnicodeDecodeError) -> tuple[str, int]:
 codecs.register_error("tokenmill-count-replace", _count_and_replace)
 
 
-class _Batcher:
-    """Accumulates kept and rejected records and emits `StageOutput` batches."""
-
-    def __init__(self) -> None:
-        self.kept: list[dict[str, Any]] = []
-        self.rejected: list[dict[str, Any]] = []
-        self.stats: dict[str, int] = {}
-
-    def keep(self, doc_id: str, text: str, source: str) -> None:
-        self.kept.append({"id": doc_id, "text": text, "source": source})
-
-    def reject(self, doc_id: str, source: str, reason: str, raw: str | bytes | None, text: str | None = None) -> None:
-        if isinstance(raw, bytes):
-            raw = raw.decode("utf-8", errors="backslashreplace")
-        if raw is not None and len(raw) > RAW_PREVIEW_CHARS:
-            raw = raw[:RAW_PREVIEW_CHARS] + "..."
-        self.rejected.append({"id": doc_id, "text": text, "source": source, "reason": reason, "raw": raw})
-
-    def count(self, key: str, n: int = 1) -> None:
-        self.stats[key] = self.stats.get(key, 0) + n
-
-    def __len__(self) -> int:
-        return len(self.kept) + len(self.rejected)
-
-    def flush(self) -> StageOutput:
-        kept = pd.DataFrame(self.kept, columns=["id", "text", "source"])
-        rejected = pd.DataFrame(self.rejected, columns=["id", "text", "source", "reason", "raw"])
-        output = StageOutput(n_in=len(kept) + len(rejected), kept=kept, rejected=rejected, stats=self.stats)
-        self.kept, self.rejected, self.stats = [], [], {}
-        return output
-
-
 def _record_to_document(
-    record: Any, doc_id: str, source: str, options: IngestOptions, batch: _Batcher, raw: str | bytes | None
+    record: Any, doc_id: str, options: IngestOptions, batch: DocumentBatcher, raw: str | bytes | None
 ) -> None:
     if not isinstance(record, dict):
-        batch.reject(doc_id, source, "not_an_object", raw)
+        batch.reject(doc_id, "not_an_object", raw)
         return
     if options.id_field is not None:
         value = record.get(options.id_field)
         if value is None or value == "":
-            batch.reject(doc_id, source, "missing_id", raw)
+            batch.reject(doc_id, "missing_id", raw)
             return
         doc_id = str(value)
     if options.text_field not in record or record[options.text_field] is None:
-        batch.reject(doc_id, source, "missing_text", raw)
+        batch.reject(doc_id, "missing_text", raw)
         return
     text = record[options.text_field]
     if not isinstance(text, str):
-        batch.reject(doc_id, source, "non_string_text", raw)
+        batch.reject(doc_id, "non_string_text", raw)
         return
     if not text.strip():
-        batch.reject(doc_id, source, "empty_text", raw, text)
+        batch.reject(doc_id, "empty_text", raw, text=text)
         return
-    batch.keep(doc_id, text, source)
+    batch.keep(doc_id, text)
 
 
-def _decode(data: bytes, options: IngestOptions, batch: _Batcher) -> str | None:
+def _decode(data: bytes, options: IngestOptions, batch: DocumentBatcher) -> str | None:
     """Decoded text, or None when it has undecodable bytes and they are to be rejected."""
     try:
         return data.decode(options.encoding)
@@ -268,7 +235,7 @@ class JsonlChunk:
     end: int | None = None
 
     def run(self) -> Iterator[StageOutput]:
-        batch = _Batcher()
+        batch = DocumentBatcher(self.source)
         undecodable = _undecodable_reason(self.options)
         try:
             with _open_binary(self.path) as handle:
@@ -289,19 +256,19 @@ class JsonlChunk:
                     doc_id = f"{self.prefix}:{line_offset}"
                     text = _decode(stripped, self.options, batch)
                     if text is None:
-                        batch.reject(doc_id, self.source, undecodable, stripped)
+                        batch.reject(doc_id, undecodable, stripped)
                     else:
                         try:
                             record = json.loads(text)
                         except (json.JSONDecodeError, RecursionError):
-                            batch.reject(doc_id, self.source, "invalid_json", text)
+                            batch.reject(doc_id, "invalid_json", text)
                         else:
-                            _record_to_document(record, doc_id, self.source, self.options, batch, text)
+                            _record_to_document(record, doc_id, self.options, batch, text)
                     if len(batch) >= BATCH_RECORDS:
                         yield batch.flush()
         except (OSError, EOFError) as error:
             # A truncated or corrupt compressed file: keep what was read, report the rest.
-            batch.reject(f"{self.prefix}:corrupt", self.source, "corrupt_file", f"{type(error).__name__}: {error}")
+            batch.reject(f"{self.prefix}:corrupt", "corrupt_file", f"{type(error).__name__}: {error}")
         yield batch.flush()
 
 
@@ -328,12 +295,12 @@ class ParquetChunk:
             raise TokenmillError(f"{self.path} has no id column {self.options.id_field!r}; set --id-field")
         columns = [self.options.text_field] + ([self.options.id_field] if self.options.id_field else [])
         row = self.first_row
-        batch = _Batcher()
+        batch = DocumentBatcher(self.source)
         for record_batch in parquet_file.iter_batches(
             batch_size=BATCH_RECORDS, row_groups=self.row_groups, columns=columns
         ):
             for record in record_batch.to_pylist():
-                _record_to_document(record, f"{self.prefix}:{row}", self.source, self.options, batch, None)
+                _record_to_document(record, f"{self.prefix}:{row}", self.options, batch, None)
                 row += 1
             yield batch.flush()
         if len(batch):
@@ -349,7 +316,7 @@ class TextChunk:
     options: IngestOptions
 
     def run(self) -> Iterator[StageOutput]:
-        batch = _Batcher()
+        batch = DocumentBatcher(self.source)
         undecodable = _undecodable_reason(self.options)
         separator = (
             re.compile(self.options.separator.encode(self.options.encoding), re.MULTILINE)
@@ -361,7 +328,7 @@ class TextChunk:
                 with _open_binary(path) as handle:
                     data = handle.read()
             except (OSError, EOFError) as error:
-                batch.reject(f"{prefix}:corrupt", self.source, "corrupt_file", f"{type(error).__name__}: {error}")
+                batch.reject(f"{prefix}:corrupt", "corrupt_file", f"{type(error).__name__}: {error}")
                 continue
             if separator is None:
                 pieces = [(prefix, data)]
@@ -377,13 +344,13 @@ class TextChunk:
             for doc_id, piece in pieces:
                 text = _decode(piece, self.options, batch)
                 if text is None:
-                    batch.reject(doc_id, self.source, undecodable, piece)
+                    batch.reject(doc_id, undecodable, piece)
                 elif not text.strip():
                     if separator is not None and not piece:
                         continue  # two adjacent separators: no document between them
-                    batch.reject(doc_id, self.source, "empty_text", piece, text)
+                    batch.reject(doc_id, "empty_text", piece, text=text)
                 else:
-                    batch.keep(doc_id, text, self.source)
+                    batch.keep(doc_id, text)
                 if len(batch) >= BATCH_RECORDS:
                     yield batch.flush()
         yield batch.flush()
@@ -398,10 +365,9 @@ class UnknownFile:
     source: str
 
     def run(self) -> Iterator[StageOutput]:
-        batch = _Batcher()
+        batch = DocumentBatcher(self.source)
         batch.reject(
             self.prefix,
-            self.source,
             "unknown_format",
             f"{self.path}: no known extension ({', '.join(sorted(EXTENSIONS))}, optionally .gz/.zst); pass --format to read it",
         )

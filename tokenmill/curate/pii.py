@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from tokenmill.curate.registry import Stage, option
@@ -217,7 +218,8 @@ class PiiStage(DocumentStage):
                     if counted[f"pii.{STAT_NAMES[kind]}"]:
                         stats[f"pii.docs.{STAT_NAMES[kind]}"] += 1
             stats.update(counted)
-        missing_mask = pd.Series(missing, index=docs.index).to_numpy()
+        # bool even when empty: an empty object array would select columns, not rows.
+        missing_mask = np.array(missing, dtype=bool)
         docs = docs.assign(text=texts)
         return StageOutput(
             n_in=len(docs),

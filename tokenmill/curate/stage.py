@@ -55,6 +55,58 @@ class StageOutput:
     stats: dict[str, int] = field(default_factory=dict)
 
 
+# Rejected records keep this much of their raw input, enough to see why without copying a corpus.
+RAW_PREVIEW_CHARS = 2_000
+
+
+class DocumentBatcher:
+    """Kept and rejected documents of one source, emitted as `StageOutput` batches.
+
+    `columns` are the document columns beyond id, text and source (web archives add url, date
+    and the like); a record leaves out those it does not know, and they are null.
+    """
+
+    def __init__(self, source: str, columns: Sequence[str] = ()) -> None:
+        self.source = source
+        self.kept_columns = ["id", "text", "source", *columns]
+        self.rejected_columns = [*self.kept_columns, "reason", "raw"]
+        self.kept: list[dict[str, Any]] = []
+        self.rejected: list[dict[str, Any]] = []
+        self.stats: dict[str, int] = {}
+
+    def keep(self, doc_id: str, text: str, meta: dict[str, Any] | None = None) -> None:
+        self.kept.append({"id": doc_id, "text": text, "source": self.source, **(meta or {})})
+
+    def reject(
+        self,
+        doc_id: str,
+        reason: str,
+        raw: str | bytes | None,
+        meta: dict[str, Any] | None = None,
+        text: str | None = None,
+    ) -> None:
+        if isinstance(raw, bytes):
+            raw = raw.decode("utf-8", errors="backslashreplace")
+        if raw is not None and len(raw) > RAW_PREVIEW_CHARS:
+            raw = raw[:RAW_PREVIEW_CHARS] + "..."
+        self.rejected.append(
+            {"id": doc_id, "text": text, "source": self.source, **(meta or {}), "reason": reason, "raw": raw}
+        )
+
+    def count(self, key: str, n: int = 1) -> None:
+        self.stats[key] = self.stats.get(key, 0) + n
+
+    def __len__(self) -> int:
+        return len(self.kept) + len(self.rejected)
+
+    def flush(self) -> StageOutput:
+        kept = pd.DataFrame(self.kept, columns=self.kept_columns)
+        rejected = pd.DataFrame(self.rejected, columns=self.rejected_columns)
+        output = StageOutput(n_in=len(kept) + len(rejected), kept=kept, rejected=rejected, stats=self.stats)
+        self.kept, self.rejected, self.stats = [], [], {}
+        return output
+
+
 def reject(frame: pd.DataFrame, reason: str | pd.Series) -> pd.DataFrame:
     """Rows of `frame` marked with a rejection reason (one string, or one per row)."""
     rejected = frame.copy()

@@ -20,16 +20,14 @@ enough to run on every page, and it maps labels the way browsers do, e.g. gb2312
 from __future__ import annotations
 
 import codecs
-import os
 import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
-
-from tokenmill.curate.stage import StageOutput
+from tokenmill.curate.stage import DocumentBatcher, StageOutput
+from tokenmill.infra import storage
 
 # Document columns beyond id, text and source.
 WEB_COLUMNS = ("url", "date", "warc_record_id", "content_type", "charset")
@@ -42,7 +40,6 @@ META_PRESCAN_BYTES = 4096
 MAX_REPLACED_SHARE = 0.01
 # Records per output batch: bounds a worker's memory on large archives.
 BATCH_RECORDS = 2_000
-RAW_PREVIEW_CHARS = 2_000
 
 REASONS = {
     "warc.not_html": "a WARC response whose payload is not HTML (its content type is in `raw`)",
@@ -56,40 +53,6 @@ REASONS = {
 
 _META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.IGNORECASE)
 _HTML_START = re.compile(rb"\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body)", re.IGNORECASE | re.DOTALL)
-
-
-class _WebBatcher:
-    """Kept and rejected web documents, emitted as `StageOutput` batches."""
-
-    kept_columns = ["id", "text", "source", *WEB_COLUMNS]
-    rejected_columns = [*kept_columns, "reason", "raw"]
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.kept: list[dict[str, Any]] = []
-        self.rejected: list[dict[str, Any]] = []
-        self.stats: dict[str, int] = {}
-
-    def keep(self, doc_id: str, text: str, meta: dict[str, Any]) -> None:
-        self.kept.append({"id": doc_id, "text": text, "source": self.source, **meta})
-
-    def reject(self, doc_id: str, reason: str, raw: str, meta: dict[str, Any]) -> None:
-        if len(raw) > RAW_PREVIEW_CHARS:
-            raw = raw[:RAW_PREVIEW_CHARS] + "..."
-        self.rejected.append({"id": doc_id, "text": None, "source": self.source, **meta, "reason": reason, "raw": raw})
-
-    def count(self, key: str, n: int = 1) -> None:
-        self.stats[key] = self.stats.get(key, 0) + n
-
-    def __len__(self) -> int:
-        return len(self.kept) + len(self.rejected)
-
-    def flush(self) -> StageOutput:
-        kept = pd.DataFrame(self.kept, columns=self.kept_columns)
-        rejected = pd.DataFrame(self.rejected, columns=self.rejected_columns)
-        output = StageOutput(n_in=len(kept) + len(rejected), kept=kept, rejected=rejected, stats=self.stats)
-        self.kept, self.rejected, self.stats = [], [], {}
-        return output
 
 
 class _Undecodable(Exception):
@@ -127,7 +90,7 @@ def page_charset(body: bytes, declared: str | None) -> tuple[str, str]:
     return codecs.lookup(detect_encoding(body)).name, "detected"
 
 
-def decode_page(body: bytes, declared: str | None, stats: _WebBatcher) -> tuple[str, str]:
+def decode_page(body: bytes, declared: str | None, stats: DocumentBatcher) -> tuple[str, str]:
     """(text, codec). Raises `_Undecodable` when too many bytes do not decode."""
     from tokenmill.curate import ingest
 
@@ -191,7 +154,9 @@ def _decompress(body: bytes, encoding: str) -> bytes:
     raise ValueError(f"unsupported content encoding {encoding!r}")
 
 
-def http_payload(body: bytes, transfer_encoding: str | None, content_encoding: str | None, stats: _WebBatcher) -> bytes:
+def http_payload(
+    body: bytes, transfer_encoding: str | None, content_encoding: str | None, stats: DocumentBatcher
+) -> bytes:
     """The entity an HTTP response carried, with transfer and content encodings undone.
 
     Archives often store a payload already decoded under its original headers (ClueWeb09 does):
@@ -246,11 +211,15 @@ class WarcFile:
     def run(self) -> Iterator[StageOutput]:
         from fastwarc.warc import ArchiveIterator, WarcRecordType
 
-        batch = _WebBatcher(self.source)
+        batch = DocumentBatcher(self.source, WEB_COLUMNS)
         number = 0
+        # A local path is read by FastWARC's own file stream; an object-storage URL through a
+        # storage file object, which fetches in blocks as records are read (never the whole
+        # archive in memory). FastWARC undoes the gzip members itself either way.
+        stream = storage.open_input(self.path) if storage.is_url(self.path) else None
         try:
             records = ArchiveIterator(
-                self.path,
+                stream if stream is not None else self.path,
                 record_types=WarcRecordType.any_type,
                 parse_http=False,  # parsed below, for responses only
                 quirks_mode=True,  # ClueWeb and other older writers bend the format
@@ -266,23 +235,26 @@ class WarcFile:
             # Damaged bytes (a gzip data error): the records before them were kept; nothing after
             # them is guessed at.
             batch.reject(
-                f"{self.source}:{os.path.basename(self.path)}:corrupt",
+                f"{self.source}:{storage.basename(self.path)}:corrupt",
                 "corrupt_file",
                 f"{self.path}: unreadable after record {number}: {error}",
                 {},
             )
         else:
-            if number == 0 and os.path.getsize(self.path) > 0:
+            if number == 0 and storage.size(self.path) > 0:
                 # Bytes but not one record: not an archive (a misnamed file), said rather than skipped.
                 batch.reject(
-                    f"{self.source}:{os.path.basename(self.path)}",
+                    f"{self.source}:{storage.basename(self.path)}",
                     "corrupt_file",
-                    f"{self.path}: no {self.kind.upper()} record in its {os.path.getsize(self.path)} bytes",
+                    f"{self.path}: no {self.kind.upper()} record in its {storage.size(self.path)} bytes",
                     {},
                 )
+        finally:
+            if stream is not None:
+                stream.close()
         yield batch.flush()
 
-    def _record(self, record: Any, number: int, batch: _WebBatcher) -> bool:
+    def _record(self, record: Any, number: int, batch: DocumentBatcher) -> bool:
         """Handle one record; False when the archive ends in a damaged record."""
         from fastwarc.warc import WarcRecordType
 
@@ -358,16 +330,16 @@ class WarcFile:
         meta["charset"] = codec
         return self._keep(record_id, text, meta, batch)
 
-    def _keep(self, record_id: str, text: str, meta: dict[str, Any], batch: _WebBatcher) -> bool:
+    def _keep(self, record_id: str, text: str, meta: dict[str, Any], batch: DocumentBatcher) -> bool:
         if not text.strip():
             batch.reject(record_id, "warc.empty", "no text", meta)
         else:
             batch.keep(record_id, text, meta)
         return True
 
-    def _truncated(self, record_id: str | None, number: int, detail: str, batch: _WebBatcher) -> bool:
+    def _truncated(self, record_id: str | None, number: int, detail: str, batch: DocumentBatcher) -> bool:
         batch.reject(
-            record_id or f"{self.source}:{os.path.basename(self.path)}:truncated",
+            record_id or f"{self.source}:{storage.basename(self.path)}:truncated",
             "truncated_archive",
             f"{self.path}: record {number} is cut off ({detail}); it and anything after it were not read",
             {"warc_record_id": record_id},
@@ -385,7 +357,7 @@ class HtmlFiles:
     def run(self) -> Iterator[StageOutput]:
         from tokenmill.curate.ingest import _open_binary
 
-        batch = _WebBatcher(self.source)
+        batch = DocumentBatcher(self.source, WEB_COLUMNS)
         for path, doc_id in self.files:
             meta = {"url": None, "date": None, "warc_record_id": None, "content_type": "text/html", "charset": None}
             try:

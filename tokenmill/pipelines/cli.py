@@ -57,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     run.add_argument(
         "recipe",
-        help="a recipe YAML file, or the name of a bundled recipe: mtnlg (a documented MT-NLG 530B template), demo",
+        help="a recipe YAML file, or the name of a bundled recipe: mtnlg (a documented MT-NLG 530B template), demo,"
+        " common-crawl (WARC files -> curated tokens)",
     )
     run.add_argument("--workdir", default=None, help="work directory (default: the recipe's `workdir:` or ./NAME-work)")
     _add_run_options(run)
