@@ -175,6 +175,10 @@ def run_train(args: argparse.Namespace) -> int:
     if result.losses and int(os.environ.get("RANK", "0")) == 0:
         last = max(result.losses)
         log.info(f"trained to step {result.step}: loss {result.losses[last]:.4f}; checkpoint {result.checkpoint}")
+    if under_torchrun():
+        from tokenmill.train.parallel.mesh import shutdown_distributed
+
+        shutdown_distributed()
     return 0
 
 

@@ -31,6 +31,16 @@ def init_distributed(device: torch.device | None = None) -> torch.device:
     return torch.device("cpu")
 
 
+def shutdown_distributed() -> None:
+    """Leave the process group once every rank is done. Left to the interpreter's exit, the
+    group's transport threads (and the rendezvous store that rank 0 hosts) are torn down in
+    no set order, and a rank can abort ("terminate called without an active exception")
+    after its work is finished."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def build_mesh(dims: ParallelConfig, device_type: str = "cpu") -> DeviceMesh:
     """A 3D mesh ("pp", "dp", "tp"); every dim exists even when its size is 1."""
     return init_device_mesh(device_type, (dims.pp, dims.dp, dims.tp), mesh_dim_names=MESH_DIMS)
