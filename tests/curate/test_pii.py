@@ -241,7 +241,7 @@ def test_command_line(tmp_path, dask_client, capsys):
     argv = ["curate", "pii", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--no-progress"]
     argv += ["--kinds", "ip,phone", "--replace-private-ips", "--scheduler", dask_client.scheduler.address]
     assert main(argv) == 0
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err
     assert "replaced 0 e-mail addresses, 1 IP addresses and 1 phone numbers in 2 documents" in printed
     kept = pd.read_parquet(tmp_path / "out" / "kept").sort_values("id")
     assert kept["text"].tolist() == ["LAN host <IP_ADDRESS>, mail a@example.com", "call <PHONE>"]

@@ -75,7 +75,7 @@ def test_a_killed_stage_reruns_only_the_partitions_it_had_not_finished(tmp_path,
 
     capsys.readouterr()
     tokenmill("curate", "filter", "--input", str(source), "--output", str(output), "--workers", "1")
-    summary = capsys.readouterr().out
+    summary = capsys.readouterr().err  # status lines are logged to stderr
     assert f"resumed {len(finished)} of {N_PARTITIONS} partitions" in summary
 
     manifest = assert_same_stage(output, expected)

@@ -316,7 +316,7 @@ def test_command_line(tmp_path, dask_client, capsys):
     argv += ["--blocklist", blocklist, "--ut1", str(tmp_path / "ut1"), "--categories", "gambling"]
     argv += ["--missing-url", "keep", "--scheduler", dask_client.scheduler.address, "--no-progress"]
     assert main(argv) == 0
-    assert "url-filter: in 4, kept 2, rejected 2" in capsys.readouterr().out
+    assert "url-filter: in 4, kept 2, rejected 2" in capsys.readouterr().err
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["counts"]["rejected"] == {"url.blocklist:ads": 1, "url.blocklist:gambling": 1}
     assert manifest["stats"] == {"url.missing": 1}

@@ -94,7 +94,7 @@ def test_two_runs_started_at_once_one_wins_the_other_names_its_pid(recipe, tmp_p
         assert counts["in"] == counts["kept"] + sum(counts["rejected"].values()) and counts["kept"] > 0
     again = run(recipe, work)
     assert again.returncode == 0, again.stderr
-    assert "0 step(s) ran, 4 up to date" in again.stdout
+    assert "0 step(s) ran, 4 up to date" in again.stderr
 
 
 @pytest.fixture
@@ -145,7 +145,7 @@ def test_full_disk_is_a_clear_error_and_leaves_the_previous_outputs(recipe, smal
     filler.unlink()
     resumed = run(recipe, work)
     assert resumed.returncode == 0, resumed.stderr
-    assert "3 step(s) ran, 1 up to date" in resumed.stdout
+    assert "3 step(s) ran, 1 up to date" in resumed.stderr
     after = snapshot(work)
     assert set(after) == set(before)
     assert after["curate/wiki/00-ingest/manifest.json"] == before["curate/wiki/00-ingest/manifest.json"]

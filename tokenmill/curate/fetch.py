@@ -248,7 +248,7 @@ def _run(options: FetchOptions) -> dict[str, Any]:
 
 
 def _report(result: dict[str, Any], args: Any) -> None:
-    print(
+    log.info(
         f"fetch-cc: {len(result['files'])} {result['kind']} files of {result['snapshot']} ({result['bytes']} bytes):"
         f" {result['downloaded']} downloaded, {result['resumed']} resumed, {result['skipped']} already there,"
         f" {result['retries']} retries in {result['seconds']:.1f}s -> {result['output']}"

@@ -28,6 +28,7 @@ What is caught (docs/web-filters.md has examples of each):
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -39,6 +40,8 @@ import pandas as pd
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 KINDS = ("email", "ip", "phone")
 # The stats' name of each kind (as the placeholders name them).
@@ -231,7 +234,7 @@ class PiiStage(DocumentStage):
 
 def _report(manifest: dict, args) -> None:
     stats = manifest.get("stats", {})
-    print(
+    log.info(
         f"  replaced {stats.get('pii.email', 0)} e-mail addresses, {stats.get('pii.ip_address', 0)} IP addresses and"
         f" {stats.get('pii.phone', 0)} phone numbers in {stats.get('pii.docs_touched', 0)} documents"
     )
