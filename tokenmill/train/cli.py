@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -179,6 +180,14 @@ def run_train(args: argparse.Namespace) -> int:
         from tokenmill.train.parallel.mesh import shutdown_distributed
 
         shutdown_distributed()
+        # A finished rank ends here, without the interpreter's teardown: C++ static destructors
+        # of torch and pyarrow can abort a process whose work is done (SIGABRT, "terminate called
+        # without an active exception" with no Python frame), which the agent would report as a
+        # failed rank. Everything this rank owns is closed and flushed by now.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
