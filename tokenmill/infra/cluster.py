@@ -61,11 +61,37 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
             # Stopping on Ctrl-C or an error: workers and nannies log their shutdown (and the
             # tasks they were running) as errors; the user has been told what happened.
             _silence_dask_logs()
+            # The workers' work is abandoned: end them at once, before the scheduler goes, so
+            # none outlives the command or logs its lost connection.
+            _kill_worker_processes()
         try:
             client.close()
         except (NameError, UnboundLocalError):
             pass  # Client() itself failed
         cluster.close()
+        _reap_worker_processes()
+
+
+def _kill_worker_processes() -> None:
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()
+
+
+def _reap_worker_processes(timeout_s: float = 15.0) -> None:
+    """Wait for the LocalCluster's worker processes (this process's multiprocessing children) to
+    exit, killing any still there after ``timeout_s``: on a loaded machine `close()` can return
+    while a worker is still shutting down, and the command must not end before its workers."""
+    import multiprocessing
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    for child in multiprocessing.active_children():
+        child.join(max(0.0, deadline - time.monotonic()))
+        if child.is_alive():
+            child.kill()
+            child.join(5)
 
 
 @contextmanager
