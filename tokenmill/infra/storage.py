@@ -407,3 +407,104 @@ def staging_dir(url: str) -> Path:
     directory = cache_dir_for(url, "staging")
     directory.mkdir(parents=True, exist_ok=True)
     return directory
+
+
+# ---- a local directory standing for a directory URL -----------------------------------------
+
+
+def _md5(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _unchanged(local: Path, info: dict[str, Any]) -> bool:
+    """True when the local file holds the object's bytes: same size and, where the store's etag
+    is the content's MD5 (a single-part S3 upload), the same MD5. Anything else counts as changed."""
+    if not local.is_file() or local.stat().st_size != int(info.get("size") or 0):
+        return False
+    etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+    return len(etag) == 32 and all(c in "0123456789abcdef" for c in etag) and _md5(local) == etag
+
+
+class Mirror:
+    """A local directory that stands for a directory URL, for work that must happen on local disk
+    (a dedup index, a training run, a recipe's work directory): `pull` brings the remote files a
+    command needs, the command works locally, and `push` publishes files back in the order the
+    caller gives, so that the object a reader takes as the mark of completion (an index's
+    ``index.json``, a checkpoint's ``meta.json`` and ``latest``, a step's state) is written last.
+
+    The local copy lives in the cache (``$TOKENMILL_CACHE/<kind>/<hash of the URL>``); deleting it
+    loses nothing that was pushed. Unchanged files are neither downloaded nor uploaded again."""
+
+    def __init__(self, url: str, kind: str) -> None:
+        self.url = absolute(url)
+        self.local = cache_dir_for(self.url, kind)
+        self.local.mkdir(parents=True, exist_ok=True)
+        self._fs, self._inner = filesystem(self.url)
+        self._inner = self._inner.rstrip("/")
+
+    def remote(self, name: str) -> str:
+        return f"{self._inner}/{name}" if name else self._inner
+
+    def files(self, under: str = "") -> list[str]:
+        """Names (relative to the URL) of the remote files under ``under``, hidden ones included."""
+        with storage_errors(self.url, "list"):
+            found = self._fs.find(self.remote(under))
+        return sorted(name[len(self._inner) :].lstrip("/") for name in found)
+
+    def pull(self, names: list[str]) -> list[str]:
+        """Download the named files that are missing or differ locally (each atomically);
+        returns the names that exist on the remote side."""
+        from tokenmill.infra.atomic import atomic_path
+
+        present = []
+        for name in names:
+            with storage_errors(f"{self.url}/{name}", "read"):
+                try:
+                    info = self._fs.info(self.remote(name))
+                except FileNotFoundError:
+                    continue
+                if info.get("type") == "directory":
+                    continue
+                present.append(name)
+                target = self.local / name
+                if _unchanged(target, info):
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                log.info("downloading %s/%s", self.url, name)
+                with atomic_path(target) as tmp:
+                    self._fs.get_file(self.remote(name), str(tmp))
+        return present
+
+    def pull_tree(self, under: str = "") -> list[str]:
+        """`pull` every remote file under ``under``."""
+        return self.pull(self.files(under))
+
+    def push(self, names: list[str], last: list[str] = ()) -> None:
+        """Upload the named local files that differ on the remote side, then the ``last`` ones,
+        in their order, each once its predecessors are complete."""
+        for name in [*names, *last]:
+            source = self.local / name
+            with storage_errors(f"{self.url}/{name}", "write"):
+                try:
+                    info = self._fs.info(self.remote(name))
+                except FileNotFoundError:
+                    info = None
+                if info is not None and name not in last and _unchanged(source, info):
+                    continue
+                self._fs.put_file(str(source), self.remote(name))
+
+    def remove(self, name: str) -> None:
+        """Remove a remote file or prefix (nothing there is not an error)."""
+        remove(f"{self.url}/{name}")
+
+    def read(self, name: str) -> bytes | None:
+        """The bytes of a remote file, or None when there is none."""
+        with storage_errors(f"{self.url}/{name}", "read"):
+            try:
+                return self._fs.cat_file(self.remote(name))
+            except FileNotFoundError:
+                return None

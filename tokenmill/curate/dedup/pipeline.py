@@ -17,7 +17,7 @@ import json
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,6 +42,7 @@ from tokenmill.curate.registry import option
 from tokenmill.curate.stage import StageOutput, reject, run_tasks
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import storage
+from tokenmill.infra.atomic import atomic_write_text
 from tokenmill.infra.cluster import client_or_new
 
 KeepRule = Literal["first", "longest", "quality"]
@@ -129,7 +130,7 @@ class DedupConfig:
     index: str | None = option(
         None,
         path=True,
-        help="an index directory: dedup against the documents of earlier runs, then add the kept ones "
+        help="an index directory or URL: dedup against the documents of earlier runs, then add the kept ones "
         "to it (created if missing; it stores hashes for exact, band keys for fuzzy dedup)",
     )
     update_index: bool = option(True, flag="--no-index-update", help="query --index without adding the kept documents")
@@ -455,11 +456,10 @@ def _read_index_meta(index: Path) -> dict[str, Any] | None:
 
 
 def check_index(config: DedupConfig) -> tuple[list[str], dict[str, Any] | None]:
-    """Files of an existing index (empty if new) after checking it matches the config."""
+    """Files of an existing index (empty if new) after checking it matches the config; the
+    index is a local directory (see `index_mirror` for one on object storage)."""
     if not config.index:
         return [], None
-    if storage.is_url(config.index):
-        raise ConfigError(f"--index {config.index}: a dedup index is updated in place and must be a local directory")
     index = Path(config.index)
     meta = _read_index_meta(index)
     if meta is None:
@@ -474,7 +474,29 @@ def check_index(config: DedupConfig) -> tuple[list[str], dict[str, Any] | None]:
         raise ConfigError(
             f"index {index} has no shingle sets; it cannot be used with --verify (rebuild it with --verify)"
         )
+    if "files" in meta:
+        # Only the files index.json names: rows a killed update left beside them are not part of it.
+        return [str(index / name) for name in meta["files"]], meta
     return parquet_files(index / config.index_rows_dir), meta
+
+
+def index_mirror(config: DedupConfig) -> storage.Mirror | None:
+    """For an index on object storage: a local copy holding what the remote index.json names
+    (pulled now), or None for a local index. The run updates the copy, and `_update_index`
+    pushes the new rows first and index.json last."""
+    if not config.index or not storage.is_url(config.index):
+        return None
+    mirror = storage.Mirror(config.index, "index")
+    if mirror.pull(["index.json"]):
+        meta = _read_index_meta(mirror.local) or {}
+        names = meta.get("files")
+        mirror.pull(names if names is not None else mirror.files(config.index_rows_dir))
+    elif mirror.files():
+        raise TokenmillError(f"{mirror.url} is not a dedup index (index.json is missing)")
+    else:
+        storage.remove(mirror.local)  # a new index: nothing of an older one at this URL survives
+        mirror.local.mkdir(parents=True)
+    return mirror
 
 
 def _index_rows(rows_path: str, decisions: str, part: int, index_part: int, out: str, keep_shingles: bool) -> int:
@@ -513,6 +535,9 @@ def run_dedup(
 
     config = config or DedupConfig()
     files = resolve_input_files(input)
+    mirror = index_mirror(config)
+    if mirror is not None:
+        config = replace(config, index=str(mirror.local))
     index_files, index_meta = check_index(config)
     fingerprint = {
         "config": asdict(config) | {"work_dir": None, "keep_work": None},
@@ -662,7 +687,7 @@ def run_dedup(
             finalize=add_dedup_details,
         )
         if config.index:
-            _update_index(dask, config, files, work, index_meta, progress)
+            _update_index(dask, config, files, work, index_meta, mirror)
 
     if not config.keep_work:
         work.remove()
@@ -692,10 +717,11 @@ class _ShuffleChoice:
 
 
 def _update_index(
-    client, config: DedupConfig, files: list[Path], work: WorkDir, meta: dict | None, progress: bool
+    client, config: DedupConfig, files: list[Path], work: WorkDir, meta: dict | None, mirror: storage.Mirror | None
 ) -> None:
     """Append the kept documents' rows to the index: text hashes (exact), or band keys and,
-    with --verify, shingle sets (fuzzy)."""
+    with --verify, shingle sets (fuzzy). index.json, which names the rows files, is written
+    last, on disk and on object storage (after the new rows are uploaded)."""
     if not config.update_index:
         return
     index = Path(config.index)
@@ -719,13 +745,21 @@ def _update_index(
     ]
     added = sum(f.result() for f in futures)
     total = (meta or {}).get("documents", 0) + added
+    if meta is not None and "files" in meta:
+        names = list(meta["files"])
+    else:
+        names = [Path(f).relative_to(index).as_posix() for f in existing]
+    names += [f"{config.index_rows_dir}/part-{first + part:05d}.parquet" for part in range(len(files))]
     record = {
         "params": config.index_signature(),
         "shingles": bool(config.verify and (meta is None or meta.get("shingles"))),
         "documents": total,
         "updated": time.time(),
+        "files": names,
     }
-    (index / "index.json").write_text(json.dumps(record, indent=2))
+    atomic_write_text(index / "index.json", json.dumps(record, indent=2))
+    if mirror is not None:
+        mirror.push(names, last=["index.json"])
 
 
 def _versions() -> dict[str, str]:
