@@ -55,3 +55,32 @@ def s3_dask_client(s3_server: str):
 
     with make_client(workers=2) as client:
         yield client
+
+
+@pytest.fixture
+def tiny_train_config():
+    """``make(data, out, **keys)``: a validated config for a few CPU steps of the tiny model."""
+    from tokenmill.train.config import TrainConfig
+    from tokenmill.train.model import preset
+
+    def make(data: str, out: str, **keys) -> TrainConfig:
+        base = dict(
+            model=preset("tiny", max_seq_len=32),
+            seq_len=32,
+            global_batch_size=4,
+            micro_batch_size=4,
+            lr=3e-3,
+            lr_warmup_steps=1,
+            device="cpu",
+            tensorboard=False,
+            progress=False,
+            log_interval=1,
+            eval_interval=0,
+        )
+        checkpoint = keys.pop("checkpoint", {})
+        cfg = TrainConfig(**{**base, **keys, "data": data, "out": out})
+        for key, value in checkpoint.items():
+            setattr(cfg.checkpoint, key, value)
+        return cfg.validate()
+
+    return make

@@ -102,15 +102,19 @@ def test_clear_errors(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
         s3fs.S3FileSystem.clear_instance_cache()
 
 
-def test_work_and_run_directories_must_be_local() -> None:
-    from tokenmill.errors import ConfigError
+def test_work_directories_must_be_local() -> None:
     from tokenmill.pipelines.runner import local_workdir
-    from tokenmill.train.config import TrainConfig
 
     with pytest.raises(TokenmillError, match="work directory s3://b/work: it must be local"):
         local_workdir("s3://b/work")
-    with pytest.raises(ConfigError, match="out: s3://b/run: the run directory"):
-        TrainConfig(data="s3://b/shard", out="s3://b/run").validate()
+
+
+def test_a_run_directory_url_is_written_through_the_cache(s3_server) -> None:
+    from tokenmill.train.config import TrainConfig
+
+    cfg = TrainConfig(data="s3://b/shard", out="s3://b/run").validate()
+    assert cfg.run_dir == storage.cache_dir_for("s3://b/run", "runs")
+    assert TrainConfig(out="runs/x").run_dir == Path("runs/x")
 
 
 def test_missing_s3fs_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,7 +35,9 @@ def _documents(shared_data: Path, bucket: str) -> str:
     return f"{bucket}/docs"
 
 
-def test_encode_onto_a_bucket_and_train_from_its_cache(bucket, shared_data, s3_dask_client, tmp_path, capsys) -> None:
+def test_encode_onto_a_bucket_and_train_from_its_cache(
+    bucket, shared_data, s3_dask_client, tmp_path, capsys, tiny_train_config
+) -> None:
     docs = _documents(shared_data, bucket)
     tokenizer_url = train_tokenizer(docs, 300, f"{bucket}/tok/tokenizer.json")
     assert tokenizer_url == f"{bucket}/tok/tokenizer.json"
@@ -77,26 +79,9 @@ def test_encode_onto_a_bucket_and_train_from_its_cache(bucket, shared_data, s3_d
     assert main(["tokenize", "inspect", prefix, "--docs", "1"]) == 0
     assert f"{prefix}: {meta['documents']} documents, {meta['tokens']} tokens" in capsys.readouterr().out
 
-    from tokenmill.train.config import TrainConfig
     from tokenmill.train.loop import train
-    from tokenmill.train.model import preset
 
-    cfg = TrainConfig(
-        model=preset("tiny", max_seq_len=32),
-        data=prefix,
-        out=str(tmp_path / "run"),
-        seq_len=32,
-        steps=3,
-        global_batch_size=4,
-        micro_batch_size=4,
-        lr=3e-3,
-        lr_warmup_steps=1,
-        device="cpu",
-        tensorboard=False,
-        progress=False,
-        log_interval=1,
-        eval_interval=0,
-    ).validate()
+    cfg = tiny_train_config(prefix, str(tmp_path / "run"), steps=3)
     result = train(cfg)
     losses = [row["loss"] for row in result.metrics if "loss" in row] if hasattr(result, "metrics") else []
     assert (tmp_path / "run" / "checkpoints").is_dir()

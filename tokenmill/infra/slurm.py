@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.infra import storage
 
 if TYPE_CHECKING:  # at run time recipe.py imports this module
     from tokenmill.pipelines.recipe import Recipe
@@ -397,6 +398,10 @@ def submit_recipe(
 def submit_training(cfg: TrainConfig, train_argv: list[str], args: argparse.Namespace) -> Submitted | None:
     """`tokenmill train CONFIG --slurm`: the training job script, written to RUN/slurm/ and
     submitted (or printed with --dry-run)."""
+    if storage.is_url(cfg.out):
+        # The ranks of several nodes write one checkpoint together into the run directory, so it
+        # must be a filesystem they share; a URL's copy lives in each node's own cache.
+        raise ConfigError(f"out: {cfg.out}: a Slurm training job needs a run directory on a shared filesystem")
     spec = SlurmSpec().merged(slurm_overrides(args))
     out = Path(cfg.out).resolve()
     nodes = spec.nodes or 1

@@ -14,6 +14,10 @@ Writes are atomic: everything goes to ``.step_<N>.tmp/`` and is renamed into pla
 ``latest`` is replaced; a crash mid-save leaves the previous checkpoint untouched. With
 ``AsyncCheckpointer`` the files are written in the background while training goes on, and
 published the same way once complete.
+
+A run directory on object storage (``out: s3://...``) is written locally first, into its copy
+in the cache (`RemoteRun`); each published checkpoint is then uploaded in the same order: the
+shard files, ``meta.json``, then ``latest``. A resumed run downloads what ``latest`` names.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -35,6 +40,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from tokenmill.errors import TokenmillError
+from tokenmill.infra import storage
 from tokenmill.infra.atomic import atomic_write_text, fsync_dir, remove_leftovers, replace_dir, temp_sibling
 from tokenmill.train.faults import inject
 from tokenmill.train.model import GPT, ModelConfig
@@ -42,6 +48,8 @@ from tokenmill.train.model import GPT, ModelConfig
 META = "meta.json"
 LATEST = "latest"
 FORMAT_VERSION = 1
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointError(TokenmillError):
@@ -134,17 +142,31 @@ def _publish(run_dir: str | Path, step: int, meta: dict[str, Any], keep_last: in
     return final
 
 
+def _publish_and_upload(
+    run_dir: str | Path, step: int, meta: dict[str, Any], keep_last: int, remote: RemoteRun | None
+) -> None:
+    final = _publish(run_dir, step, meta, keep_last)
+    if remote is not None:
+        remote.push(final)
+
+
 def save_checkpoint(
-    run_dir: str | Path, step: int, state: dict[str, Any], meta: dict[str, Any], keep_last: int = 3
+    run_dir: str | Path,
+    step: int,
+    state: dict[str, Any],
+    meta: dict[str, Any],
+    keep_last: int = 3,
+    remote: RemoteRun | None = None,
 ) -> Path:
-    """Save DCP ``state`` + ``meta`` as ``step_<step>`` atomically; prune to the last K."""
+    """Save DCP ``state`` + ``meta`` as ``step_<step>`` atomically; prune to the last K; upload
+    to ``remote`` (the run's URL), if any."""
     tmp = _prepare(run_dir, step)
     with warnings.catch_warnings():  # one process without a process group is intended here
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp.save(state, checkpoint_id=str(tmp))
     _barrier()
     if _rank() == 0:
-        _publish(run_dir, step, meta, keep_last)
+        _publish_and_upload(run_dir, step, meta, keep_last, remote)
     _barrier()
     return _paths(run_dir, step)[1]
 
@@ -158,7 +180,8 @@ class AsyncCheckpointer:
     directory and ``latest`` only after every rank's files are written: a run killed
     before that resumes from the previous complete checkpoint."""
 
-    def __init__(self) -> None:
+    def __init__(self, remote: RemoteRun | None = None) -> None:
+        self._remote = remote  # where each published checkpoint is uploaded, if anywhere
         self._pending: Future | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenmill-checkpoint")
         self._group: dist.ProcessGroup | None = None
@@ -180,7 +203,7 @@ class AsyncCheckpointer:
             written.result()  # this rank's files; on rank 0 also .metadata, i.e. every rank's
             inject("checkpoint", step)
             if rank == 0:
-                _publish(run_dir, step, meta, keep_last)
+                _publish_and_upload(run_dir, step, meta, keep_last, self._remote)
 
         self._pending = self._executor.submit(finish)
         return _paths(run_dir, step)[1]
@@ -198,6 +221,68 @@ class AsyncCheckpointer:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class RemoteRun:
+    """A run directory on object storage, written through its local copy in the cache
+    (`TrainConfig.run_dir`). The URL holds the same layout as a local run directory.
+
+    Uploads follow the rule of local publication, with upload order in place of renames: a
+    checkpoint's shard files, the run's other files (metrics.jsonl, config.yaml, tensorboard),
+    the checkpoint's ``meta.json``, and ``checkpoints/latest`` last. A reader (a resumed run on
+    another machine) that follows ``latest`` finds a complete checkpoint; one killed mid-upload
+    leaves the previous ``latest`` in place. Pruning to ``keep_last`` happens after ``latest``
+    moved on, so the checkpoint it names is never the one removed."""
+
+    def __init__(self, url: str) -> None:
+        self.mirror = storage.Mirror(url, "runs")
+        self.local = self.mirror.local
+
+    def _complete(self) -> set[str]:
+        """Names of the checkpoints on the remote side that have their meta.json."""
+        names = set()
+        for name in self.mirror.files("checkpoints"):
+            parts = name.split("/")
+            if len(parts) == 3 and parts[2] == META and parts[1].startswith("step_"):
+                names.add(parts[1])
+        return names
+
+    def pull(self) -> Path | None:
+        """Download the checkpoint the remote ``latest`` names (files that are already in the
+        cache unchanged are kept) and the run's metrics; point the local ``latest`` at it and
+        return its local path, or None when the URL holds no checkpoint yet."""
+        root = self.local / "checkpoints"
+        pointer = self.mirror.read(f"checkpoints/{LATEST}")
+        name = pointer.decode().strip() if pointer is not None else ""
+        if not name or name not in self._complete():
+            (root / LATEST).unlink(missing_ok=True)
+            return None
+        files = [f for f in self.mirror.files(f"checkpoints/{name}") if f.rsplit("/", 1)[-1] != META]
+        self.mirror.pull([*files, f"checkpoints/{name}/{META}"])
+        if "metrics.jsonl" not in self.mirror.pull(["metrics.jsonl"]):
+            (self.local / "metrics.jsonl").unlink(missing_ok=True)
+        atomic_write_text(root / LATEST, name + "\n", durable=True)
+        log.info("resuming from %s/checkpoints/%s", self.mirror.url, name)
+        return root / name
+
+    def push(self, final: Path) -> None:
+        """Upload the checkpoint ``final`` (published locally), then move the remote ``latest``."""
+        run = self.local
+        shards = sorted(p.relative_to(run).as_posix() for p in final.iterdir() if p.is_file() and p.name != META)
+        others = sorted(
+            p.relative_to(run).as_posix()
+            for p in run.rglob("*")
+            if p.is_file()
+            and not any(part.startswith(".") for part in p.relative_to(run).parts)
+            and p.relative_to(run).parts[0] != "checkpoints"
+        )
+        meta = f"checkpoints/{final.name}/{META}"
+        self.mirror.remove(meta)  # a step saved again: its old files stop counting as a checkpoint first
+        self.mirror.push([*shards, *others], last=[meta, f"checkpoints/{LATEST}"])
+        kept = {p.name for p in list_checkpoints(run)}
+        for name in sorted(self._complete() - kept):
+            self.mirror.remove(f"checkpoints/{name}")
+        log.info("uploaded checkpoint %s to %s", final.name, self.mirror.url)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenmill.errors import ConfigError
+from tokenmill.infra import storage
 
 if TYPE_CHECKING:
     from tokenmill.train.config import TrainConfig
@@ -99,7 +100,7 @@ def restart_resume(cfg: TrainConfig, resume: bool | str) -> bool | str:
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if restart == 0:
         return resume
-    found = list_checkpoints(cfg.out)
+    found = list_checkpoints(cfg.run_dir)
     if int(os.environ.get("RANK", "0")) == 0:
         where = f"from {found[-1]}" if found else "from the start (no checkpoint yet)"
         log.warning("restart %d of %d: resuming %s", restart, cfg.parallel.max_restarts, where)
@@ -159,10 +160,13 @@ def run_train(args: argparse.Namespace) -> int:
 
         # Every mistake that needs no worker is reported here, once, before torchrun starts.
         prepare(cfg, resume=args.resume)
-        check_run_unlocked(cfg.out)
+        check_run_unlocked(cfg.run_dir)
         deprecations()
         return launch_torchrun(
-            cfg.world_size, _train_argv(args, config_path), max_restarts=cfg.parallel.max_restarts, run_dir=cfg.out
+            cfg.world_size,
+            _train_argv(args, config_path),
+            max_restarts=cfg.parallel.max_restarts,
+            run_dir=str(cfg.run_dir),
         )
     if under_torchrun():
         if int(os.environ["WORLD_SIZE"]) != cfg.world_size:
@@ -175,7 +179,10 @@ def run_train(args: argparse.Namespace) -> int:
     result = train(cfg, resume=restart_resume(cfg, args.resume) if under_torchrun() else args.resume)
     if result.losses and int(os.environ.get("RANK", "0")) == 0:
         last = max(result.losses)
-        log.info(f"trained to step {result.step}: loss {result.losses[last]:.4f}; checkpoint {result.checkpoint}")
+        checkpoint = result.checkpoint
+        if checkpoint is not None and storage.is_url(cfg.out):
+            checkpoint = storage.join(cfg.out, "checkpoints", checkpoint.name)
+        log.info(f"trained to step {result.step}: loss {result.losses[last]:.4f}; checkpoint {checkpoint}")
     if under_torchrun():
         from tokenmill.train.parallel.mesh import shutdown_distributed
 

@@ -367,6 +367,14 @@ class TrainConfig(BaseModel):
         return self.parallel.world_size
 
     @property
+    def run_dir(self) -> Path:
+        """Where the run writes: ``out`` itself, or for a URL its local copy in the cache, from
+        which each checkpoint is uploaded once complete (`tokenmill.train.checkpoint.RemoteRun`)."""
+        from tokenmill.infra import storage
+
+        return storage.cache_dir_for(self.out, "runs") if storage.is_url(self.out) else Path(self.out)
+
+    @property
     def sequence_length(self) -> int:
         return self.dataset.seq_len or self.model.max_seq_len
 
@@ -471,10 +479,6 @@ def config_problems(cfg: TrainConfig, problems: Any, prefix: tuple[Any, ...] = (
         key, _, message = str(error).partition(": ")
         add(("model", key), message)
     opt, sched = cfg.optimizer, cfg.schedule
-    from tokenmill.infra.storage import is_url
-
-    if is_url(cfg.out):
-        add(("out",), f"{cfg.out}: the run directory (checkpoints, metrics) must be local; the data may be a URL")
     if opt.lr <= 0 or opt.min_lr > opt.lr:
         add(("optimizer", "lr"), f"need 0 < min_lr <= lr, got lr={opt.lr}, min_lr={opt.min_lr}")
     if cfg.sequence_length > cfg.model.max_seq_len:

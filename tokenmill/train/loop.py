@@ -22,9 +22,11 @@ import torch
 import yaml
 
 from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.infra import storage
 from tokenmill.infra.atomic import read_json
 from tokenmill.train.checkpoint import (
     AsyncCheckpointer,
+    RemoteRun,
     list_checkpoints,
     load_checkpoint,
     read_meta,
@@ -162,7 +164,10 @@ def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
     cfg.validate()
     prefixes = check_data(cfg.dataset.path)
     meta_data = data_metadata(prefixes)
-    ckpt_path = resume_checkpoint(Path(cfg.out), resume)
+    if storage.is_url(cfg.out) and resume is True:
+        ckpt_path = RemoteRun(cfg.out).pull()  # the URL, not the local cache, says where the run is
+    else:
+        ckpt_path = resume_checkpoint(cfg.run_dir, resume)
     if cfg.vocab_from_data and ckpt_path is not None:
         # A resumed run keeps its vocabulary, also under another tp (whose padding differs).
         saved = int(read_meta(ckpt_path, verify=False).get("model", {}).get("vocab_size") or 0)
@@ -208,7 +213,7 @@ def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine
     # The writing process (rank 0 under torchrun) holds the run directory before anything in
     # it is changed; a second run on it stops here.
     rank = int(os.environ.get("RANK", "0"))
-    lock = RunLock(cfg.out).acquire() if rank == 0 else None
+    lock = RunLock(cfg.run_dir).acquire() if rank == 0 else None
     # Ranks wait for each other from the engine's first collective on: none waits forever.
     watchdog = CollectiveWatchdog(cfg.parallel.collective_timeout, rank).start() if cfg.world_size > 1 else None
     try:
@@ -227,7 +232,8 @@ def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine
 
 
 def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None) -> TrainResult:
-    run_dir = Path(cfg.out)
+    run_dir = cfg.run_dir
+    remote = RemoteRun(cfg.out) if storage.is_url(cfg.out) else None
     ckpt_path = prepared.checkpoint
     tokenizer = cfg.dataset.tokenizer or prepared.data["tokenizer"]
     schedule = Schedule(cfg)
@@ -272,7 +278,7 @@ def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None) -> Train
     flops_per_token = cfg.model.flops_per_token(cfg.sequence_length)
     mbs = cfg.local_micro_batch_size
     result = TrainResult(run_dir=run_dir, step=step, consumed_samples=consumed)
-    checkpointer = AsyncCheckpointer() if cfg.checkpoint.async_save else None
+    checkpointer = AsyncCheckpointer(remote) if cfg.checkpoint.async_save else None
 
     def save() -> Path:
         meta = {
@@ -283,8 +289,10 @@ def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None) -> Train
             "consumed_samples": consumed,
             "rng": rng_state(),
         }
-        write = checkpointer.save if checkpointer is not None else save_checkpoint
-        return write(run_dir, step, engine.state_dict_for_checkpoint(), meta, keep_last=cfg.checkpoint.keep_last)
+        state = engine.state_dict_for_checkpoint()
+        if checkpointer is not None:
+            return checkpointer.save(run_dir, step, state, meta, keep_last=cfg.checkpoint.keep_last)
+        return save_checkpoint(run_dir, step, state, meta, keep_last=cfg.checkpoint.keep_last, remote=remote)
 
     bar = None
     if engine.is_logging_rank and cfg.logging.progress:
