@@ -102,13 +102,6 @@ def test_clear_errors(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
         s3fs.S3FileSystem.clear_instance_cache()
 
 
-def test_work_directories_must_be_local() -> None:
-    from tokenmill.pipelines.runner import local_workdir
-
-    with pytest.raises(TokenmillError, match="work directory s3://b/work: it must be local"):
-        local_workdir("s3://b/work")
-
-
 def test_a_run_directory_url_is_written_through_the_cache(s3_server) -> None:
     from tokenmill.train.config import TrainConfig
 

@@ -363,6 +363,9 @@ def submit_recipe(
     submitted (or printed with --dry-run)."""
     from tokenmill.pipelines.plan import build_plan, select
 
+    if storage.is_url(workdir):
+        # The job script and the nodes' steps live in the work directory: it must be shared disk.
+        raise ConfigError(f"--workdir {workdir}: a Slurm job needs a work directory on a shared filesystem")
     if args.from_ or args.force:
         # Every job of a chain runs the same script: a forced step would be redone by each.
         raise ConfigError("--from and --force do not go with --slurm: run them here, then submit the rest")

@@ -497,6 +497,20 @@ class Mirror:
                     continue
                 self._fs.put_file(str(source), self.remote(name))
 
+    def create(self, name: str, data: bytes) -> bool:
+        """Write a remote file only if none exists (a conditional PUT, ``If-None-Match: *``);
+        False when one does. Stores without conditional writes are refused."""
+        with storage_errors(f"{self.url}/{name}", "write"):
+            try:
+                self._fs.pipe_file(self.remote(name), data, mode="create")
+            except FileExistsError:
+                return False
+            except TypeError:  # this filesystem's pipe_file has no exclusive mode
+                raise TokenmillError(
+                    f"{self.url}: {type(self._fs).__name__} cannot create an object only if it is absent"
+                ) from None
+        return True
+
     def remove(self, name: str) -> None:
         """Remove a remote file or prefix (nothing there is not an error)."""
         remove(f"{self.url}/{name}")

@@ -107,7 +107,7 @@ def _run_recipe(recipe: Any, workdir: Path, args: argparse.Namespace) -> int:
 
 def _run_command(args: argparse.Namespace) -> int:
     from tokenmill.pipelines.recipe import load_recipe
-    from tokenmill.pipelines.runner import default_workdir, local_workdir
+    from tokenmill.pipelines.runner import default_workdir, resolve_workdir
     from tokenmill.recipes import resolve_recipe
 
     path, bundled = resolve_recipe(args.recipe)
@@ -115,7 +115,7 @@ def _run_command(args: argparse.Namespace) -> int:
     recipe = load_recipe(path, check_paths="warn" if args.dry_run else True, base_dir=Path.cwd() if bundled else None)
     for warning in recipe.warnings:
         log.warning(warning)
-    workdir = local_workdir(args.workdir) if args.workdir else default_workdir(recipe)
+    workdir = resolve_workdir(args.workdir) if args.workdir else default_workdir(recipe)
     from tokenmill.infra.slurm import check_slurm_only_options, submit_recipe
 
     check_slurm_only_options(args)

@@ -150,17 +150,111 @@ class WorkdirLock:
             self.fd = None
 
 
-def local_workdir(path: str | Path) -> Path:
-    """The work directory, which must be local: it holds the run's lock, state and checkpoints."""
-    if storage.is_url(path):
-        raise TokenmillError(f"work directory {path}: it must be local (sources and the recipe may be URLs)")
-    return Path(path).resolve()
+def resolve_workdir(path: str | Path) -> str | Path:
+    """The work directory as given: an absolute local path, or a URL (see `RemoteWorkdir`)."""
+    return storage.absolute(path) if storage.is_url(path) else Path(path).resolve()
 
 
-def default_workdir(recipe: Recipe) -> Path:
+def default_workdir(recipe: Recipe) -> str | Path:
     if recipe.workdir:
-        return local_workdir(recipe.resolve(recipe.workdir))
+        return resolve_workdir(recipe.resolve(recipe.workdir))
     return Path.cwd() / f"{recipe.name}-work"
+
+
+class RemoteWorkdir:
+    """A work directory on object storage, run through its local copy in the cache.
+
+    The run starts by taking the lock object ``.state/lock`` with a conditional create (an S3
+    PUT with ``If-None-Match: *``: of two runs, exactly one creates it), then brings the local
+    copy up to date with the URL. Each finished step is published like any other output: the
+    step's state file is removed before it runs, its output files are uploaded (and files of an
+    older output that it no longer has removed), and the state file, the mark of a finished
+    step, is uploaded last. The lock object is removed when the run ends."""
+
+    LOCK = f"{STATE_DIR}/lock"
+
+    def __init__(self, url: str) -> None:
+        self.mirror = storage.Mirror(url, "workdirs")
+        self.url, self.local = self.mirror.url, self.mirror.local
+        self._held = False
+
+    def acquire(self) -> None:
+        import socket
+
+        holder = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+        for _ in range(2):
+            if self.mirror.create(self.LOCK, json.dumps(holder).encode()):
+                self._held = True
+                return
+            other = _json_or_none(self.mirror.read(self.LOCK)) or {}
+            if other.get("host") != holder["host"] or _alive(other.get("pid")):
+                break
+            # Left by a run on this machine that no longer exists (killed): it is safe to take.
+            log.warning(f"removing {self.url}/{self.LOCK}, left by pid {other.get('pid')}, which has ended")
+            self.mirror.remove(self.LOCK)
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(other.get("started", 0)))
+        raise TokenmillError(
+            f"another tokenmill run (host {other.get('host', '?')}, pid {other.get('pid', '?')}, since {since}) is "
+            f"using {self.url}; wait for it or use another --workdir (if that run is gone, delete {self.url}/{self.LOCK})"
+        )
+
+    def release(self) -> None:
+        if self._held:
+            self.mirror.remove(self.LOCK)
+            self._held = False
+
+    def pull(self) -> None:
+        """Make the local copy hold what the URL holds. Local state files the URL lacks are removed:
+        a step counts as finished only once its state reached the URL."""
+        names = [n for n in self.mirror.files() if n != self.LOCK]
+        self.mirror.pull(names)
+        remote_states = {n for n in names if n.startswith(f"{STATE_DIR}/")}
+        for path in (self.local / STATE_DIR).rglob("*.json") if (self.local / STATE_DIR).is_dir() else []:
+            if path.relative_to(self.local).as_posix() not in remote_states:
+                path.unlink()
+
+    def _name(self, path: Path) -> str:
+        return path.relative_to(self.local).as_posix()
+
+    def forget(self, step: Step) -> None:
+        """Before a step runs: it stops counting as finished on the URL too."""
+        self.mirror.remove(self._name(state_path(self.local, step)))
+
+    def push_step(self, step: Step) -> None:
+        """After a step finished: its output files, then its state file."""
+        prefix = self._name(step.output)
+        files = [self._name(p) for p in sorted(step.output.rglob("*")) if p.is_file() and _published(p)]
+        self.mirror.push(files)
+        for stale in sorted(set(self.mirror.files(prefix)) - set(files)):
+            self.mirror.remove(stale)  # of an older output of this step
+        self.mirror.push([], last=[self._name(state_path(self.local, step))])
+
+    def push_files(self, paths: list[Path]) -> None:
+        self.mirror.push([self._name(p) for p in paths if p is not None and p.is_file()])
+
+
+def _published(path: Path) -> bool:
+    """Not a lock or a temporary sibling (``.NAME.tmp-*``) a writer leaves while it works."""
+    return path.name not in (".lock", "lock") and not any(
+        part.startswith(".") and ".tmp" in part for part in path.parts
+    )
+
+
+def _json_or_none(data: bytes | None) -> Any:
+    try:
+        return json.loads(data) if data else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def _alive(pid: Any) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -475,7 +569,7 @@ def _disk_full_is_an_error(what: str, workdir: Path) -> Iterator[None]:
 
 def run_recipe(
     recipe: Recipe,
-    workdir: Path | None = None,
+    workdir: str | Path | None = None,
     *,
     from_: list[str] | None = None,
     until: list[str] | None = None,
@@ -490,16 +584,29 @@ def run_recipe(
     `client`: an existing Dask client for the curation and encoding steps (else one is opened
     from `scheduler`/`workers`, or the recipe's, and closed before training)."""
     started = time.time()
-    workdir = Path(workdir or default_workdir(recipe)).resolve()
-    steps = build_plan(recipe, workdir)
-    selection = select(steps, from_, until, force)
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / STATE_DIR).mkdir(exist_ok=True)
-    lock = WorkdirLock(workdir).__enter__()
-    # The recipe as run, for the report and for whoever opens the directory later (atomic: a
-    # full disk leaves the previous one).
-    with _disk_full_is_an_error("recipe.json", workdir):
-        atomic_write_text(workdir / "recipe.json", recipe.model_dump_json(indent=2) + "\n")
+    workdir = resolve_workdir(workdir or default_workdir(recipe))
+    remote = RemoteWorkdir(str(workdir)) if storage.is_url(workdir) else None
+    if remote is not None:
+        remote.acquire()
+        workdir = remote.local
+    try:
+        if remote is not None:
+            remote.pull()
+        steps = build_plan(recipe, workdir)
+        selection = select(steps, from_, until, force)
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / STATE_DIR).mkdir(exist_ok=True)
+        lock = WorkdirLock(workdir).__enter__()
+        # The recipe as run, for the report and for whoever opens the directory later (atomic: a
+        # full disk leaves the previous one).
+        with _disk_full_is_an_error("recipe.json", workdir):
+            atomic_write_text(workdir / "recipe.json", recipe.model_dump_json(indent=2) + "\n")
+        if remote is not None:
+            remote.push_files([workdir / "recipe.json"])
+    except BaseException:
+        if remote is not None:
+            remote.release()  # the lock object outlives the process: never leave it behind
+        raise
     ctx = Context(
         recipe,
         workdir,
@@ -536,6 +643,8 @@ def run_recipe(
                 continue
             log.info(f"{tag}: {step.description}")
             state_path(workdir, step).unlink(missing_ok=True)
+            if remote is not None:
+                remote.forget(step)
             _remove_leftovers(step)
             t0 = time.time()
             with _disk_full_is_an_error(step.name, workdir):
@@ -553,6 +662,8 @@ def run_recipe(
             }
             with _disk_full_is_an_error(step.name, workdir):
                 atomic_write_text(state_path(workdir, step), json.dumps(state, indent=2, default=str) + "\n")
+            if remote is not None:
+                remote.push_step(step)
             log.info(f"{tag}: done in {seconds:.1f}s: {summary}")
             result.steps.append(StepResult(step.name, "ran", seconds, summary))
     finally:
@@ -565,12 +676,20 @@ def run_recipe(
                 result.report_md, result.report_html = write_report(recipe, workdir, steps)
             except Exception as error:  # a report must never hide the run's own error
                 log.warning(f"report: could not be written: {error}")
+        if remote is not None:
+            try:
+                remote.push_files([result.report_md, result.report_html])
+            except TokenmillError as error:  # nor must its upload
+                log.warning(f"report: could not be uploaded: {error}")
+            finally:
+                remote.release()
     result.seconds = time.time() - started
     ran = [s for s in result.steps if s.status == "ran"]
     skipped = [s for s in result.steps if s.status == "skipped"]
     log.info("")
     log.info(
-        f"tokenmill run: {len(ran)} step(s) ran, {len(skipped)} up to date, in {result.seconds:.1f}s; work directory {workdir}"
+        f"tokenmill run: {len(ran)} step(s) ran, {len(skipped)} up to date, in {result.seconds:.1f}s; "
+        f"work directory {remote.url if remote is not None else workdir}"
     )
     for s in ran:
         log.info(f"  {s.name:<32} {s.seconds:7.1f}s  {s.summary}")
@@ -588,13 +707,22 @@ def run_recipe(
 
 def format_plan(
     recipe: Recipe,
-    workdir: Path,
+    workdir: str | Path,
     from_: list[str] | None = None,
     until: list[str] | None = None,
     force: list[str] | None = None,
 ) -> str:
     """What `--dry-run` prints: every step with its status, inputs and output; the training
-    layout with the planner's memory estimate."""
+    layout with the planner's memory estimate. A work directory URL is brought into its local
+    copy first (under its lock, as a run would)."""
+    if storage.is_url(workdir):
+        remote = RemoteWorkdir(str(workdir))
+        remote.acquire()
+        try:
+            remote.pull()
+        finally:
+            remote.release()
+        workdir = remote.local
     steps = build_plan(recipe, workdir)
     selection: Selection = select(steps, from_, until, force)
     lines = [f"recipe {recipe.name}: {len(steps)} steps; work directory {workdir}", ""]
