@@ -18,7 +18,7 @@ import pytest
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import storage
 from tokenmill.pipelines.recipe import load_recipe
-from tokenmill.pipelines.runner import RemoteWorkdir, run_recipe
+from tokenmill.pipelines.runner import RemoteWorkdir, format_plan, run_recipe
 
 RECIPE = """
 name: bucket
@@ -108,6 +108,10 @@ def test_a_recipe_runs_in_a_bucket_and_resumes_from_an_empty_cache(bucket, share
     second = run_recipe(load_recipe(f"{bucket}/recipes/bucket.yaml"), workdir, progress=False, client=s3_dask_client)
     assert [s.status for s in second.steps] == ["skipped"] * 6
     assert [s.summary for s in second.steps] == [s.summary for s in first.steps]
+
+    shutil.rmtree(storage.cache_dir_for(workdir, "workdirs"))
+    plan = format_plan(load_recipe(f"{bucket}/recipes/bucket.yaml"), workdir)
+    assert plan.count("[up to date]") == 6 and not storage.exists(f"{workdir}/.state/lock")
 
     # A step whose state never reached the bucket is not finished, whatever the cache holds.
     storage.remove(f"{workdir}/.state/{dedup.name}.json")

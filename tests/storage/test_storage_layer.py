@@ -121,3 +121,29 @@ def test_missing_s3fs_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None
         TokenmillError, match=r"^reading or writing s3://b/x needs s3fs \(pip install 'tokenmill\[s3\]'\)$"
     ):
         storage.exists("s3://b/x")
+
+
+def test_a_mirror_moves_only_what_changed(bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"{bucket}/dir"
+    storage.write_text(f"{url}/a.txt", "a")
+    storage.write_text(f"{url}/b/c.txt", "c")
+    mirror = storage.Mirror(url, "test")
+    assert mirror.pull_tree() == ["a.txt", "b/c.txt"]
+    assert (mirror.local / "b" / "c.txt").read_text() == "c"
+    stamp = (mirror.local / "a.txt").stat().st_mtime_ns
+    # Another process with the same URL: nothing downloaded again, also for an object whose
+    # etag is not an MD5 (a multipart upload), which the record of versions covers.
+    monkeypatch.setattr(storage, "_md5_matches", lambda local, info: False)
+    storage.Mirror(url, "test").pull_tree()
+    assert (mirror.local / "a.txt").stat().st_mtime_ns == stamp
+    storage.write_text(f"{url}/a.txt", "a, changed")
+    storage.Mirror(url, "test").pull(["a.txt", "missing.txt"])
+    assert (mirror.local / "a.txt").read_text() == "a, changed"
+
+    (mirror.local / "b" / "c.txt").write_text("c, changed here")
+    (mirror.local / "d.txt").write_text("d")
+    mirror.push(["b/c.txt", "a.txt"], last=["d.txt"])
+    assert storage.read_text(f"{url}/b/c.txt") == "c, changed here" and storage.read_text(f"{url}/d.txt") == "d"
+
+    assert mirror.create("lock", b"1") and not mirror.create("lock", b"2")
+    assert mirror.read("lock") == b"1" and mirror.read("nothing") is None

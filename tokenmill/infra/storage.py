@@ -420,11 +420,9 @@ def _md5(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _unchanged(local: Path, info: dict[str, Any]) -> bool:
-    """True when the local file holds the object's bytes: same size and, where the store's etag
-    is the content's MD5 (a single-part S3 upload), the same MD5. Anything else counts as changed."""
-    if not local.is_file() or local.stat().st_size != int(info.get("size") or 0):
-        return False
+def _md5_matches(local: Path, info: dict[str, Any]) -> bool:
+    """True when the store's etag is the content's MD5 (a single-part S3 upload) and the local
+    file has that MD5."""
     etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
     return len(etag) == 32 and all(c in "0123456789abcdef" for c in etag) and _md5(local) == etag
 
@@ -445,6 +443,42 @@ class Mirror:
         self.local.mkdir(parents=True, exist_ok=True)
         self._fs, self._inner = filesystem(self.url)
         self._inner = self._inner.rstrip("/")
+        # Which object version each local file was downloaded from or uploaded as; beside the
+        # copy, not in it, so that it is never taken for one of the directory's files.
+        self._stamps_path = self.local.with_name(f"{self.local.name}.versions.json")
+        self._stamps: dict[str, Any] | None = None
+
+    def _read_stamps(self) -> dict[str, Any]:
+        from tokenmill.infra.atomic import read_json
+
+        if self._stamps is None:
+            self._stamps = read_json(self._stamps_path) or {}
+        return self._stamps
+
+    def _record(self, name: str, info: dict[str, Any]) -> None:
+        from tokenmill.infra.atomic import atomic_write_text
+
+        stamps = self._read_stamps()
+        stat = (self.local / name).stat()
+        stamps[name] = [_version(info), int(info.get("size") or 0), stat.st_size, stat.st_mtime_ns]
+        atomic_write_text(self._stamps_path, json.dumps(stamps))
+
+    def _unchanged(self, name: str, info: dict[str, Any]) -> bool:
+        """True when the local file holds the object's bytes: it was last downloaded from or
+        uploaded as this very version of the object and has not changed since, or (an object
+        this copy has no record of) its MD5 is the object's etag."""
+        local = self.local / name
+        if not local.is_file() or local.stat().st_size != int(info.get("size") or 0):
+            return False
+        stat = local.stat()
+        if self._read_stamps().get(name) == [
+            _version(info),
+            int(info.get("size") or 0),
+            stat.st_size,
+            stat.st_mtime_ns,
+        ]:
+            return True
+        return _md5_matches(local, info)
 
     def remote(self, name: str) -> str:
         return f"{self._inner}/{name}" if name else self._inner
@@ -471,12 +505,13 @@ class Mirror:
                     continue
                 present.append(name)
                 target = self.local / name
-                if _unchanged(target, info):
+                if self._unchanged(name, info):
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
                 log.info("downloading %s/%s", self.url, name)
                 with atomic_path(target) as tmp:
                     self._fs.get_file(self.remote(name), str(tmp))
+                self._record(name, info)
         return present
 
     def pull_tree(self, under: str = "") -> list[str]:
@@ -493,9 +528,10 @@ class Mirror:
                     info = self._fs.info(self.remote(name))
                 except FileNotFoundError:
                     info = None
-                if info is not None and name not in last and _unchanged(source, info):
+                if info is not None and name not in last and self._unchanged(name, info):
                     continue
                 self._fs.put_file(str(source), self.remote(name))
+                self._record(name, self._fs.info(self.remote(name)))
 
     def create(self, name: str, data: bytes) -> bool:
         """Write a remote file only if none exists (a conditional PUT, ``If-None-Match: *``);
