@@ -86,7 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.set_defaults(func=_demo_command)
 
 
-def _run_recipe(recipe: Any, workdir: Path, args: argparse.Namespace) -> int:
+def _run_recipe(recipe: Any, workdir: str | Path, args: argparse.Namespace) -> int:
     from tokenmill.pipelines.runner import format_plan, run_recipe
 
     if args.dry_run:

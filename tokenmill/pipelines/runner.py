@@ -234,10 +234,8 @@ class RemoteWorkdir:
 
 
 def _published(path: Path) -> bool:
-    """Not a lock or a temporary sibling (``.NAME.tmp-*``) a writer leaves while it works."""
-    return path.name not in (".lock", "lock") and not any(
-        part.startswith(".") and ".tmp" in part for part in path.parts
-    )
+    """Not the trainer's lock or a temporary sibling (``.NAME.tmp-*``) a writer leaves while it works."""
+    return path.name != ".lock" and not any(part.startswith(".") and ".tmp" in part for part in path.parts)
 
 
 def _json_or_none(data: bytes | None) -> Any:
