@@ -13,7 +13,7 @@ import pytest
 
 from tokenmill.infra import storage
 from tokenmill.tokenize.indexed import IndexedDatasetWriter
-from tokenmill.train.checkpoint import list_checkpoints
+from tokenmill.train.checkpoint import CheckpointError, list_checkpoints
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.loop import train
 from tokenmill.train.metrics import read_metrics
@@ -107,3 +107,6 @@ def test_background_checkpoints_are_uploaded_before_the_run_ends(bucket, config)
     meta = json.loads(storage.read_text(f"{url}/checkpoints/step_4/meta.json"))
     for name, entry in meta["files"].items():
         assert storage.size(f"{url}/checkpoints/step_4/{name}") == entry["bytes"]
+    # A checkpoint URL is not a --resume path: the run's URL is.
+    with pytest.raises(CheckpointError, match="resumed with --out URL --resume"):
+        train(config(url, 6), resume=f"{url}/checkpoints/step_4")

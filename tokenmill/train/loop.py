@@ -26,6 +26,7 @@ from tokenmill.infra import storage
 from tokenmill.infra.atomic import read_json
 from tokenmill.train.checkpoint import (
     AsyncCheckpointer,
+    CheckpointError,
     RemoteRun,
     list_checkpoints,
     load_checkpoint,
@@ -152,6 +153,8 @@ class Prepared:
 def resume_checkpoint(run_dir: Path, resume: bool | str | Path) -> Path | None:
     if not resume:
         return None
+    if storage.is_url(resume):
+        raise CheckpointError(f"--resume {resume}: a checkpoint on object storage is resumed with --out URL --resume")
     if resume is True and not list_checkpoints(run_dir):
         return None  # --resume on a fresh run directory simply starts
     return resolve_checkpoint(run_dir if resume is True else Path(resume))
