@@ -7,11 +7,14 @@ PUT)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -20,20 +23,25 @@ from tokenmill.infra import storage
 from tokenmill.pipelines.recipe import load_recipe
 from tokenmill.pipelines.runner import RemoteWorkdir, format_plan, run_recipe
 
-RECIPE = """
-name: bucket
+PLAYS = """
 sources:
   - name: plays
     path: {bucket}/raw/plays.txt
     format: text
     separator: '\\n\\n'
-  - name: notes
+"""
+
+RECIPE = (
+    "name: bucket"
+    + PLAYS
+    + """  - name: notes
     path: {bucket}/raw/notes
     format: jsonl
 curate:
   - stage: normalize
   - stage: exact_dedup
 """
+)
 
 
 @pytest.mark.slow
@@ -157,3 +165,68 @@ def test_of_two_runs_on_one_url_one_takes_the_lock(bucket) -> None:
     remote.acquire()
     assert json.loads(storage.read_text(f"{url}/.state/lock"))["pid"] != dead["pid"]
     remote.release()
+
+
+TRAIN_RECIPE = (
+    "name: trained"
+    + PLAYS
+    + """tokenize: {{vocab_size: 300}}
+blend:
+  - {{source: plays, weight: 1.0}}
+train:
+  config:
+    model: {{preset: tiny, max_seq_len: 32}}
+    seq_len: 32
+    steps: 200
+    global_batch_size: 4
+    lr: 3.0e-3
+    lr_warmup_steps: 2
+    log_interval: 1
+    eval_interval: 0
+    save_interval: 4
+    keep_last: 3
+    precision: fp32
+    tensorboard: false
+"""
+)
+
+
+@pytest.mark.slow
+def test_training_in_a_bucket_work_directory_resumes_on_another_machine(bucket, shared_data, caplog) -> None:
+    """Killed during training once a checkpoint reached the bucket; rerun with an empty cache:
+    the finished steps are skipped and training resumes from that checkpoint."""
+    plays = (shared_data / "corpus" / "tinyshakespeare.txt").read_text(encoding="utf-8")[:40_000]
+    storage.write_text(f"{bucket}/raw/plays.txt", plays)
+    storage.write_text(f"{bucket}/trained.yaml", TRAIN_RECIPE.format(bucket=bucket))
+    workdir = f"{bucket}/work"
+    command = [sys.executable, "-m", "tokenmill.cli", "run", f"{bucket}/trained.yaml", "--workdir", workdir]
+    process = subprocess.Popen(
+        [*command, "--no-progress", "--workers", "1"],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 400
+        while not storage.exists(f"{workdir}/train/run/checkpoints/latest"):
+            assert process.poll() is None, "the run ended before a checkpoint was uploaded"
+            assert time.time() < deadline
+            time.sleep(0.2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+    uploaded = storage.read_text(f"{workdir}/train/run/checkpoints/latest").strip()
+    step = int(uploaded[len("step_") :])
+    assert 4 <= step < 200 and not storage.exists(f"{workdir}/.state/train.json")
+    assert f"train/run/checkpoints/{uploaded}/meta.json" in _objects(workdir)
+
+    shutil.rmtree(storage.cache_dir_for(workdir, "workdirs"))
+    with caplog.at_level("INFO"):
+        result = run_recipe(load_recipe(f"{bucket}/trained.yaml"), workdir, progress=False, report=False)
+    assert [s.status for s in result.steps][:-1] == ["skipped"] * (len(result.steps) - 1)
+    assert result.steps[-1].status == "ran" and result.steps[-1].summary.startswith("step 200")
+    assert "resuming from the latest checkpoint" in caplog.text
+    metrics = [json.loads(line) for line in storage.read_text(f"{workdir}/train/run/metrics.jsonl").splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, 201))
+    assert storage.read_text(f"{workdir}/train/run/checkpoints/latest").strip() == "step_200"

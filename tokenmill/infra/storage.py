@@ -437,15 +437,16 @@ class Mirror:
     The local copy lives in the cache (``$TOKENMILL_CACHE/<kind>/<hash of the URL>``); deleting it
     loses nothing that was pushed. Unchanged files are neither downloaded nor uploaded again."""
 
-    def __init__(self, url: str, kind: str) -> None:
+    def __init__(self, url: str, kind: str, local: Path | None = None) -> None:
         self.url = absolute(url)
-        self.local = cache_dir_for(self.url, kind)
+        self.local = local or cache_dir_for(self.url, kind)
         self.local.mkdir(parents=True, exist_ok=True)
         self._fs, self._inner = filesystem(self.url)
         self._inner = self._inner.rstrip("/")
-        # Which object version each local file was downloaded from or uploaded as; beside the
-        # copy, not in it, so that it is never taken for one of the directory's files.
-        self._stamps_path = self.local.with_name(f"{self.local.name}.versions.json")
+        # Which object version each local file was downloaded from or uploaded as; in the cache,
+        # beside (not in) the URL's directory there, so that it is never taken for one of its files.
+        home = cache_dir_for(self.url, kind)
+        self._stamps_path = home.with_name(f"{home.name}.versions.json")
         self._stamps: dict[str, Any] | None = None
 
     def _read_stamps(self) -> dict[str, Any]:
@@ -461,6 +462,7 @@ class Mirror:
         stamps = self._read_stamps()
         stat = (self.local / name).stat()
         stamps[name] = [_version(info), int(info.get("size") or 0), stat.st_size, stat.st_mtime_ns]
+        self._stamps_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self._stamps_path, json.dumps(stamps))
 
     def _unchanged(self, name: str, info: dict[str, Any]) -> bool:

@@ -89,6 +89,7 @@ class Context:
         self._client_stack: ExitStack | None = None
         self._client: Any = client
         self._own_client = client is None
+        self.remote: RemoteWorkdir | None = None  # the work directory's URL, when it has one
 
     def client(self) -> Any:
         """The Dask client every curation and encoding step shares, opened on first use."""
@@ -231,6 +232,24 @@ class RemoteWorkdir:
 
     def push_files(self, paths: list[Path]) -> None:
         self.mirror.push([self._name(p) for p in paths if p is not None and p.is_file()])
+
+    def push_checkpoint(self, step: Step, run_dir: Path, done: str | None) -> str | None:
+        """While a training step runs: upload its newest checkpoint if it is not ``done`` (the one
+        uploaded last), with the step's config and fingerprint, so that a rerun on another
+        machine resumes the training from it. Returns the checkpoint now on the URL."""
+        from tokenmill.train.checkpoint import LATEST, RemoteRun
+
+        latest = run_dir / "checkpoints" / LATEST
+        name = latest.read_text().strip() if latest.is_file() else None
+        if name is None or name == done:
+            return done
+        try:
+            self.mirror.push([self._name(step.output / "config.yaml"), self._name(step.output / "fingerprint")])
+            RemoteRun(f"{self.url}/{self._name(run_dir)}", local=run_dir).push(run_dir / "checkpoints" / name)
+        except (TokenmillError, OSError) as error:  # pruned by the trainer meanwhile: the next one goes
+            log.warning(f"  checkpoint {name} not uploaded yet: {error}")
+            return done
+        return name
 
 
 def _published(path: Path) -> bool:
@@ -429,6 +448,10 @@ def train_config(ctx: Context, step: Step) -> dict[str, Any]:
     return config
 
 
+# How often a run on a work directory URL looks for a new checkpoint of its training step to upload.
+CHECKPOINT_POLL_SECONDS = 5.0
+
+
 def _train(ctx: Context, step: Step) -> dict[str, Any]:
     ctx.close_client()
     config = train_config(ctx, step)
@@ -476,8 +499,14 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
 
     in_main = threading.current_thread() is threading.main_thread()  # signal handlers live there only
     previous = signal.signal(signal.SIGTERM, on_sigterm) if in_main else None
+    uploaded = None
     try:
-        rc = process.wait()
+        while True:
+            try:
+                rc = process.wait(timeout=None if ctx.remote is None else CHECKPOINT_POLL_SECONDS)
+                break
+            except subprocess.TimeoutExpired:
+                uploaded = ctx.remote.push_checkpoint(step, run_dir, uploaded)
     except BaseException:
         process.terminate()
         try:
@@ -614,6 +643,7 @@ def run_recipe(
         progress=progress,
         client=client,
     )
+    ctx.remote = remote
     result = RunResult(workdir)
     try:
         for index, step in enumerate(steps, start=1):

@@ -234,18 +234,18 @@ class RemoteRun:
     leaves the previous ``latest`` in place. Pruning to ``keep_last`` happens after ``latest``
     moved on, so the checkpoint it names is never the one removed."""
 
-    def __init__(self, url: str) -> None:
-        self.mirror = storage.Mirror(url, "runs")
+    def __init__(self, url: str, local: Path | None = None) -> None:
+        self.mirror = storage.Mirror(url, "runs", local)  # local: a copy kept elsewhere than the cache
         self.local = self.mirror.local
 
-    def _complete(self) -> set[str]:
-        """Names of the checkpoints on the remote side that have their meta.json."""
-        names = set()
+    def _checkpoints(self) -> dict[str, bool]:
+        """The checkpoint directories on the remote side: name -> complete (has its meta.json)."""
+        found: dict[str, bool] = {}
         for name in self.mirror.files("checkpoints"):
             parts = name.split("/")
-            if len(parts) == 3 and parts[2] == META and parts[1].startswith("step_"):
-                names.add(parts[1])
-        return names
+            if len(parts) == 3 and parts[1].startswith("step_"):
+                found[parts[1]] = found.get(parts[1], False) or parts[2] == META
+        return found
 
     def pull(self) -> Path | None:
         """Download the checkpoint the remote ``latest`` names (files that are already in the
@@ -254,7 +254,7 @@ class RemoteRun:
         root = self.local / "checkpoints"
         pointer = self.mirror.read(f"checkpoints/{LATEST}")
         name = pointer.decode().strip() if pointer is not None else ""
-        if not name or name not in self._complete():
+        if not name or not self._checkpoints().get(name):
             (root / LATEST).unlink(missing_ok=True)
             return None
         files = [f for f in self.mirror.files(f"checkpoints/{name}") if f.rsplit("/", 1)[-1] != META]
@@ -278,10 +278,16 @@ class RemoteRun:
         )
         meta = f"checkpoints/{final.name}/{META}"
         self.mirror.remove(meta)  # a step saved again: its old files stop counting as a checkpoint first
-        self.mirror.push([*shards, *others], last=[meta, f"checkpoints/{LATEST}"])
+        self.mirror.push([*shards, *others], last=[meta])
+        # Named here, not copied from the local pointer, which a trainer running on may have moved.
+        storage.write_text(f"{self.mirror.url}/checkpoints/{LATEST}", final.name + "\n")
+        # Older checkpoints the run no longer keeps, and the parts of one whose upload was cut
+        # short. The trainer may have moved on meanwhile (a background upload), so only what is
+        # older than this checkpoint goes: never the one `latest` now names.
         kept = {p.name for p in list_checkpoints(run)}
-        for name in sorted(self._complete() - kept):
-            self.mirror.remove(f"checkpoints/{name}")
+        for name in sorted(self._checkpoints()):
+            if name not in kept and (_step_of(Path(name)) or 0) < (_step_of(final) or 0):
+                self.mirror.remove(f"checkpoints/{name}/")
         log.info("uploaded checkpoint %s to %s", final.name, self.mirror.url)
 
 
