@@ -516,10 +516,6 @@ class Mirror:
                 self._record(name, info)
         return present
 
-    def pull_tree(self, under: str = "") -> list[str]:
-        """`pull` every remote file under ``under``."""
-        return self.pull(self.files(under))
-
     def push(self, names: list[str], last: list[str] = ()) -> None:
         """Upload the named local files that differ on the remote side, then the ``last`` ones,
         in their order, each once its predecessors are complete."""
