@@ -129,8 +129,9 @@ _COMMENTS_LIST_ID = re.compile(f"^(?:{_X._COMMENTS_ID})")
 _COMMENTS_CLASS = re.compile(_X._COMMENTS_CLASS)
 
 
-def prune_raw_tree(tree: Any) -> None:
-    """Trafilatura's raw-tree prunes (appended articles, share bars, comment sections), in place."""
+def raw_tree_boilerplate(tree: Any) -> list:
+    """What RAW_TREE_PRUNE_XPATH and REMOVE_COMMENTS_AND_LISTS_XPATH select: appended articles,
+    share bars, comment sections (document order)."""
     doomed = []
     for element in tree.iter("div", "section", "aside", "details", "ol", "ul"):
         id_, class_ = element.get("id", ""), element.get("class", "")
@@ -149,7 +150,12 @@ def prune_raw_tree(tree: Any) -> None:
             _COMMENTS_CLASS.search(class_) or (_COMMENTS_LIST_ID if tag in ("ol", "ul") else _COMMENTS_ID).search(id_)
         ):
             doomed.append(element)
-    for element in doomed:
+    return doomed
+
+
+def prune_raw_tree(tree: Any) -> None:
+    """Trafilatura's raw-tree prunes, in place (the tail text of a removed element stays)."""
+    for element in raw_tree_boilerplate(tree):
         delete_element(element)
 
 
@@ -164,8 +170,10 @@ _HIDDEN_CLASS = re.compile(
 )
 
 
-def _boilerplate(element: Any, attrib: Any) -> bool:
-    """OVERALL_DISCARD_XPATH: navigation, ads, sharing, consent, meta and hidden elements."""
+def is_boilerplate(element: Any) -> bool:
+    """Whether OVERALL_DISCARD_XPATH selects the element: navigation, ads, sharing, consent,
+    meta data and hidden elements."""
+    attrib = element.attrib
     id_, class_, style = attrib.get("id", ""), attrib.get("class", ""), attrib.get("style", "")
     if element.tag in _SECTION_TAGS and (
         "data-lp-replacement-content" in attrib
@@ -193,25 +201,29 @@ def _delete_all(elements: list) -> None:
         delete_element(element)
 
 
-def prune_sections(tree: Any, potential_tags: set[str], options: Extractor, keep_teasers: bool = False) -> Any:
-    """trafilatura.main_extractor.prune_unwanted_sections for the balanced and recall focus."""
+def section_matches(tree: Any) -> tuple[list, list, list]:
+    """The descendants OVERALL_DISCARD_XPATH, DISCARD_IMAGE_ELEMENTS and TEASER_DISCARD_XPATH
+    select (each in document order), in one walk."""
     boilerplate: list = []
     captions: list = []
     teasers: list = []
-    drop_captions = "graphic" not in potential_tags
-    drop_teasers = options.focus != "recall" and not keep_teasers
     for element in tree.iterdescendants(etree.Element):
-        attrib = element.attrib
-        if not attrib:
+        if not element.attrib:  # every rule tests an attribute
             continue
-        if _boilerplate(element, attrib):
+        if is_boilerplate(element):
             boilerplate.append(element)
         if element.tag in _SECTION_TAGS:
-            id_, class_ = attrib.get("id", ""), attrib.get("class", "")
-            if drop_captions and ("caption" in id_ or "caption" in class_):
+            id_, class_ = element.get("id", ""), element.get("class", "")
+            if "caption" in id_ or "caption" in class_:
                 captions.append(element)
-            if drop_teasers and ("teaser" in id_.replace("T", "t") or "teaser" in class_.replace("T", "t")):
+            if "teaser" in id_.replace("T", "t") or "teaser" in class_.replace("T", "t"):
                 teasers.append(element)
+    return boilerplate, captions, teasers
+
+
+def prune_sections(tree: Any, potential_tags: set[str], options: Extractor, keep_teasers: bool = False) -> Any:
+    """trafilatura.main_extractor.prune_unwanted_sections for the balanced and recall focus."""
+    boilerplate, captions, teasers = section_matches(tree)
     # trafilatura's guard: prune nothing when that would remove more than 6/7 of the text
     if boilerplate:
         matched = set(boilerplate)
@@ -219,8 +231,10 @@ def prune_sections(tree: Any, potential_tags: set[str], options: Extractor, keep
         old_len = len(tree.text_content())
         if old_len - sum(len(e.text_content()) for e in outer) > old_len / 7:
             _delete_all(outer)
-    _delete_all(captions)
-    _delete_all(teasers)
+    if "graphic" not in potential_tags:
+        _delete_all(captions)
+    if options.focus != "recall" and not keep_teasers:
+        _delete_all(teasers)
     for _ in range(2):
         tree = delete_by_link_density(tree, "div", backtracking=True)
         tree = delete_by_link_density(tree, "list", backtracking=False)
