@@ -51,30 +51,22 @@ def assert_rules_agree(tree) -> None:
             assert content_frame(root, rule) is next(iter(expression(root)), None), rule
 
 
-# Values that hit each rule's tokens, anchors and case folding, and that miss them narrowly.
-ID_VALUES = ["", "comments", "commentary", "comment-list", "disqus_thread", "infinite-scroll", "mvp-post-add-box"]
-ID_VALUES += ["reply-7", "hiddenbox", "reader-comments", "article-body", "story-body", "Main-Content", "main", "nav"]
-ID_VALUES += ["ad-slot", "teaser", "Teaser", "captioned", "content", "primary", "articleContent", "premium"]
-CLASS_VALUES = [
-    "",
-    "post",
-    "entry",
-    "Comments",
-    "comment-body",
-    "post-comments",
-    "share-bar",
-    "elementor-share-buttons",
-]
-CLASS_VALUES += ["x hidden", "hide-print", "cookie-notice", "widget", "Byline", "post-content", "fulltext Body"]
-CLASS_VALUES += ["article ", "Page-Content", "content_main", "main-wrap", "story", "tags", "caption", "TeaserBox"]
-OTHER_ATTRIBUTES = [
-    "",
-    ' style="display:none"',
-    ' style="color: red; hidden"',
-    ' aria-hidden="true"',
-    ' role="Navigation"',
-]
-OTHER_ATTRIBUTES += [' role="article"', ' itemprop="articleBody"', " data-lp-replacement-content", ' role="main"']
+# Values that hit each rule's tokens, anchors and case folding, and that miss them narrowly
+# ("|"-separated: one value may be empty or hold spaces).
+ID_VALUES = (
+    "|comments|commentary|comment-list|disqus_thread|infinite-scroll|mvp-post-add-box|reply-7|hiddenbox"
+    "|reader-comments|article-body|story-body|Main-Content|main|nav|ad-slot|teaser|Teaser|captioned|content"
+    "|primary|articleContent|premium"
+).split("|")
+CLASS_VALUES = (
+    "|post|entry|Comments|comment-body|post-comments|share-bar|elementor-share-buttons|x hidden|hide-print"
+    "|cookie-notice|widget|Byline|post-content|fulltext Body|article |Page-Content|content_main|main-wrap"
+    "|story|tags|caption|TeaserBox"
+).split("|")
+OTHER_ATTRIBUTES = (
+    '| style="display:none"| style="color: red; hidden"| aria-hidden="true"| role="Navigation"| role="article"'
+    '| itemprop="articleBody"| data-lp-replacement-content| role="main"'
+).split("|")
 TAGS = ["div", "section", "article", "main", "span", "p", "ul", "ol", "details", "aside", "li", "table"]
 
 
