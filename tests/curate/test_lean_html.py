@@ -70,7 +70,7 @@ OTHER_ATTRIBUTES = (
 TAGS = ["div", "section", "article", "main", "span", "p", "ul", "ol", "details", "aside", "li", "table"]
 
 
-def corner_page() -> str:
+def corner_elements() -> list[str]:
     elements = []
     for i, (tag, id_, class_) in enumerate(itertools.product(TAGS, ID_VALUES, CLASS_VALUES)):
         other = OTHER_ATTRIBUTES[i % len(OTHER_ATTRIBUTES)]
@@ -78,11 +78,14 @@ def corner_page() -> str:
         attributes = f' id="{id_}" class="{class_}"' if i % 2 else f' class="{class_}" id="{id_}"'
         heading = "<h1>Title</h1>" if i % 3 == 0 else ""
         elements.append(f"<{tag}{attributes}{other}>{heading}<p>text {i}</p></{tag}>")
-    return "<html><body>" + "".join(elements) + "</body></html>"
+    return elements
 
 
 def test_rules_agree_with_trafilatura_on_attribute_corners():
-    assert_rules_agree(parse_html(corner_page()))
+    assert_rules_agree(parse_html("<html><body>" + "".join(corner_elements()) + "</body></html>"))
+    # the content frames one element at a time (on the whole page only the first match counts)
+    for element in corner_elements():
+        assert_rules_agree(parse_html(f"<html><body><div>{element}</div></body></html>"))
 
 
 def test_rules_agree_with_trafilatura_on_real_pages(shared_data):
