@@ -467,8 +467,8 @@ def _extract_text(html: str) -> str | None:
         return None
     prune_raw_tree(tree)
     # the page's text length, for the recall retry below (trafilatura measures it with html2txt)
-    body = tree.find("body")
-    page_chars = len(" ".join((tree if body is None else body).text_content().split()))
+    page = tree.find("body")
+    page_chars = len(" ".join((tree if page is None else page).text_content().split()))
     # the main pass consumes the tree: the rescues below parse the page again, which costs less
     # than copying every tree for the few pages that need one
     body, text = _extract_tree(tree, OPTIONS)
