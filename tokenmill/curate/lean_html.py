@@ -310,7 +310,9 @@ def content_frame(tree: Any, rule: int) -> Any:
 
 # ---------------------------------------------------------------------------------------------
 # trafilatura.main_extractor's _extract, extract_content and recover_wild_text, with the rules
-# above (control flow unchanged, the balanced and recall focus only).
+# above (control flow unchanged, the balanced and recall focus only). Adapted from trafilatura
+# 2.3.1 (Apache License 2.0, copyright Adrien Barbaresi); pyproject.toml bounds the version to
+# the minor release they follow, and tests/curate/test_lean_html.py checks them against it.
 
 
 def _extract(tree: Any, options: Extractor) -> tuple[Any, str]:
