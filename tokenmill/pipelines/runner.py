@@ -396,6 +396,10 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+    from tokenmill.train.stop import STOPPED_EXIT, TrainingStopped
+
+    if rc == STOPPED_EXIT:
+        raise TrainingStopped(f"training stopped at a checkpoint on request in {run_dir}; re-run to resume it")
     if rc != 0:
         raise TokenmillError(
             f"training failed (exit status {rc}); fix the cause and re-run: it resumes from the last checkpoint"

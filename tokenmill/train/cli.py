@@ -173,9 +173,18 @@ def run_train(args: argparse.Namespace) -> int:
 
     deprecations()
     result = train(cfg, resume=restart_resume(cfg, args.resume) if under_torchrun() else args.resume)
-    if result.losses and int(os.environ.get("RANK", "0")) == 0:
-        last = max(result.losses)
-        log.info(f"trained to step {result.step}: loss {result.losses[last]:.4f}; checkpoint {result.checkpoint}")
+    from tokenmill.train.stop import STOPPED_EXIT
+
+    status = STOPPED_EXIT if result.stopped else 0
+    if int(os.environ.get("RANK", "0")) == 0:
+        if result.stopped:
+            log.warning(
+                f"stopped after step {result.step} on request ({result.stopped}): checkpoint {result.checkpoint}; "
+                f"run again with --resume to continue (exit status {STOPPED_EXIT})"
+            )
+        elif result.losses:
+            last = max(result.losses)
+            log.info(f"trained to step {result.step}: loss {result.losses[last]:.4f}; checkpoint {result.checkpoint}")
     if under_torchrun():
         from tokenmill.train.parallel.mesh import shutdown_distributed
 
@@ -187,8 +196,8 @@ def run_train(args: argparse.Namespace) -> int:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
-    return 0
+        os._exit(status)
+    return status
 
 
 def _train_argv(args: argparse.Namespace, config: str | Path | None = None) -> list[str]:
