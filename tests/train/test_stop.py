@@ -126,10 +126,11 @@ def test_sigusr1_to_the_launcher_stops_every_rank_after_the_same_step(tmp_path, 
 
 @pytest.mark.distributed
 def test_a_request_seen_by_one_rank_stops_every_rank(tmp_path, shakespeare_shard, undisturbed):
-    """SIGUSR1 to rank 1 alone, after step 3: the ranks agree (an all-reduce each step) and
-    both stop after step 3, with one consistent checkpoint."""
+    """SIGUSR1 to rank 1 alone, once step 3 is done (after that step's stop check): the ranks
+    agree (an all-reduce of the flag at the end of each step) and both stop after step 4,
+    with one consistent checkpoint."""
     out = tmp_path / "run"
     argv = train_argv(tmp_path, shakespeare_shard, out, "--dp", "2")
     done = subprocess.run(argv, env=env(TOKENMILL_FAULT="SIGUSR1@step=3,rank=1"), capture_output=True, text=True)
-    assert assert_stopped_at_a_checkpoint(done, out, "another rank's request") == 3
-    assert_resumes_to_the_undisturbed_losses(argv, out, 3, undisturbed["dp2"])
+    assert assert_stopped_at_a_checkpoint(done, out, "another rank's request") == 4
+    assert_resumes_to_the_undisturbed_losses(argv, out, 4, undisturbed["dp2"])

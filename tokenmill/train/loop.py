@@ -360,10 +360,10 @@ def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, stop: St
                 result.checkpoint, saved_at = save(), step
             if checkpointer is not None:
                 checkpointer.poll()  # a failed background write stops the run here
-            inject("step", step)
             if step < cfg.schedule.steps and stop.agreed(engine.device):
                 result.stopped = stop.reason
                 break
+            inject("step", step)
         if saved_at != step and (step > result.step or ckpt_path is None):
             result.checkpoint = save()
         if checkpointer is not None:
