@@ -283,6 +283,29 @@ def test_recipe_slurm_section_is_checked_and_overridden_by_the_cli(tmp_path, sha
     assert "--scheduler does not go with --slurm" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_a_training_step_stopped_at_a_checkpoint_ends_the_run_with_status_99_and_a_rerun_resumes_it(
+    local_run, tmp_path
+):
+    """What a recipe's job runs when its time limit is near: the trainer, asked to stop (here
+    rank 0 sends itself SIGUSR1 after step 3), checkpoints and exits 99; `tokenmill run` ends
+    with the same status in one line, and a rerun resumes the training to the local losses."""
+    recipe, local = local_run
+    work = tmp_path / "work"
+    argv = ["run", str(recipe), "--workdir", str(work), "--no-progress", "--workers", "2"]
+    done = tokenmill(*argv, env={**_env(), "TOKENMILL_FAULT": "SIGUSR1@step=3"})
+    assert done.returncode == 99, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("tokenmill: error:")]
+    assert errors == [
+        f"tokenmill: error: training stopped at a checkpoint on request in {work / 'train' / 'run'}; re-run to resume it"
+    ]
+    assert (work / "train" / "run" / "checkpoints" / "latest").read_text().strip() == "step_4"
+    done = tokenmill(*argv, env=_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming from the latest checkpoint" in done.stderr
+    assert losses(work / "train" / "run") == pytest.approx(losses(local / "train" / "run"), rel=1e-6)
+
+
 # --------------------------------------------------------------------------------------------
 # On the cluster
 
