@@ -32,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train",
         help="train a GPT model on token shards",
         description="Train on a shard prefix or blend; re-launches itself under torchrun when tp*pp*dp > 1. "
-        "Ctrl-C stops it; run the same command with --resume to continue from the last checkpoint.",
+        "Ctrl-C stops it; SIGUSR1 or SIGTERM (or the file RUN/STOP) makes it write a checkpoint after the "
+        "current step and exit with status 99; run the same command with --resume to continue from the last "
+        "checkpoint.",
     )
     train.add_argument(
         "config", help=f"training config: a YAML file, or the name of a bundled one ({_bundled_names()})"
