@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from dask_processes import (
     assert_same_stage,
@@ -81,41 +82,66 @@ def run_killing_a_worker(processes, argv: list[str], ready: Callable[[list[str]]
     return killed_during
 
 
-def test_filter_survives_a_killed_worker(tmp_path, shared_data, dask_processes):
+def contamination_task(source: Path, path: Path, every: int = 50) -> Path:
+    """An eval task file whose texts are every `every`-th document of partition 0: the
+    decontaminate stage then rejects some documents of every partition that repeats them."""
+    texts = pd.read_parquet(source / "part-0.parquet")["text"].tolist()[::every]
+    path.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts if len(text.split()) >= 13))
+    return path
+
+
+@pytest.mark.parametrize("stage", ["filter", "langid", "decontaminate"])
+def test_document_stage_survives_a_killed_worker(tmp_path, shared_data, dask_processes, stage):
     source = write_partitions(shared_data, tmp_path / "in", n=6, docs=1500)
+    options = {
+        "filter": [],
+        "langid": ["--languages", "en"],
+        "decontaminate": ["--task", str(contamination_task(source, tmp_path / "task.jsonl"))],
+    }[stage]
     expected, output = tmp_path / "expected", tmp_path / "out"
-    tokenmill("curate", "filter", "--input", str(source), "--output", str(expected), "--workers", "2")
+    tokenmill("curate", stage, "--input", str(source), "--output", str(expected), "--workers", "2", *options)
     killed = run_killing_a_worker(
         dask_processes,
-        ["curate", "filter", "--input", str(source), "--output", str(output)],
-        lambda keys: any(key.startswith("filter-") for key in keys),
+        ["curate", stage, "--input", str(source), "--output", str(output), *options],
+        lambda keys: any(key.startswith(f"{stage}-") for key in keys),
     )
-    assert any(key.startswith("filter-") for key in killed)
+    assert any(key.startswith(f"{stage}-") for key in killed)
     manifest = assert_same_stage(output, expected)
     assert manifest["counts"]["in"] == 6 * 1500
+    assert manifest["counts"]["kept"] > 0 and sum(manifest["counts"]["rejected"].values()) > 0
     assert read_sorted(output / "kept")["id"].is_unique
 
 
-def test_fuzzy_dedup_survives_a_worker_killed_during_its_shuffle(tmp_path, shared_data, dask_processes):
+@pytest.mark.parametrize(
+    ("method", "options", "first", "shuffled", "reason"),
+    [
+        ("fuzzy", ["--threshold", "0.7", "--verify"], "signatures", "candidates", "near_duplicate"),
+        ("exact", ["--method", "exact"], "hashes", "decisions", "exact_duplicate"),
+    ],
+    ids=["fuzzy", "exact"],
+)
+def test_dedup_survives_a_worker_killed_during_its_shuffle(
+    tmp_path, shared_data, dask_processes, method, options, first, shuffled, reason
+):
     raw = write_web_like_corpus(shared_data, tmp_path / "raw")
     docs = tmp_path / "docs"
     tokenmill("curate", "ingest", "--input", str(raw), "--output", str(docs), "--workers", "2")
     expected, output = tmp_path / "expected", tmp_path / "out"
-    options = ["--threshold", "0.7", "--verify"]
     tokenmill("curate", "dedup", "--input", str(docs), "--output", str(expected), "--workers", "2", *options)
     work = tmp_path / ".out.work"
 
-    def in_candidates_phase(keys: list[str]) -> bool:
-        # Signatures are written; the band-key shuffle holds its pieces in the workers' memory.
-        return (work / "signatures.done").exists() and not (work / "candidates.done").exists() and bool(keys)
+    def in_shuffle_phase(keys: list[str]) -> bool:
+        # The per-file phase is written; the shuffle (band keys for fuzzy, text hashes for
+        # exact) holds its pieces in the workers' memory.
+        return (work / f"{first}.done").exists() and not (work / f"{shuffled}.done").exists() and bool(keys)
 
     run_killing_a_worker(
         dask_processes,
         ["curate", "dedup", "--input", str(docs), "--output", str(output), *options],
-        in_candidates_phase,
+        in_shuffle_phase,
     )
     manifest = assert_same_stage(output, expected)
-    assert manifest["counts"]["rejected"].get("near_duplicate", 0) > 0
+    assert manifest["counts"]["rejected"].get(reason, 0) > 0
     assert read_sorted(output / "kept")["id"].is_unique
 
 

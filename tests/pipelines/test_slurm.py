@@ -22,6 +22,7 @@ from pipeline_outputs import documents
 
 REPO = Path(__file__).resolve().parents[2]
 DAEMONS = ("slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue", "sinfo")
+TRAIN_STEPS = 12  # the recipe's train.config.steps
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL"}
 
 RECIPE = """
@@ -160,12 +161,16 @@ def slurm(tmp_path_factory) -> Iterator[dict[str, str]]:
                 daemon.wait()
 
 
-def job_state(job_id: str, env: dict[str, str]) -> str:
+def job_field(job_id: str, env: dict[str, str], name: str) -> str:
     out = subprocess.run(["scontrol", "-o", "show", "job", job_id], env=env, capture_output=True, text=True).stdout
     for field in out.split():
-        if field.startswith("JobState="):
+        if field.startswith(f"{name}="):
             return field.split("=", 1)[1]
     return "UNKNOWN"
+
+
+def job_state(job_id: str, env: dict[str, str]) -> str:
+    return job_field(job_id, env, "JobState")
 
 
 def wait_job(job_id: str, env: dict[str, str], log_dir: Path, timeout: float = 300) -> str:
@@ -230,7 +235,8 @@ def test_train_script_runs_torchrun_under_srun_with_c10d_on_the_first_node(tmp_p
     launch = next(line for line in script.splitlines() if line.startswith("srun "))
     assert "--nnodes=2 --nproc-per-node=1" in launch
     assert "--rdzv-backend=c10d --rdzv-endpoint=$HEAD:" in launch
-    assert launch.endswith("--dp 2 --resume")
+    assert launch.endswith("--dp 2 --resume &")  # in the background: the stop traps run while it does
+    assert "#SBATCH --signal=B:USR1@300" in script.splitlines()
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0  # valid bash
     assert done.out.count("--dependency=afterany:") == 2  # a chain of 3
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
@@ -277,6 +283,29 @@ def test_recipe_slurm_section_is_checked_and_overridden_by_the_cli(tmp_path, sha
     assert "--scheduler does not go with --slurm" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_a_training_step_stopped_at_a_checkpoint_ends_the_run_with_status_99_and_a_rerun_resumes_it(
+    local_run, tmp_path
+):
+    """What a recipe's job runs when its time limit is near: the trainer, asked to stop (here
+    rank 0 sends itself SIGUSR1 after step 3), checkpoints and exits 99; `tokenmill run` ends
+    with the same status in one line, and a rerun resumes the training to the local losses."""
+    recipe, local = local_run
+    work = tmp_path / "work"
+    argv = ["run", str(recipe), "--workdir", str(work), "--no-progress", "--workers", "2"]
+    done = tokenmill(*argv, env={**_env(), "TOKENMILL_FAULT": "SIGUSR1@step=3"})
+    assert done.returncode == 99, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("tokenmill: error:")]
+    assert errors == [
+        f"tokenmill: error: training stopped at a checkpoint on request in {work / 'train' / 'run'}; re-run to resume it"
+    ]
+    assert (work / "train" / "run" / "checkpoints" / "latest").read_text().strip() == "step_4"
+    done = tokenmill(*argv, env=_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming from the latest checkpoint" in done.stderr
+    assert losses(work / "train" / "run") == pytest.approx(losses(local / "train" / "run"), rel=1e-6)
+
+
 # --------------------------------------------------------------------------------------------
 # On the cluster
 
@@ -307,36 +336,65 @@ def test_recipe_job_gives_the_outputs_of_a_local_run(slurm, local_run, tmp_path)
     assert losses(work / "train" / "run") == pytest.approx(losses(local / "train" / "run"), rel=1e-6)
 
 
-@pytest.mark.slow
-def test_chained_training_job_resumes_the_cancelled_one(slurm, local_run, tmp_path):
-    _, local = local_run
-    # The local run's training (12 steps, a checkpoint every 2) is the uninterrupted reference.
-    config, steps = local / "train" / "config.yaml", 12
-
+def submit_training_chain(local_run: tuple[Path, Path], tmp_path: Path, env: dict[str, str]) -> tuple[Path, str, str]:
+    """A chain of 2 jobs training the local run's config (12 steps, a checkpoint every 2) into
+    a new run directory; the first job has just saved its first checkpoint when this returns.
+    Returns the run directory and the two job ids."""
     run = tmp_path / "run"
     done = tokenmill(
-        "train", str(config), "--out", str(run), "--no-progress", "--slurm", "--chain", "2", "--cpus-per-node", "1",
-        env=slurm,
+        "train", str(local_run[1] / "train" / "config.yaml"), "--out", str(run), "--no-progress", "--slurm",
+        "--chain", "2", "--cpus-per-node", "1", env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     first, second = submitted_jobs(done.stdout)
-    assert job_state(second, slurm) == "PENDING"  # waits for the first (afterany)
-    # Pre-empt the first job as soon as it has saved a checkpoint.
+    assert job_state(second, env) == "PENDING"  # waits for the first (afterany)
     deadline = time.time() + 240
     while not (run / "checkpoints" / "step_2").is_dir():
-        assert job_state(first, slurm) in {"PENDING", "RUNNING"}, job_logs(run / "slurm")
+        assert job_state(first, env) in {"PENDING", "RUNNING"}, job_logs(run / "slurm")
         assert time.time() < deadline, job_logs(run / "slurm")
-        time.sleep(0.1)
+        time.sleep(0.05)
+    return run, first, second
+
+
+def assert_next_job_resumed(job: str, run: Path, resumed_from: int, reference: Path, env: dict[str, str]) -> None:
+    """The job completed, training only the steps after `resumed_from`, and the run ends with
+    the losses of the uninterrupted `reference` run."""
+    assert wait_job(job, env, run / "slurm") == "COMPLETED", job_logs(run / "slurm")
+    log = (run / "slurm" / f"tokenmill-run-{job}.out").read_text()
+    printed = [int(n) for n in re.findall(r"\bstep (\d+) \|", log)]
+    assert printed and min(printed) == resumed_from + 1 and max(printed) == max(losses(reference)), log[-3000:]
+    assert (run / "checkpoints" / "latest").read_text().strip() == f"step_{max(printed)}"
+    got, want = losses(run), losses(reference)
+    assert sorted(got) == list(range(1, max(want) + 1))
+    assert got == pytest.approx(want, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_chained_training_job_resumes_the_cancelled_one(slurm, local_run, tmp_path):
+    # Pre-empt the first job as soon as it has saved a checkpoint.
+    run, first, second = submit_training_chain(local_run, tmp_path, slurm)
     subprocess.run(["scancel", first], env=slurm, check=True)
     assert wait_job(first, slurm, run / "slurm") == "CANCELLED"
     resumed_from = int((run / "checkpoints" / "latest").read_text().strip().removeprefix("step_"))
-    assert 2 <= resumed_from < steps
-    assert wait_job(second, slurm, run / "slurm") == "COMPLETED", job_logs(run / "slurm")
-    # The second job trained only the steps after the first one's checkpoint.
-    log = (run / "slurm" / f"tokenmill-run-{second}.out").read_text()
-    printed = [int(n) for n in re.findall(r"\bstep (\d+)\b", log)]
-    assert printed and min(printed) == resumed_from + 1 and max(printed) == steps, log[-3000:]
-    assert (run / "checkpoints" / "latest").read_text().strip() == f"step_{steps}"
-    got, want = losses(run), losses(local / "train" / "run")
-    assert sorted(got) == list(range(1, steps + 1))
-    assert got == pytest.approx(want, rel=1e-6)
+    assert 2 <= resumed_from < TRAIN_STEPS
+    # The local run's training is the uninterrupted reference.
+    assert_next_job_resumed(second, run, resumed_from, local_run[1] / "train" / "run", slurm)
+
+
+@pytest.mark.slow
+def test_the_time_limit_warning_stops_training_at_a_checkpoint_and_the_next_job_resumes(slurm, local_run, tmp_path):
+    run, first, second = submit_training_chain(local_run, tmp_path, slurm)
+    # What Slurm sends the batch shell `--stop-seconds` before the time limit (#SBATCH --signal=B:USR1@...).
+    subprocess.run(["scancel", "--signal=USR1", "--batch", first], env=slurm, check=True)
+    wait_job(first, slurm, run / "slurm")
+    log = (run / "slurm" / f"tokenmill-run-{first}.out").read_text()
+    # The ranks finished their step, wrote a checkpoint there and exited: the job's status says so.
+    assert job_field(first, slurm, "ExitCode") == "99:0", log[-3000:]
+    (stopped,) = re.findall(r"stopped after step (\d+) on request", log)
+    stopped = int(stopped)
+    assert 2 <= stopped < TRAIN_STEPS, log[-3000:]
+    assert "training stopped at a checkpoint (exit status 99)" in log
+    assert max(int(n) for n in re.findall(r"\bstep (\d+) \|", log)) == stopped  # no step after it
+    assert (run / "checkpoints" / f"step_{stopped}" / "meta.json").is_file()
+    assert not (run / "STOP").exists()  # the request was acted on: the next job trains
+    assert_next_job_resumed(second, run, stopped, local_run[1] / "train" / "run", slurm)

@@ -15,9 +15,10 @@ Extractors (`EXTRACTORS`):
   comments excluded: the quality reference.
 - `lean` (default): the page parsed once by lxml with comments dropped, the subtrees that
   trafilatura discards anyway (scripts, styles, navigation, footers, asides, forms' widgets,
-  embedded media) stripped in C by `lxml.etree.strip_elements`, then trafilatura's fast path
-  on that smaller tree. The reference's F1 on the extraction benchmark (0.962) at about
-  twice its speed (docs/extract.md, bench/results/extract.txt).
+  embedded media) stripped in C by `lxml.etree.strip_elements`, then trafilatura's fast-mode
+  passes on that smaller tree with its attribute rules matched in Python instead of XPath
+  (tokenmill/curate/lean_html.py). The reference's F1 on the extraction benchmark (0.962) at
+  about 4 times its speed (docs/extract.md, bench/results/extract.txt).
 - `resiliparse`: Resiliparse's `extract_plain_text` main-content mode on its lexbor parser, without
   comment sections, post meta data, alt texts and list bullets: about 13 times trafilatura's
   speed at F1 0.934 against the reference's 0.960 (more boilerplate kept).

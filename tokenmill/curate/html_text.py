@@ -29,51 +29,11 @@ def _trafilatura(html: str) -> str | None:
     return trafilatura.extract(html, include_comments=False)
 
 
-# Tags whose whole subtree trafilatura's tree cleaning deletes (or that carry no text): removed
-# before trafilatura sees the tree, so its many XPath passes walk half the nodes (on the
-# extraction benchmark's pages).
-_LEAN_DROP = (
-    "script",
-    "style",
-    "svg",
-    "noscript",
-    "iframe",
-    "template",
-    "nav",
-    "footer",
-    "aside",
-    "select",
-    "button",
-    "embed",
-    "object",
-    "canvas",
-    "video",
-    "audio",
-    "map",
-    "menu",
-    "link",
-    "meta",
-)
-_lean_parser: Any = None
-_XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>")
-
-
 def _lean(html: str) -> str | None:
-    global _lean_parser
-    import trafilatura
-    from lxml import etree
-    from lxml import html as lxml_html
+    # trafilatura's fast path with its XPath rules matched in Python (tokenmill/curate/lean_html.py)
+    from tokenmill.curate.lean_html import extract_text
 
-    if _lean_parser is None:
-        _lean_parser = lxml_html.HTMLParser(remove_comments=True, remove_pis=True, default_doctype=False)
-    # lxml refuses a str that declares its encoding (XHTML's `<?xml ... encoding="utf-8"?>`).
-    html = _XML_DECLARATION.sub("", html, count=1)
-    try:
-        tree = lxml_html.document_fromstring(html, parser=_lean_parser)
-    except etree.ParserError:  # nothing parseable (e.g. only whitespace)
-        return None
-    etree.strip_elements(tree, *_LEAN_DROP, with_tail=False)
-    return trafilatura.extract(tree, include_comments=False, fast=True)
+    return extract_text(html)
 
 
 # Resiliparse's main-content heuristics keep comment sections, post meta data (bylines, dates,

@@ -16,6 +16,11 @@ read them, edit them and resubmit them with ``sbatch`` alone.
   always passes ``--resume`` (a fresh run directory simply starts). A chain of K jobs is K
   submissions of the same script, each with ``--dependency=afterany`` on the previous one,
   so a job ended by its partition's time limit is continued by the next.
+- Training stops at a checkpoint before the job's end: the script asks Slurm for a warning
+  (``--signal=B:USR1@SECONDS``, sent to the batch shell) and traps it, and the SIGTERM of the
+  time limit or of pre-emption, by creating the run's ``STOP`` file (tokenmill.train.stop),
+  which rank 0 reads every step: the ranks on every node finish the step, write a checkpoint
+  and exit, and the job exits with ``STOPPED_EXIT`` (99); the next job resumes from there.
 """
 
 from __future__ import annotations
@@ -66,6 +71,8 @@ class SlurmSpec(BaseModel):
     time: str | None = Field(default=None, pattern=r"^[0-9:\-]+$")  # sbatch --time: 4:00:00, 2-00:00:00
     job_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
     chain: int = Field(default=1, ge=1)  # jobs to submit, each after the previous one (afterany)
+    # Seconds before the time limit at which training is asked to checkpoint and stop (0: not asked).
+    stop_seconds: int = Field(default=300, ge=0, le=65535)
     sbatch: list[str] = Field(default_factory=list)  # extra `#SBATCH` options: ["--qos=high", ...]
     setup: list[str] = Field(default_factory=list)  # shell lines run first: `module load ...`, `source venv`
 
@@ -113,6 +120,10 @@ def _header(spec: SlurmSpec, name: str, nodes: int, log_dir: Path, workdir: Path
         value = getattr(spec, key)
         if value:
             lines.append(f"#SBATCH --{key}={value}")
+    if spec.stop_seconds:
+        # To the batch shell (B:), which passes it on to every node through the STOP file:
+        # sent to the steps, it would end torchrun's agents, for whom SIGUSR1 is fatal.
+        lines.append(f"#SBATCH --signal=B:USR1@{spec.stop_seconds}")
     for extra in spec.sbatch:
         extra = extra.strip()
         if extra.startswith("#SBATCH"):
@@ -133,6 +144,45 @@ def _prologue(spec: SlurmSpec) -> list[str]:
         'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "CPUS=${SLURM_CPUS_PER_TASK:-$SLURM_CPUS_ON_NODE}",
         'echo "tokenmill: job $SLURM_JOB_ID on $SLURM_JOB_NUM_NODES node(s) ($SLURM_JOB_NODELIST), head $HEAD"',
+    ]
+
+
+def _stop_on_signal(run_dir: Path) -> list[str]:
+    """Trap Slurm's warning (SIGUSR1) and the SIGTERM of the time limit or of pre-emption:
+    the ranks, on whatever node, learn of it from the run's STOP file."""
+    from tokenmill.train.stop import STOP_FILE
+
+    return [
+        "# The time limit is near, or the job is pre-empted: training checkpoints and stops.",
+        f"STOP_FILE={_q(run_dir / STOP_FILE)}",
+        'rm -f "$STOP_FILE"  # a request left by an earlier job',
+        "STOP_REQUESTED=",
+        'stop_training() { STOP_REQUESTED=1; echo "tokenmill: job $SLURM_JOB_ID: $1: training stops at a checkpoint";'
+        ' mkdir -p "$(dirname "$STOP_FILE")"; touch "$STOP_FILE"; }',
+        "trap 'stop_training SIGUSR1' USR1",
+        "trap 'stop_training SIGTERM' TERM",
+    ]
+
+
+def _run_stoppable(command: str) -> list[str]:
+    """Run ``command`` in the background so the traps above run while it does (bash runs a
+    trap only after a foreground command ends); exit with its status, or with STOPPED_EXIT when
+    training stopped at a checkpoint on request (rank 0 removes the STOP file once it has)."""
+    from tokenmill.train.stop import STOPPED_EXIT
+
+    return [
+        f"{command} &",
+        "CHILD=$!",
+        "STATUS=0",
+        'wait "$CHILD" || STATUS=$?',
+        "# A trapped signal ends `wait` early: wait again for the command itself.",
+        'while kill -0 "$CHILD" 2>/dev/null; do STATUS=0; wait "$CHILD" || STATUS=$?; done',
+        'if [ "$STATUS" -ne 0 ] && [ -n "$STOP_REQUESTED" ] && [ ! -e "$STOP_FILE" ]; then',
+        f'  echo "tokenmill: job $SLURM_JOB_ID: training stopped at a checkpoint (exit status {STOPPED_EXIT});'
+        ' the next job resumes it"',
+        f"  exit {STOPPED_EXIT}",
+        "fi",
+        'exit "$STATUS"',
     ]
 
 
@@ -168,10 +218,11 @@ def run_script(
     world_size: int | None,
     nodes: int,
     run_args: list[str],
+    train_run: Path | None = None,
 ) -> str:
     """The sbatch script of a recipe: a Dask cluster in the allocation for the steps named in
     ``dask_steps`` (prefixes `--until` accepts), then the rest of the recipe (training under
-    srun + torchrun when ``world_size`` is set)."""
+    srun + torchrun when ``world_size`` is set; ``train_run``: its run directory)."""
     log_dir = workdir / SLURM_DIR
     lines = _header(spec, f"tokenmill-{name}", nodes, log_dir, Path.cwd())
     lines += [
@@ -215,7 +266,11 @@ def run_script(
             f"export RDZV_BASE_PORT={RDZV_BASE_PORT}",
             f'export {TRAIN_LAUNCHER_ENV}="{torchrun_prefix(nodes, nproc)}"',
         ]
-    lines += ['echo "+ ${RUN[*]}"', '"${RUN[@]}"']
+    lines.append('echo "+ ${RUN[*]}"')
+    if train_run is not None:
+        lines += [*_stop_on_signal(train_run), *_run_stoppable('"${RUN[@]}"')]
+    else:
+        lines.append('"${RUN[@]}"')
     return "\n".join(lines) + "\n"
 
 
@@ -230,8 +285,12 @@ def train_script(train_argv: list[str], out: Path, spec: SlurmSpec, *, name: str
         f"# `tokenmill train` as a Slurm job; resubmit with: sbatch {log_dir / TRAIN_SCRIPT}",
         *_prologue(spec),
         f"RDZV_BASE_PORT={RDZV_BASE_PORT}",
+        *_stop_on_signal(out),
         # Every job resumes from the latest checkpoint (a fresh run directory simply starts).
-        f"{torchrun_prefix(nodes, nproc)} -m tokenmill.cli {argv}" + ("" if "--resume" in train_argv else " --resume"),
+        *_run_stoppable(
+            f"{torchrun_prefix(nodes, nproc)} -m tokenmill.cli {argv}"
+            + ("" if "--resume" in train_argv else " --resume")
+        ),
     ]
     return "\n".join(lines) + "\n"
 
@@ -301,6 +360,13 @@ def add_slurm_options(parser: argparse.ArgumentParser, *, dry_run: bool = False)
         help="submit K jobs, each starting when the previous one ends (--dependency=afterany) and resuming its work",
     )
     group.add_argument(
+        "--stop-seconds",
+        type=int,
+        metavar="SECONDS",
+        help="ask training to checkpoint and stop this long before the time limit "
+        "(sbatch --signal=B:USR1@SECONDS; default 300, 0: not asked)",
+    )
+    group.add_argument(
         "--sbatch",
         action="append",
         metavar="OPTION",
@@ -320,6 +386,7 @@ def slurm_overrides(args: argparse.Namespace) -> dict[str, object]:
         "time": args.time,
         "job_name": args.job_name,
         "chain": args.chain,
+        "stop_seconds": args.stop_seconds,
         "sbatch": args.sbatch,
     }
 
@@ -378,7 +445,8 @@ def submit_recipe(
     on_dask = [s.name for s in selected if s.kind not in ("train", "eval")]
     if not args.until:
         on_dask = list(dict.fromkeys(name.split(".")[0] for name in on_dask))  # prefixes: a shorter line
-    trains = any(s.kind == "train" for s in selected)
+    train_steps = [s for s in selected if s.kind == "train"]
+    trains = bool(train_steps)
     nodes = spec.nodes or (recipe.train.nnodes if recipe.train else 1)
     run_args = [f"--until={u}" for u in args.until or []]
     if args.workers:
@@ -394,6 +462,7 @@ def submit_recipe(
         world_size=recipe.train.world_size if trains and recipe.train else None,
         nodes=nodes,
         run_args=run_args,
+        train_run=train_steps[0].output / "run" if train_steps else None,
     )
     return emit(workdir / SLURM_DIR / RUN_SCRIPT, text, spec.chain, args.dry_run)
 

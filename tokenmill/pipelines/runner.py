@@ -497,8 +497,14 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
 
     import threading
 
+    from tokenmill.train.stop import STOPPED_EXIT, TrainingStopped, request_stop
+
+    def on_sigusr1(signum: int, frame: Any) -> None:
+        request_stop(run_dir)  # the trainer checkpoints and stops (train/stop.py)
+
     in_main = threading.current_thread() is threading.main_thread()  # signal handlers live there only
     previous = signal.signal(signal.SIGTERM, on_sigterm) if in_main else None
+    previous_usr1 = signal.signal(signal.SIGUSR1, on_sigusr1) if in_main else None
     uploaded = None
     try:
         while True:
@@ -517,6 +523,12 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGUSR1, previous_usr1)
+    if ctx.remote is not None and rc != 0:
+        # The checkpoint a stop (or a failure) left, for a rerun on any machine to resume from.
+        ctx.remote.push_checkpoint(step, run_dir, uploaded)
+    if rc == STOPPED_EXIT:
+        raise TrainingStopped(f"training stopped at a checkpoint on request in {run_dir}; re-run to resume it")
     if rc != 0:
         raise TokenmillError(
             f"training failed (exit status {rc}); fix the cause and re-run: it resumes from the last checkpoint"

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill.train.lifecycle import AGENT_PID_ENV, LAUNCHER_PID_ENV, die_with_parent, env_pid
+from tokenmill.train.stop import STOPPED_EXIT
 from tokenmill.train.watchdog import PEER_FAILED_EXIT
 
 log = logging.getLogger("tokenmill.train.agent")  # also when run as __main__
@@ -74,7 +75,7 @@ def describe(failure: Any) -> str:
 
 
 def _elastic_agent_class(run_dir: str | None) -> type:
-    from torch.distributed.elastic.agent.server.api import WorkerState
+    from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
     class Agent(LocalElasticAgent):
@@ -82,6 +83,7 @@ def _elastic_agent_class(run_dir: str | None) -> type:
 
         _attempt = 0
         collateral: set[int] = set()
+        stopped = False  # the ranks stopped at a checkpoint on request
 
         def _kill_stopped(self, unless_all_alive: bool) -> None:
             """Kill the workers stopped by a signal (SIGSTOP): they cannot act on the SIGTERM
@@ -109,6 +111,16 @@ def _elastic_agent_class(run_dir: str | None) -> type:
             result = super()._monitor_workers(worker_group)
             if result.state not in (WorkerState.FAILED, WorkerState.UNHEALTHY):
                 return result
+            if all(f.exitcode == STOPPED_EXIT for f in result.failures.values()):
+                # Ranks stopping at a checkpoint on request (stop.py): not a failure to restart
+                # from. The job ends once every rank has written its part and exited.
+                if self._pcontext is not None and any(
+                    process_state(pid) not in ("Z", "X", None) for pid in self._pcontext.pids().values()
+                ):
+                    return RunResult(state=WorkerState.HEALTHY)
+                Agent.stopped = True
+                ranks = {worker.global_rank: None for worker in worker_group.workers}
+                return RunResult(state=WorkerState.SUCCEEDED, return_values=ranks)
             restart = self._remaining_restarts > 0
             total = worker_group.spec.max_restarts
             done = total - self._remaining_restarts + 1
@@ -202,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         return failure.exitcode or 1
     except SignalException as error:
         return 128 + int(error.sigval)
-    return 0
+    return STOPPED_EXIT if agent_class.stopped else 0
 
 
 if __name__ == "__main__":

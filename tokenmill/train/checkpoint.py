@@ -44,6 +44,7 @@ from tokenmill.infra import storage
 from tokenmill.infra.atomic import atomic_write_text, fsync_dir, remove_leftovers, replace_dir, temp_sibling
 from tokenmill.train.faults import inject
 from tokenmill.train.model import GPT, ModelConfig
+from tokenmill.train.stop import STOP_FILE
 
 META = "meta.json"
 LATEST = "latest"
@@ -274,7 +275,7 @@ class RemoteRun:
             for p in run.rglob("*")
             if p.is_file()
             and not any(part.startswith(".") for part in p.relative_to(run).parts)
-            and p.relative_to(run).parts[0] != "checkpoints"
+            and p.relative_to(run).parts[0] not in ("checkpoints", STOP_FILE)  # a stop request is local
         )
         meta = f"checkpoints/{final.name}/{META}"
         self.mirror.remove(meta)  # a step saved again: its old files stop counting as a checkpoint first

@@ -33,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train",
         help="train a GPT model on token shards",
         description="Train on a shard prefix or blend; re-launches itself under torchrun when tp*pp*dp > 1. "
-        "Ctrl-C stops it; run the same command with --resume to continue from the last checkpoint.",
+        "Ctrl-C stops it; SIGUSR1 or SIGTERM (or the file RUN/STOP) makes it write a checkpoint after the "
+        "current step and exit with status 99; run the same command with --resume to continue from the last "
+        "checkpoint.",
     )
     train.add_argument(
         "config", help=f"training config: a YAML file, or the name of a bundled one ({_bundled_names()})"
@@ -177,12 +179,21 @@ def run_train(args: argparse.Namespace) -> int:
 
     deprecations()
     result = train(cfg, resume=restart_resume(cfg, args.resume) if under_torchrun() else args.resume)
-    if result.losses and int(os.environ.get("RANK", "0")) == 0:
-        last = max(result.losses)
-        checkpoint = result.checkpoint
-        if checkpoint is not None and storage.is_url(cfg.out):
-            checkpoint = storage.join(cfg.out, "checkpoints", checkpoint.name)
-        log.info(f"trained to step {result.step}: loss {result.losses[last]:.4f}; checkpoint {checkpoint}")
+    from tokenmill.train.stop import STOPPED_EXIT
+
+    status = STOPPED_EXIT if result.stopped else 0
+    checkpoint = result.checkpoint
+    if checkpoint is not None and storage.is_url(cfg.out):
+        checkpoint = storage.join(cfg.out, "checkpoints", checkpoint.name)
+    if int(os.environ.get("RANK", "0")) == 0:
+        if result.stopped:
+            log.warning(
+                f"stopped after step {result.step} on request ({result.stopped}): checkpoint {checkpoint}; "
+                f"run again with --resume to continue (exit status {STOPPED_EXIT})"
+            )
+        elif result.losses:
+            last = max(result.losses)
+            log.info(f"trained to step {result.step}: loss {result.losses[last]:.4f}; checkpoint {checkpoint}")
     if under_torchrun():
         from tokenmill.train.parallel.mesh import shutdown_distributed
 
@@ -194,8 +205,8 @@ def run_train(args: argparse.Namespace) -> int:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
-    return 0
+        os._exit(status)
+    return status
 
 
 def _train_argv(args: argparse.Namespace, config: str | Path | None = None) -> list[str]:

@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from tokenmill.errors import TokenmillError
 from tokenmill.train.lifecycle import LAUNCHER_PID_ENV
@@ -51,9 +52,11 @@ def launch_torchrun(world_size: int, argv: list[str], max_restarts: int = 0, run
     if run_dir:
         command.append(f"--run-dir={run_dir}")
     command += ["--", *argv]
+    previous = _forward_stop_requests(run_dir)
     try:
         agent = subprocess.Popen(command, env=child_env(world_size), start_new_session=True)
     except OSError as error:
+        _restore(previous)
         raise TokenmillError(f"could not start torchrun: {error}") from None
     try:
         return agent.wait()
@@ -61,9 +64,37 @@ def launch_torchrun(world_size: int, argv: list[str], max_restarts: int = 0, run
         _stop(agent)
         raise
     finally:
+        _restore(previous)
         if agent.poll() is None:  # any other way out of here: leave nothing running
             _signal_group(agent, signal.SIGKILL)
             agent.wait()
+
+
+def _forward_stop_requests(run_dir: str | None) -> dict[int, object]:
+    """SIGUSR1 or SIGTERM to the launcher asks the ranks to stop at a checkpoint: they run in
+    sessions of their own (torchrun's), so the request goes through the run's STOP file,
+    which rank 0 reads every step (stop.py). A request left by an earlier run is removed."""
+    from tokenmill.train.stop import STOP_FILE, request_stop
+
+    if not run_dir:
+        return {}
+    (Path(run_dir) / STOP_FILE).unlink(missing_ok=True)
+
+    def forward(signum: int, frame: object) -> None:
+        request_stop(run_dir)
+
+    previous: dict[int, object] = {}
+    try:
+        for sig in (signal.SIGUSR1, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, forward)
+    except ValueError:  # not the main thread: nothing to forward
+        pass
+    return previous
+
+
+def _restore(previous: dict[int, object]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
 def _signal_group(agent: subprocess.Popen, sig: int) -> None:

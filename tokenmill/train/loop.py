@@ -43,6 +43,7 @@ from tokenmill.train.lifecycle import RunLock
 from tokenmill.train.metrics import MetricsLogger, format_record, peak_flops, peak_memory_bytes
 from tokenmill.train.model import GPT
 from tokenmill.train.optim import Schedule
+from tokenmill.train.stop import StopRequest
 from tokenmill.train.watchdog import CollectiveWatchdog, collective_failure
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class TrainResult:
     losses: dict[int, float] = field(default_factory=dict)  # step -> loss, this process's steps
     val_losses: dict[int, float] = field(default_factory=dict)
     checkpoint: Path | None = None
+    stopped: str | None = None  # why the run stopped at `checkpoint` before its last step (stop.py)
 
 
 # ---------------------------------------------------------------------------- data
@@ -219,8 +221,14 @@ def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine
     lock = RunLock(cfg.run_dir).acquire() if rank == 0 else None
     # Ranks wait for each other from the engine's first collective on: none waits forever.
     watchdog = CollectiveWatchdog(cfg.parallel.collective_timeout, rank).start() if cfg.world_size > 1 else None
+    stop = StopRequest(cfg.run_dir, watch_file=rank == 0, world_size=cfg.world_size)
+    if "LOCAL_RANK" not in os.environ:
+        # A request left from an earlier run is stale; under torchrun its launcher (the local
+        # one, or the Slurm script) removed it before starting the ranks.
+        stop.clear_file()
+    stop.install()
     try:
-        return _train(cfg, prepared, engine)
+        return _train(cfg, prepared, engine, stop)
     except RuntimeError as error:
         # A peer that died or stopped answering: one line naming this rank and the operation.
         failure = collective_failure(error, rank) if cfg.world_size > 1 else None
@@ -228,13 +236,14 @@ def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine
             raise
         raise failure from error
     finally:
+        stop.uninstall()
         if watchdog is not None:
             watchdog.stop()
         if lock is not None:
             lock.release()
 
 
-def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None) -> TrainResult:
+def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, stop: StopRequest) -> TrainResult:
     run_dir = cfg.run_dir
     remote = RemoteRun(cfg.out) if storage.is_url(cfg.out) else None
     ckpt_path = prepared.checkpoint
@@ -303,6 +312,7 @@ def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None) -> Train
 
         bar = progress_bar(total=cfg.schedule.steps, initial=step, desc="train", unit="step", dynamic_ncols=True)
     log_tokens, log_time = 0, time.perf_counter()
+    saved_at = None
     try:
         while step < cfg.schedule.steps:
             batch_size = schedule.batch_size(consumed)
@@ -358,14 +368,19 @@ def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None) -> Train
             if bar is not None:
                 bar.update(1)
             if cfg.checkpoint.interval and step % cfg.checkpoint.interval == 0 and step != cfg.schedule.steps:
-                result.checkpoint = save()
+                result.checkpoint, saved_at = save(), step
             if checkpointer is not None:
                 checkpointer.poll()  # a failed background write stops the run here
+            if step < cfg.schedule.steps and stop.agreed(engine.device):
+                result.stopped = stop.reason
+                break
             inject("step", step)
-        if step > result.step or ckpt_path is None:
+        if saved_at != step and (step > result.step or ckpt_path is None):
             result.checkpoint = save()
         if checkpointer is not None:
             checkpointer.wait()  # the run ends with its last checkpoint published
+        if result.stopped and engine.is_logging_rank:
+            stop.clear_file()
     finally:
         if checkpointer is not None:
             checkpointer.close()

@@ -1,0 +1,111 @@
+"""The lean extractor's Python rules select exactly what trafilatura's XPath expressions select,
+on real pages and on attribute combinations built to hit their corners, and lean's text is
+trafilatura's fast-mode text for the same pre-cleaned tree."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+from copy import deepcopy
+from pathlib import Path
+
+import pytest
+import trafilatura
+from trafilatura import xpaths
+from trafilatura.htmlprocessing import convert_tags, tree_cleaning
+
+from tokenmill.curate.lean_html import (
+    OPTIONS,
+    content_frame,
+    extract_text,
+    parse_html,
+    raw_tree_boilerplate,
+    section_matches,
+)
+
+
+def benchmark_html(shared_data: Path, limit: int | None = None) -> list[str]:
+    paths = sorted((shared_data / "web" / "extraction" / "html").glob("*.html.gz"))[:limit]
+    return [gzip.open(path, "rt", encoding="utf-8").read() for path in paths]
+
+
+def xpath_matches(tree, expressions) -> list:
+    """The elements a list of trafilatura expressions selects, each once, in document order."""
+    found = {element for expression in expressions for element in expression(tree)}
+    return [element for element in tree.iter() if element in found]
+
+
+def converted(tree):
+    return convert_tags(tree_cleaning(deepcopy(tree), OPTIONS), OPTIONS)
+
+
+def assert_rules_agree(tree) -> None:
+    raw_rules = xpaths.RAW_TREE_PRUNE_XPATH + xpaths.REMOVE_COMMENTS_AND_LISTS_XPATH
+    assert raw_tree_boilerplate(tree) == xpath_matches(tree, raw_rules)
+    for root in (tree, converted(tree)):
+        boilerplate, captions, teasers = section_matches(root)
+        assert boilerplate == xpath_matches(root, xpaths.OVERALL_DISCARD_XPATH)
+        assert captions == xpath_matches(root, xpaths.DISCARD_IMAGE_ELEMENTS)
+        assert teasers == xpath_matches(root, xpaths.TEASER_DISCARD_XPATH)
+        for rule, expression in enumerate(xpaths.BODY_XPATH):
+            assert content_frame(root, rule) is next(iter(expression(root)), None), rule
+
+
+# Values that hit each rule's tokens, anchors and case folding, and that miss them narrowly
+# ("|"-separated: one value may be empty or hold spaces).
+ID_VALUES = (
+    "|comments|commentary|comment-list|disqus_thread|infinite-scroll|mvp-post-add-box|reply-7|hiddenbox"
+    "|reader-comments|article-body|story-body|Main-Content|main|nav|ad-slot|teaser|Teaser|captioned|content"
+    "|primary|articleContent|premium"
+).split("|")
+CLASS_VALUES = (
+    "|post|entry|Comments|comment-body|post-comments|share-bar|elementor-share-buttons|x hidden|hide-print"
+    "|cookie-notice|widget|Byline|post-content|fulltext Body|article |Page-Content|content_main|main-wrap"
+    "|story|tags|caption|TeaserBox"
+).split("|")
+OTHER_ATTRIBUTES = (
+    '| style="display:none"| style="color: red; hidden"| aria-hidden="true"| role="Navigation"| role="article"'
+    '| itemprop="articleBody"| data-lp-replacement-content| role="main"'
+).split("|")
+TAGS = ["div", "section", "article", "main", "span", "p", "ul", "ol", "details", "aside", "li", "table"]
+
+
+def corner_elements() -> list[str]:
+    elements = []
+    for i, (tag, id_, class_) in enumerate(itertools.product(TAGS, ID_VALUES, CLASS_VALUES)):
+        other = OTHER_ATTRIBUTES[i % len(OTHER_ATTRIBUTES)]
+        # both attribute orders: XPath's string(@id|@class) is whichever comes first
+        attributes = f' id="{id_}" class="{class_}"' if i % 2 else f' class="{class_}" id="{id_}"'
+        heading = "<h1>Title</h1>" if i % 3 == 0 else ""
+        elements.append(f"<{tag}{attributes}{other}>{heading}<p>text {i}</p></{tag}>")
+    return elements
+
+
+def test_rules_agree_with_trafilatura_on_attribute_corners():
+    assert_rules_agree(parse_html("<html><body>" + "".join(corner_elements()) + "</body></html>"))
+    # the content frames one element at a time (on the whole page only the first match counts)
+    for element in corner_elements():
+        assert_rules_agree(parse_html(f"<html><body><div>{element}</div></body></html>"))
+
+
+def test_rules_agree_with_trafilatura_on_real_pages(shared_data):
+    for html in benchmark_html(shared_data):
+        assert_rules_agree(parse_html(html))
+
+
+def test_lean_text_is_trafilatura_fast_mode_text(shared_data):
+    for html in benchmark_html(shared_data, limit=40):
+        expected = trafilatura.extract(parse_html(html), include_comments=False, fast=True) or ""
+        assert (extract_text(html) or "").strip() == expected.strip()
+
+
+MENU = "<html><body><nav><a href='/'>Home</a></nav><footer><p>Contact</p></footer></body></html>"
+
+
+@pytest.mark.parametrize("html", ["", "   ", "<html></html>", "<html><frameset></frameset></html>", MENU])
+def test_pages_without_main_text(html):
+    assert not extract_text(html)
+
+
+def test_a_short_page_is_its_text():
+    assert extract_text("<p>Short, but the page's only text.</p>") == "Short, but the page's only text."

@@ -1,0 +1,103 @@
+"""Stopping a run at a checkpoint on request: a job's time limit or pre-emption is near.
+
+A request is one of:
+
+- SIGUSR1 to a training process (Slurm's warning signal, `--signal=USR1@SECONDS`);
+- SIGTERM to a training process that is not a worker of `tokenmill train`'s own agent (a
+  single process, or ranks under a plain torchrun as in a Slurm job: Slurm sends SIGTERM at
+  the time limit and on pre-emption, then SIGKILL after its KillWait). Workers of the local
+  agent are sent SIGTERM when another rank failed or on Ctrl-C, which means stop now;
+- the file ``RUN/STOP`` (``touch RUN/STOP``): how the launcher of a multi-rank run and a Slurm
+  batch script, which cannot signal ranks on other nodes, pass the request on. Rank 0 alone
+  looks for it, once per step.
+
+Ranks see a request at different times (or one rank alone sees it): each step ends with an
+all-reduce (max) of the flag, so every rank stops after the same step, and the checkpoint
+written there is consistent. The run then exits with ``STOPPED_EXIT``; ``--resume`` continues it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+from types import FrameType
+
+import torch
+
+from tokenmill.errors import TokenmillError
+from tokenmill.train.lifecycle import AGENT_PID_ENV
+
+log = logging.getLogger(__name__)
+
+# The exit status of a run that stopped at a checkpoint on request (not a failure: resume it).
+STOPPED_EXIT = 99
+STOP_FILE = "STOP"
+
+
+class TrainingStopped(TokenmillError):
+    """Training stopped at a checkpoint on request; the run is to be resumed."""
+
+    exit_status = STOPPED_EXIT
+
+
+def stop_signals() -> list[signal.Signals]:
+    """The signals this process treats as a request to stop at the next step's end."""
+    if os.environ.get(AGENT_PID_ENV):
+        return [signal.SIGUSR1]
+    return [signal.SIGUSR1, signal.SIGTERM]
+
+
+def request_stop(run_dir: str | Path) -> Path:
+    """Ask the run writing ``run_dir`` to stop at a checkpoint (the ``STOP`` file)."""
+    path = Path(run_dir) / STOP_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    return path
+
+
+class StopRequest:
+    """Signal handlers and the ``STOP`` file, read at the end of every step by ``agreed``."""
+
+    def __init__(self, run_dir: str | Path, *, watch_file: bool, world_size: int) -> None:
+        self.file = Path(run_dir) / STOP_FILE
+        self.watch_file = watch_file
+        self.world_size = world_size
+        self.reason: str | None = None
+        self._previous: dict[signal.Signals, object] = {}
+
+    def install(self) -> StopRequest:
+        for sig in stop_signals():
+            try:
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+            except ValueError:  # not the main thread (tests that train in a thread): no signals
+                break
+        return self
+
+    def uninstall(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)  # type: ignore[arg-type]
+        self._previous.clear()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # Only a flag: the step in progress (maybe inside a collective) finishes first.
+        self.reason = self.reason or signal.Signals(signum).name
+
+    def agreed(self, device: torch.device) -> bool:
+        """Whether every rank stops after this step: one rank's request is every rank's."""
+        if self.reason is None and self.watch_file and self.file.exists():
+            self.reason = f"{self.file}"
+        if self.world_size == 1:
+            return self.reason is not None
+        import torch.distributed as dist
+
+        flag = torch.tensor([1 if self.reason is not None else 0], dtype=torch.int32, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() and self.reason is None:
+            self.reason = "another rank's request"
+        return bool(flag.item())
+
+    def clear_file(self) -> None:
+        """The request is acted on: the next job of the run must not stop at its first step."""
+        self.file.unlink(missing_ok=True)
