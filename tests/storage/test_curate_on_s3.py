@@ -5,6 +5,11 @@ interrupted publication that never looks finished."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -52,7 +57,8 @@ def _check_manifest(stage_dir: str) -> dict:
     counts = manifest["counts"]
     assert counts["in"] == counts["kept"] + sum(counts["rejected"].values())
     assert sum(len(read_documents(f)) for f in resolve_input_files(stage_dir)) == counts["kept"]
-    assert _temporaries(f"{storage.parent(stage_dir)}/.{storage.basename(stage_dir)}.tmp-*") == []
+    for kind in ("tmp", "partial"):
+        assert _temporaries(f"{storage.parent(stage_dir)}/.{storage.basename(stage_dir)}.{kind}-*") == []
     return manifest
 
 
@@ -138,7 +144,7 @@ def test_interrupted_publication_never_looks_finished(bucket, s3_dask_client, mo
     assert read_manifest(out)["counts"]["kept"] == 5
 
     # Killed after the new files were copied into place, before the manifest was written: the
-    # writer's own cleanup does not run (a SIGKILL), so its temporary prefix stays too.
+    # writer's own cleanup does not run (a SIGKILL), so its partial prefix stays too.
     fs, _ = storage.filesystem(out)  # fsspec hands every caller in this process this instance
     real_pipe = fs.pipe_file
 
@@ -159,10 +165,73 @@ def test_interrupted_publication_never_looks_finished(bucket, s3_dask_client, mo
         resolve_input_files(out)
     with pytest.raises(TokenmillError, match="manifest.json is missing"):
         read_manifest(out)
-    assert len(_temporaries(f"{bucket}/.stage.tmp-*")) == 1
+    assert len(_temporaries(f"{bucket}/.stage.partial-*")) == 1
 
-    # The re-run publishes a complete output and removes what the killed run left.
+    # The re-run takes the partition the killed run recorded, publishes a complete output and
+    # removes what the killed run left.
     ingest(f"{bucket}/raw/a.jsonl", out, **run)
-    assert read_manifest(out)["counts"]["kept"] == 7
+    manifest = _check_manifest(out)
+    assert manifest["counts"]["kept"] == 7 and manifest["resumed_partitions"] == 1
     assert sorted(_kept(out)["text"]) == [f"doc {i}" for i in range(7)]
-    assert _temporaries(f"{bucket}/.stage.tmp-*") == []
+
+
+N_PARTITIONS = 6
+
+
+def _filter_command(source: str, output: str) -> list[str]:
+    return [sys.executable, "-m", "tokenmill.cli", "curate", "filter", "--input", source, "--output", output]
+
+
+@pytest.mark.slow
+def test_a_killed_stage_on_a_bucket_reruns_only_the_partitions_it_had_not_finished(bucket, shared_data, tmp_path):
+    """`tokenmill curate filter` writing to a bucket, SIGKILLed (the command and its workers)
+    after k of n partitions recorded their completion: the rerun runs the n - k others and
+    publishes what an undisturbed run publishes."""
+    lines = [line.strip() for line in (shared_data / "corpus" / "wikitext2_valid.txt").read_text().split("\n")]
+    lines = [line for line in lines if line and not line.startswith("=")]
+    per_part = 1500  # a partition that takes a moment to filter, so the kill lands between them
+    for part in range(N_PARTITIONS):
+        texts = [lines[(part * per_part + i) % len(lines)] for i in range(per_part)]
+        ids = [f"p{part}-{i:05d}" for i in range(per_part)]
+        pq.write_table(
+            pa.table({"id": ids, "text": texts, "source": ["wiki"] * per_part}), tmp_path / f"part-{part}.parquet"
+        )
+        storage.upload(tmp_path / f"part-{part}.parquet", f"{bucket}/in/part-{part}.parquet")
+    options = ["--workers", "1", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
+
+    def run(output: str) -> subprocess.CompletedProcess:
+        command = _filter_command(f"{bucket}/in", output) + options
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    run(f"{bucket}/expected")
+    output = f"{bucket}/out"
+    process = subprocess.Popen(
+        _filter_command(f"{bucket}/in", output) + options, env=env, start_new_session=True, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.time() + 300
+        while not (records := _temporaries(f"{bucket}/.out.partial-*/.tasks/task-*.json")):
+            assert process.poll() is None, process.communicate()[1]
+            assert time.time() < deadline, "no partition finished"
+            time.sleep(0.05)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    finished = len(_temporaries(f"{bucket}/.out.partial-*/.tasks/task-*.json"))
+    assert 0 < len(records) <= finished < N_PARTITIONS
+    assert not storage.exists(f"{output}/manifest.json")
+
+    rerun = run(output)
+    assert f"resumed {finished} of {N_PARTITIONS} partitions" in rerun.stderr
+    manifest = _check_manifest(output)
+    expected = read_manifest(f"{bucket}/expected")
+    assert manifest["resumed_partitions"] == finished
+    assert manifest["counts"] == expected["counts"] and manifest["stats"] == expected["stats"]
+    for sub in ("kept", "rejected"):
+        names = sorted(relative for _, relative in storage.list_files(f"{output}/{sub}"))
+        assert names == sorted(relative for _, relative in storage.list_files(f"{bucket}/expected/{sub}"))
+    got, want = _kept(output), _kept(f"{bucket}/expected")
+    assert sorted(got["id"]) == sorted(want["id"]) and sorted(got["text"]) == sorted(want["text"])

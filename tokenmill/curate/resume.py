@@ -10,6 +10,12 @@ a changed config or input gives another key, and the old directory is removed. P
 named by partition and batch, so a partition that runs again (after a crash, or on a second
 worker after its first one died) overwrites its own parts instead of adding to them. The
 directory is renamed into place only when every partition has a record (`stage.run_tasks`).
+
+On object storage the same holds with prefixes: `.NAME.partial-<key>/` beside the output URL,
+a record is one object written by a single PUT after the partition's parts (an object is either
+whole or absent, so no rename is needed), and publication copies the parts into place with the
+manifest last (`storage.publish_prefix`). Inputs on object storage enter the key by size and
+version (ETag), as local files do by size and mtime.
 """
 
 from __future__ import annotations
@@ -17,22 +23,28 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tokenmill.infra.atomic import atomic_write_text
+from tokenmill.infra import storage
 
 log = logging.getLogger(__name__)
 
 TASKS_DIR = ".tasks"
 
 
-def _input_files(inputs: list[str]) -> list[tuple[str, int, int]]:
+def _input_files(inputs: list[str]) -> list[tuple[str, int, int | str]]:
     """(path, size, mtime_ns) of every file under the inputs: a changed input changes the key."""
-    found: list[tuple[str, int, int]] = []
+    found: list[tuple[str, int, int | str]] = []
     for name in inputs:
+        if storage.is_url(name):
+            try:
+                files = [url for url, _ in storage.list_files(name)] if storage.isdir(name) else [name]
+                found += [storage.fingerprint(url) for url in files]
+            except Exception:  # unreadable here: its name alone is in the key
+                pass
+            continue
         path = Path(name)
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         for file in files:
@@ -59,44 +71,55 @@ def stage_key(
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def partial_dir(output: Path, key: str) -> Path:
-    """The work directory of `output` for a stage run with this key; work directories of other
-    keys (an older config or input) are removed, so a changed stage starts over."""
-    prefix = f".{output.name}.partial-"
-    target = output.with_name(prefix + key)
-    for other in output.parent.glob(prefix + "*"):
-        if other != target and other.is_dir():
-            log.info("%s: removing the partial output of another config or input: %s", output.name, other.name)
-            shutil.rmtree(other, ignore_errors=True)
+def partial_dir(output: str | Path, key: str) -> str | Path:
+    """The work directory (a `Path`, or a URL prefix) of `output` for a stage run with this
+    key; work directories of other keys (an older config or input) are removed, so a changed
+    stage starts over."""
+    name = storage.basename(output)
+    prefix = f".{name}.partial-"
+    target = storage.join(storage.parent(output), prefix + key)
+    if storage.is_url(output):
+        fs, inner = storage.filesystem(str(storage.parent(output)))
+        protocol = str(output).split("://", 1)[0]
+        with storage.storage_errors(output, "list"):
+            others = [f"{protocol}://{o}" for o in fs.glob(f"{inner.rstrip('/')}/{prefix}*")]
+    else:
+        others = [o for o in Path(output).parent.glob(prefix + "*") if o.is_dir()]
+    for other in others:
+        if str(other).rstrip("/") != str(target):
+            log.info("%s: removing the partial output of another config or input: %s", name, storage.basename(other))
+            storage.remove(other)
     return target
 
 
-def record_path(work_dir: str | Path, task_index: int) -> Path:
-    return Path(work_dir) / TASKS_DIR / f"task-{task_index:05d}.json"
+def record_path(work_dir: str | Path, task_index: int) -> str | Path:
+    return storage.join(work_dir, TASKS_DIR, f"task-{task_index:05d}.json")
 
 
 def record_done(work_dir: str | Path, task_index: int, counts: dict[str, Any]) -> None:
-    """Worker side: mark a partition finished, after all its parts are written."""
-    path = record_path(work_dir, task_index)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(counts, default=int) + "\n")
+    """Worker side: mark a partition finished, after all its parts are written (one atomic
+    write: a local rename, or a single PUT)."""
+    storage.write_text(record_path(work_dir, task_index), json.dumps(counts, default=int) + "\n")
 
 
-def finished_tasks(work_dir: Path, n_tasks: int) -> dict[int, dict[str, Any]]:
+def finished_tasks(work_dir: str | Path, n_tasks: int) -> dict[int, dict[str, Any]]:
     """Counts of the partitions a previous run of this stage finished, by task index."""
     done: dict[int, dict[str, Any]] = {}
+    recorded = {storage.basename(url) for url, _ in storage.list_files(storage.join(work_dir, TASKS_DIR))}
     for index in range(n_tasks):
         path = record_path(work_dir, index)
+        if storage.basename(path) not in recorded:
+            continue
         try:
-            counts = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue  # absent, or torn by a crash of another writer: run the partition again
+            counts = json.loads(storage.read_text(path))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            continue  # torn by a crash of another writer, or gone: run the partition again
         counts["rejected"] = Counter(counts.get("rejected", {}))
         counts["stats"] = Counter(counts.get("stats", {}))
         done[index] = counts
     return done
 
 
-def remove_records(work_dir: Path) -> None:
+def remove_records(work_dir: str | Path) -> None:
     """Drop the records before publication: the published stage holds only its documents."""
-    shutil.rmtree(work_dir / TASKS_DIR, ignore_errors=True)
+    storage.remove(storage.join(work_dir, TASKS_DIR))

@@ -192,8 +192,7 @@ def _run_task(task: PartitionTask, task_index: int, tmp_dir: str) -> dict[str, A
         if n_rejected:
             counts["rejected"].update(output.rejected["reason"].astype(str).value_counts().to_dict())
         counts["stats"].update(output.stats)
-    if not storage.is_url(tmp_dir):  # on object storage a stage starts over (no rename to commit a record)
-        resume.record_done(tmp_dir, task_index, counts)
+    resume.record_done(tmp_dir, task_index, counts)
     return counts
 
 
@@ -238,20 +237,20 @@ def run_tasks(
     remote = storage.is_url(output)
     versions = {**_library_versions(), **(versions or {})}
     if remote:
-        # Object storage has no rename: the workers write under a temporary prefix that
-        # `publish_prefix` copies into place, manifest last. (No resume inside a stage there.)
+        # Object storage has no rename: the partial prefix is copied into place by
+        # `publish_prefix`, manifest last.
         output = storage.absolute(output)
         storage.remove_stale_temporaries(output)
-        tmp_dir: Any = storage.temp_prefix(output)
     else:
         output = Path(output).resolve()
         output.parent.mkdir(parents=True, exist_ok=True)
-        tmp_dir = resume.partial_dir(output, resume.stage_key(stage_name, config, inputs, versions, len(tasks)))
+    tmp_dir: Any = resume.partial_dir(output, resume.stage_key(stage_name, config, inputs, versions, len(tasks)))
+    if not remote:
         (tmp_dir / KEPT_DIR).mkdir(parents=True, exist_ok=True)
         (tmp_dir / REJECTED_DIR).mkdir(parents=True, exist_ok=True)
     started = time.time()
     totals: dict[str, Any] = {"in": 0, "kept": 0, "rejected": Counter(), "stats": Counter()}
-    done = {} if remote else resume.finished_tasks(tmp_dir, len(tasks))
+    done = resume.finished_tasks(tmp_dir, len(tasks))
     for counts in done.values():
         _add_counts(totals, counts)
     if done:
@@ -298,19 +297,30 @@ def run_tasks(
         if finalize is not None:
             finalize(manifest)
         if remote:
-            storage.publish_prefix(tmp_dir, output, MANIFEST_FILE, manifest_text(manifest))
+            # The records stay until the parts are in place: a run killed while copying resumes.
+            storage.publish_prefix(tmp_dir, output, MANIFEST_FILE, manifest_text(manifest), private=resume.TASKS_DIR)
         else:
             resume.remove_records(tmp_dir)
             write_manifest(tmp_dir, manifest)
             publish(tmp_dir, output)
     except BaseException:
-        if remote:
-            _discard_remote(tmp_dir)
         # Finished partitions stay for a rerun to resume; a run that finished none leaves nothing.
+        if remote:
+            if not _remote_records(tmp_dir, len(tasks)):
+                _discard_remote(tmp_dir)
         elif not resume.finished_tasks(tmp_dir, len(tasks)):
             shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
     return manifest
+
+
+def _remote_records(tmp_prefix: str, n_tasks: int) -> bool:
+    """Whether partitions are recorded under the prefix (True when the store cannot say, e.g.
+    with the connection gone: the prefix is then left for a rerun)."""
+    try:
+        return bool(resume.finished_tasks(tmp_prefix, n_tasks))
+    except Exception:
+        return True
 
 
 def _discard_remote(tmp_prefix: str) -> None:

@@ -328,13 +328,14 @@ def remove_stale_temporaries(target: str | os.PathLike) -> int:
     return len(stale)
 
 
-def publish_prefix(tmp: str, target: str, marker: str, marker_text: str) -> None:
+def publish_prefix(tmp: str, target: str, marker: str, marker_text: str, *, private: str | None = None) -> None:
     """Publish the files under the temporary prefix ``tmp`` as ``target`` on object storage.
 
     Order matters, because a reader takes ``target`` as finished when ``target/marker`` exists:
     the old marker goes first, then the old files; the new files are copied into place, and the
     new marker is written last. A run killed at any point leaves no marker over mixed or partial
-    files, and the temporary prefix for the next run to remove.
+    files, and the temporary prefix for the next run to remove (or resume from). Files under
+    ``tmp/private/`` (a writer's own records) are not copied; they go with the prefix.
     """
     fs, target_inner = filesystem(target)
     _, tmp_inner = filesystem(tmp)
@@ -344,12 +345,16 @@ def publish_prefix(tmp: str, target: str, marker: str, marker_text: str) -> None
             fs.rm_file(f"{target_inner}/{marker}")
         if fs.exists(target_inner):
             fs.rm(target_inner, recursive=True)
-        sources = [name for name in fs.find(tmp_inner) if name != f"{tmp_inner}/{marker}"]
+        written = fs.find(tmp_inner)
+        skipped = f"{tmp_inner}/{private}/" if private else None
+        sources = [
+            name for name in written if name != f"{tmp_inner}/{marker}" and not (skipped and name.startswith(skipped))
+        ]
         if sources:
             # Server-side copies, issued in one batch.
             fs.copy(sources, [target_inner + name[len(tmp_inner) :] for name in sources])
         fs.pipe_file(f"{target_inner}/{marker}", marker_text.encode("utf-8"))
-        if sources:  # a stage that kept and rejected nothing wrote no files, so no prefix
+        if written:  # a stage that kept and rejected nothing wrote no files, so no prefix
             fs.rm(tmp_inner, recursive=True)
 
 
