@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("TOKENMILL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+# A test run started in the background by a non-interactive shell (`make test &` in a script)
+# inherits SIGINT ignored, and so would every command a test starts: the Ctrl-C tests would
+# then find their commands deaf to it. Commands get the default disposition, as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
