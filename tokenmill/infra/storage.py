@@ -461,14 +461,17 @@ class Mirror:
             self._stamps = read_json(self._stamps_path) or {}
         return self._stamps
 
-    def _record(self, name: str, info: dict[str, Any]) -> None:
+    def _stamp(self, name: str, info: dict[str, Any]) -> list:
+        """The object's version and size beside the local file's size and mtime."""
+        stat = (self.local / name).stat()
+        return [_version(info), int(info.get("size") or 0), stat.st_size, stat.st_mtime_ns]
+
+    def _save_stamps(self) -> None:
+        """Written once per pull or push; a copy killed before it falls back to MD5 checks."""
         from tokenmill.infra.atomic import atomic_write_text
 
-        stamps = self._read_stamps()
-        stat = (self.local / name).stat()
-        stamps[name] = [_version(info), int(info.get("size") or 0), stat.st_size, stat.st_mtime_ns]
         self._stamps_path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self._stamps_path, json.dumps(stamps))
+        atomic_write_text(self._stamps_path, json.dumps(self._read_stamps()))
 
     def _unchanged(self, name: str, info: dict[str, Any]) -> bool:
         """True when the local file holds the object's bytes: it was last downloaded from or
@@ -477,15 +480,7 @@ class Mirror:
         local = self.local / name
         if not local.is_file() or local.stat().st_size != int(info.get("size") or 0):
             return False
-        stat = local.stat()
-        if self._read_stamps().get(name) == [
-            _version(info),
-            int(info.get("size") or 0),
-            stat.st_size,
-            stat.st_mtime_ns,
-        ]:
-            return True
-        return _md5_matches(local, info)
+        return self._read_stamps().get(name) == self._stamp(name, info) or _md5_matches(local, info)
 
     def remote(self, name: str) -> str:
         return f"{self._inner}/{name}" if name else self._inner
@@ -502,39 +497,47 @@ class Mirror:
         from tokenmill.infra.atomic import atomic_path
 
         present = []
-        for name in names:
-            with storage_errors(f"{self.url}/{name}", "read"):
-                try:
-                    info = self._fs.info(self.remote(name))
-                except FileNotFoundError:
-                    continue
-                if info.get("type") == "directory":
-                    continue
-                present.append(name)
-                target = self.local / name
-                if self._unchanged(name, info):
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                log.info("downloading %s/%s", self.url, name)
-                with atomic_path(target) as tmp:
-                    self._fs.get_file(self.remote(name), str(tmp))
-                self._record(name, info)
+        stamps = self._read_stamps()
+        try:
+            for name in names:
+                with storage_errors(f"{self.url}/{name}", "read"):
+                    try:
+                        info = self._fs.info(self.remote(name))
+                    except FileNotFoundError:
+                        continue
+                    if info.get("type") == "directory":
+                        continue
+                    present.append(name)
+                    target = self.local / name
+                    if self._unchanged(name, info):
+                        continue
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    log.info("downloading %s/%s", self.url, name)
+                    with atomic_path(target) as tmp:
+                        self._fs.get_file(self.remote(name), str(tmp))
+                    stamps[name] = self._stamp(name, info)
+        finally:
+            self._save_stamps()
         return present
 
     def push(self, names: list[str], last: list[str] = ()) -> None:
         """Upload the named local files that differ on the remote side, then the ``last`` ones,
         in their order, each once its predecessors are complete."""
-        for name in [*names, *last]:
-            source = self.local / name
-            with storage_errors(f"{self.url}/{name}", "write"):
-                try:
-                    info = self._fs.info(self.remote(name))
-                except FileNotFoundError:
-                    info = None
-                if info is not None and name not in last and self._unchanged(name, info):
-                    continue
-                self._fs.put_file(str(source), self.remote(name))
-                self._record(name, self._fs.info(self.remote(name)))
+        stamps = self._read_stamps()
+        try:
+            for name in [*names, *last]:
+                source = self.local / name
+                with storage_errors(f"{self.url}/{name}", "write"):
+                    try:
+                        info = self._fs.info(self.remote(name))
+                    except FileNotFoundError:
+                        info = None
+                    if info is not None and name not in last and self._unchanged(name, info):
+                        continue
+                    self._fs.put_file(str(source), self.remote(name))
+                    stamps[name] = self._stamp(name, self._fs.info(self.remote(name)))
+        finally:
+            self._save_stamps()
 
     def create(self, name: str, data: bytes) -> bool:
         """Write a remote file only if none exists (a conditional PUT, ``If-None-Match: *``);
