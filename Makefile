@@ -63,12 +63,13 @@ bench-env:
 # bench/web.py: datatrove's WarcReader and Trafilatura extractor need these.
 	.venv-bench/bin/pip install --quiet warcio faust-cchardet python-magic trafilatura lxml_html_clean
 
-# Megatron-Core needs Python >= 3.12: tests/compat/ and bench/tokenize_loader.py read our shards with it.
-# pyenv's shim for python3.12 fails unless 3.12 is selected, so a pyenv 3.12 install is preferred.
-PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
+# Megatron-Core is the reference reader of our shards (tests/compat/, bench/tokenize_loader.py). Its
+# dataset code needs only the CPU build of torch: 0.16.1 is the newest release for Python 3.11, so
+# the pinned torch that `install` uses (the local CPU build on the project's machines) serves it too,
+# instead of the multi-GB CUDA build pip picks for Python 3.12.
 megatron-env:
-	test -x .venv-megatron/bin/python || $(PYTHON312) -m venv .venv-megatron
-	.venv-megatron/bin/pip install --quiet "megatron-core==0.19.2" torch numpy
+	test -x .venv-megatron/bin/python || $(PYTHON) -m venv .venv-megatron
+	.venv-megatron/bin/pip install --quiet "megatron-core==0.16.1" "torch==$(TORCH_VERSION)" numpy
 
 clean:
 	rm -rf $(VENV) $(WHEEL_VENV) dist build demo-work .pytest_cache

@@ -59,7 +59,10 @@ def main() -> None:
             builder.add_document(torch.from_numpy(numpy.array(dataset[i], dtype=numpy.int64)), [len(dataset[i])])
         builder.finalize(copy_prefix + ".idx")
 
-    # (b) Megatron builds the sample indices.
+    # (b) Megatron builds the sample indices. Older releases (0.16, the newest for Python 3.11)
+    # ask torch.distributed for the rank while building: one process is a world of one.
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("gloo", init_method=f"file://{out / 'pg'}", rank=0, world_size=1)
     config = GPTDatasetConfig(
         random_seed=spec["seed"],
         sequence_length=spec["seq_len"],
