@@ -1,5 +1,6 @@
 """Every curation stage and `encode` on a real Dask cluster of separate processes (`dask
-scheduler` + two `dask worker`s from the command line) give what the LocalCluster run gives."""
+scheduler` + two `dask worker`s from the command line) give what the LocalCluster run gives.
+The LocalCluster side is the test session's 2-worker LocalCluster, the one `--workers 2` starts."""
 
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ def dask_processes(tmp_path_factory):
     processes.close()
 
 
-def test_every_stage_and_encode_on_a_dask_cluster_equal_the_local_cluster(tmp_path, shared_data, dask_processes):
+def test_every_stage_and_encode_on_a_dask_cluster_equal_the_local_cluster(
+    tmp_path, shared_data, dask_processes, dask_client
+):
+    local_cluster = dask_client.scheduler.address
     raw = write_web_like_corpus(shared_data, tmp_path / "raw")
     piqa = str(shared_data / "eval" / "piqa_valid.jsonl")
     chain = [
@@ -35,7 +39,9 @@ def test_every_stage_and_encode_on_a_dask_cluster_equal_the_local_cluster(tmp_pa
     rejected_somewhere = set()
     for step, (stage, options) in enumerate(chain):
         local, remote = tmp_path / "local" / f"{step}-{stage}", tmp_path / "cluster" / f"{step}-{stage}"
-        tokenmill("curate", stage, "--input", str(source), "--output", str(local), "--workers", "2", *options)
+        tokenmill(
+            "curate", stage, "--input", str(source), "--output", str(local), "--scheduler", local_cluster, *options
+        )
         tokenmill("curate", stage, "--input", str(source), "--output", str(remote), "--scheduler", dask_processes.address, *options)  # fmt: skip
         manifest = assert_same_stage(remote, local)
         assert manifest["counts"]["kept"] > 0
@@ -59,7 +65,7 @@ def test_every_stage_and_encode_on_a_dask_cluster_equal_the_local_cluster(tmp_pa
     )
     local, remote = tmp_path / "local" / "shard", tmp_path / "cluster" / "shard"
     common = ["--input", str(source), "--tokenizer", str(tokenizer)]
-    tokenmill("tokenize", "encode", *common, "--output-prefix", str(local), "--workers", "2")
+    tokenmill("tokenize", "encode", *common, "--output-prefix", str(local), "--scheduler", local_cluster)
     tokenmill("tokenize", "encode", *common, "--output-prefix", str(remote), "--scheduler", dask_processes.address)
     for suffix in (".bin", ".idx"):
         assert Path(f"{remote}{suffix}").read_bytes() == Path(f"{local}{suffix}").read_bytes()

@@ -27,7 +27,9 @@ def add_stage_arguments(parser: argparse.ArgumentParser, *, document_input: bool
         "--output", required=True, help="the stage directory to write (kept/, rejected/, manifest.json)"
     )
     parser.add_argument(
-        "--scheduler", default=None, help="address of an existing Dask scheduler (default: a LocalCluster)"
+        "--scheduler",
+        default=None,
+        help="address of an existing Dask scheduler (default: $DASK_SCHEDULER_ADDRESS, else a LocalCluster)",
     )
     parser.add_argument(
         "--workers", type=int, default=None, help="LocalCluster worker processes (default: one per core)"

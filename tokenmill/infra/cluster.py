@@ -21,13 +21,15 @@ def default_workers() -> int:
 def dask_client(scheduler: str | None = None, workers: int | None = None) -> Iterator[distributed.Client]:  # noqa: F821
     """Yield a `distributed.Client`.
 
-    `scheduler`: address of a running Dask scheduler (tcp://host:8786); None starts a
-    LocalCluster with `workers` single-threaded worker processes (default: one per core).
+    `scheduler`: address of a running Dask scheduler (tcp://host:8786); None takes Dask's own
+    `DASK_SCHEDULER_ADDRESS` when it is set (as a cluster session or job script sets it), else
+    starts a LocalCluster with `workers` single-threaded worker processes (default: one per core).
     Single-threaded workers keep per-worker memory predictable and avoid GIL contention in the
     pure-Python parts of the stages.
     """
     from distributed import Client, LocalCluster
 
+    scheduler = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
     if scheduler:
         try:
             client = Client(scheduler, timeout="10s")

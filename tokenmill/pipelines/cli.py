@@ -40,7 +40,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="validate and print the plan (with the training layout and memory); run nothing",
     )
     parser.add_argument(
-        "--scheduler", default=None, help="address of a Dask scheduler for curation (default: a LocalCluster)"
+        "--scheduler",
+        default=None,
+        help="address of a Dask scheduler for curation (default: the recipe's, else $DASK_SCHEDULER_ADDRESS, else a LocalCluster)",
     )
     parser.add_argument(
         "--workers", type=int, default=None, help="LocalCluster worker processes (default: one per core)"

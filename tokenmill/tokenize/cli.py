@@ -57,7 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="end-of-document token (default: the first of <|endoftext|>, </s>, ... present)",
     )
     encode.add_argument(
-        "--scheduler", default=None, help="address of an existing Dask scheduler (default: a LocalCluster)"
+        "--scheduler",
+        default=None,
+        help="address of an existing Dask scheduler (default: $DASK_SCHEDULER_ADDRESS, else a LocalCluster)",
     )
     encode.add_argument(
         "--workers", type=int, default=None, help="LocalCluster worker processes (default: one per core)"
