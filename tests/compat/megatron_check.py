@@ -37,6 +37,19 @@ class StubTokenizer:
         self.unique_identifiers = {"class": "StubTokenizer", "vocab_size": vocab_size, "eod": eod, "pad": pad}
 
 
+def write_grouped(dataset: IndexedDataset, prefix: str) -> None:
+    """The dataset's sequences, in order, in documents of 0, 1, 2, 3, 0, 1, ... sequences."""
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=numpy.dtype(dataset.index.dtype).type)
+    position, group = 0, 0
+    while position < len(dataset):
+        members = range(position, min(position + group % 4, len(dataset)))
+        tokens = [numpy.array(dataset[i], dtype=numpy.int64) for i in members]
+        flat = numpy.concatenate(tokens) if tokens else numpy.zeros(0, dtype=numpy.int64)
+        builder.add_document(torch.from_numpy(flat), [len(t) for t in tokens])
+        position, group = position + len(tokens), group + 1
+    builder.finalize(prefix + ".idx")
+
+
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     out = Path(sys.argv[2])
@@ -58,6 +71,11 @@ def main() -> None:
         for i in range(len(dataset)):
             builder.add_document(torch.from_numpy(numpy.array(dataset[i], dtype=numpy.int64)), [len(dataset[i])])
         builder.finalize(copy_prefix + ".idx")
+        # Megatron's writer with several sequences per document and documents without any
+        # (repeated document indices), as its preprocessing writes them: tokenmill must read these.
+        grouped_prefix = str(out / f"megatron_grouped{n}")
+        write_grouped(dataset, grouped_prefix)
+        results[f"grouped{n}_document_indices"] = numpy.array(IndexedDataset(grouped_prefix).document_indices)
 
     # (b) Megatron builds the sample indices. Older releases (0.16, the newest for Python 3.11)
     # ask torch.distributed for the rank while building: one process is a world of one.

@@ -111,6 +111,14 @@ def test_megatron_reads_our_shards_and_builds_the_same_gpt_indices(shards):
         np.testing.assert_array_equal(got[f"reader0_doc{doc}_slice"], ours.get(doc, 1, 3))
     for ext in (".bin", ".idx"):
         assert Path(f"{got['_out']}/megatron_copy0{ext}").read_bytes() == Path(prefix + ext).read_bytes()
+    # A shard Megatron wrote with several sequences per document and empty documents passes
+    # tokenmill's index checks, and reads the same sequences.
+    grouped = IndexedDataset(f"{got['_out']}/megatron_grouped0")
+    np.testing.assert_array_equal(grouped.document_indices, got["grouped0_document_indices"])
+    assert len(grouped.document_indices) < n + 1 and (np.diff(grouped.document_indices) == 0).any()
+    np.testing.assert_array_equal(grouped.sequence_lengths, ours.sequence_lengths)
+    for doc in (0, 1, 57):
+        np.testing.assert_array_equal(grouped[doc], ours[doc])
 
     for split, size in zip(("train", "valid", "test"), sizes):
         dataset = GPTDataset(prefix, seq_len=SEQ_LEN, num_samples=size, seed=SEED, split=split, split_ratios=SPLIT)

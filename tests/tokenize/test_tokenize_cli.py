@@ -119,3 +119,56 @@ def test_train_tokenizer_says_when_the_text_is_too_small_for_the_vocabulary(smal
     assert len(warnings) == 1
     assert f"has {learned} tokens, not the 8192 requested" in warnings[0] and "300 documents" in warnings[0]
     assert f"vocab {learned}," in done.stderr
+
+
+def _copy_shard(prefix, directory):
+    import shutil
+
+    for ext in (".bin", ".idx", ".json"):
+        shutil.copyfile(f"{prefix}{ext}", directory / f"wiki{ext}")
+    return directory / "wiki"
+
+
+def test_inspect_verify_passes_on_a_good_shard_and_names_a_modified_bin(wiki_shard, tmp_path, capsys):
+    from tokenmill.cli import main
+
+    prefix = _copy_shard(wiki_shard, tmp_path)
+    meta = json.loads(prefix.with_suffix(".json").read_text())
+    assert main(["tokenize", "inspect", "--verify", str(prefix)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"{prefix}: OK ({meta['documents']} documents, {meta['tokens']} tokens; xxh64 .bin {meta['checksums']['bin']},"
+        f" .idx {meta['checksums']['idx']} as recorded in wiki.json)"
+    ]
+    # One token changed in the middle of the .bin: the index still describes it, the checksum does not.
+    data = bytearray(prefix.with_suffix(".bin").read_bytes())
+    data[len(data) // 2] ^= 0x01
+    prefix.with_suffix(".bin").write_bytes(bytes(data))
+    assert main(["tokenize", "inspect", "--verify", str(prefix)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"tokenmill: error: {prefix}.bin has xxh64 ")
+    assert f"but {prefix}.json records {meta['checksums']['bin']}: the file changed after it was encoded" in lines[0]
+    # A shard whose metadata has no checksums (an older tokenmill) cannot be verified, and says so.
+    del meta["checksums"]
+    prefix.with_suffix(".json").write_text(json.dumps(meta))
+    assert main(["tokenize", "inspect", "--verify", str(prefix)]) == 1
+    assert "records no xxh64 checksums" in capsys.readouterr().err
+
+
+def test_inspect_refuses_a_damaged_index_in_one_line(wiki_shard, tmp_path, capsys):
+    from tokenmill.cli import main
+
+    prefix = _copy_shard(wiki_shard, tmp_path)
+    count = len(IndexedDataset(prefix))
+    raw = bytearray(prefix.with_suffix(".idx").read_bytes())
+    raw[34 + count * 4 + 7 * 8 + 2] ^= 0x10  # sequence 7's byte pointer, third byte
+    prefix.with_suffix(".idx").write_bytes(bytes(raw))
+    assert main(["tokenize", "inspect", str(prefix)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"tokenmill: error: corrupt index {prefix}.idx: sequence 7 starts at byte ")
+    assert lines[0].endswith("(the shard is damaged: encode it again or restore it from a copy)")

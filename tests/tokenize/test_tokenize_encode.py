@@ -8,11 +8,12 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+import xxhash
 
 from tokenmill.curate.documents import write_documents
 from tokenmill.errors import TokenmillError
-from tokenmill.tokenize.encode import encode_documents, read_shard_metadata
-from tokenmill.tokenize.indexed import IndexedDataset
+from tokenmill.tokenize.encode import encode_documents, read_shard_metadata, verify_shard
+from tokenmill.tokenize.indexed import IndexedDataset, IndexedDatasetWriter
 from tokenmill.tokenize.tokenizer import load_tokenizer, tokenizer_hash, train_tokenizer
 
 
@@ -38,6 +39,12 @@ def test_wikitext_tokens_equal_encode_batch_plus_eod(wiki_docs, wiki_tokenizer, 
         pq.ParquetFile(f).metadata.num_rows for f in sorted(wiki_docs.glob("*.parquet"))
     ]
     assert not wiki_shard.with_name("wiki.parts").exists()  # the work directory is cleaned up
+    # What `inspect --verify` checks against: the xxh64 of the published files.
+    assert meta["checksums"] == {
+        "algorithm": "xxh64",
+        "bin": xxhash.xxh64(wiki_shard.with_suffix(".bin").read_bytes()).hexdigest(),
+        "idx": xxhash.xxh64(wiki_shard.with_suffix(".idx").read_bytes()).hexdigest(),
+    }
 
 
 def test_rejects_are_counted_with_reasons(wiki_tokenizer, dask_client, tmp_path):
@@ -84,6 +91,44 @@ def test_interrupted_encode_resumes_from_written_parts(small_wiki_docs, wiki_tok
     for ext in (".bin", ".idx"):
         assert (tmp_path / f"wiki{ext}").read_bytes() == (tmp_path / f"fresh{ext}").read_bytes()
     assert not parts.exists()
+
+
+class Killed(BaseException):
+    """A kill right after the new .bin/.idx were renamed into place."""
+
+
+def test_a_reencode_removes_the_old_metadata_before_the_new_files_appear(
+    small_wiki_docs, wiki_tokenizer, dask_client, tmp_path, monkeypatch
+):
+    """A crash between the rename of the new .bin/.idx and the write of the new PREFIX.json
+    must not leave the old PREFIX.json (other counts, other checksums) beside the new files."""
+    prefix = tmp_path / "wiki"
+    frame = pd.DataFrame({"id": ["a", "b"], "text": ["An old shard .", "Of two documents ."], "source": "t"})
+    write_documents(frame, tmp_path / "old" / "x.parquet")
+    old = encode_documents(tmp_path / "old", wiki_tokenizer, prefix, client=dask_client, progress=False)
+    assert old["documents"] == 2
+    seen = {}
+    finalize = IndexedDatasetWriter.finalize
+
+    def finalize_then_die(writer):
+        if writer.prefix != prefix:  # a part shard (when the workers are threads of this process)
+            return finalize(writer)
+        seen["json when the new files appear"] = prefix.with_suffix(".json").exists()
+        finalize(writer)
+        raise Killed
+
+    monkeypatch.setattr(IndexedDatasetWriter, "finalize", finalize_then_die)
+    with pytest.raises(Killed):
+        encode_documents(small_wiki_docs, wiki_tokenizer, prefix, client=dask_client, progress=False)
+    assert seen == {"json when the new files appear": False}
+    assert len(IndexedDataset(prefix)) == 300  # the new pair is in place, with no metadata beside it
+    with pytest.raises(TokenmillError, match="shard metadata not found"):
+        read_shard_metadata(prefix)
+    monkeypatch.undo()
+    # The rerun resumes its parts and publishes metadata that describes the files.
+    meta = encode_documents(small_wiki_docs, wiki_tokenizer, prefix, client=dask_client, progress=False)
+    assert meta["documents"] == 300 and meta["partitions"]["resumed"] == meta["partitions"]["total"]
+    assert verify_shard(prefix) == {k: meta["checksums"][k] for k in ("idx", "bin")}
 
 
 def test_parts_of_another_tokenizer_are_not_reused(small_wiki_docs, wiki_tokenizer, dask_client, tmp_path):

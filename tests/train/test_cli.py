@@ -79,6 +79,31 @@ def test_cli_errors_are_one_line(shakespeare_shard: Path, tmp_path: Path, capsys
     assert "no checkpoint at" in capsys.readouterr().err
 
 
+def test_a_shard_with_swapped_lengths_is_refused_before_training(
+    shakespeare_shard: Path, tmp_path: Path, capsys
+) -> None:
+    """Two documents' lengths swapped (same total, so the .bin size still matches) used to train
+    to the end on wrong boundaries: the launcher now refuses the shard in one line."""
+    import shutil
+
+    import numpy as np
+
+    prefix = tmp_path / "shakespeare"
+    for ext in (".bin", ".idx", ".json"):
+        shutil.copyfile(f"{shakespeare_shard}{ext}", f"{prefix}{ext}")
+    raw = bytearray(Path(f"{prefix}.idx").read_bytes())
+    lengths = np.frombuffer(bytes(raw), dtype="<i4", count=12, offset=34)
+    i = int(np.flatnonzero(lengths[1:] != lengths[0])[0]) + 1  # the first document of another length
+    at_0, at_i = 34, 34 + i * 4
+    raw[at_0 : at_0 + 4], raw[at_i : at_i + 4] = raw[at_i : at_i + 4], raw[at_0 : at_0 + 4]
+    Path(f"{prefix}.idx").write_bytes(bytes(raw))
+    run = tmp_path / "run"
+    assert main("train", RECIPE, "--data", str(prefix), "--out", str(run), "--steps", "2", "--no-progress") == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"tokenmill: error: corrupt index {prefix}.idx: sequence 1 starts")
+    assert not (run / "checkpoints").exists()
+
+
 @pytest.mark.slow
 def test_train_tiny_recipe_subprocess_under_a_minute(shakespeare_shard: Path, tmp_path: Path) -> None:
     """`tokenmill train tiny --data P --out R` as users type it, from a directory of their own;

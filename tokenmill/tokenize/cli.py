@@ -69,8 +69,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     inspect = commands.add_parser(
         "inspect",
-        help="counts of a token shard and its first documents decoded",
-        description="Print a shard's document and token counts, its metadata, and its first documents decoded.",
+        help="counts of a token shard and its first documents decoded; --verify checks its checksums",
+        description="Print a shard's document and token counts, its metadata, and its first documents decoded."
+        " Opening a shard checks its index against the .bin (lengths, pointers, document indices); --verify also"
+        " hashes PREFIX.bin and PREFIX.idx and compares them with the xxh64 checksums PREFIX.json recorded at"
+        " encode time (exit status 1 when a file differs).",
     )
     inspect.add_argument("prefix", help="shard prefix (PREFIX.bin / PREFIX.idx)")
     inspect.add_argument(
@@ -78,6 +81,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     inspect.add_argument("--docs", type=int, default=2, help="documents to show (default 2)")
     inspect.add_argument("--chars", type=int, default=200, help="characters shown per document (default 200)")
+    inspect.add_argument(
+        "--verify",
+        action="store_true",
+        help="hash PREFIX.bin and PREFIX.idx and compare with PREFIX.json's checksums; print OK or the file that differs",
+    )
     inspect.set_defaults(func=_inspect_command)
 
 
@@ -136,7 +144,16 @@ def _inspect_command(args: argparse.Namespace) -> int:
     from tokenmill.tokenize.tokenizer import load_tokenizer
 
     prefix = cached_shard(args.prefix) if storage.is_url(args.prefix) else args.prefix
-    dataset = IndexedDataset(prefix)
+    dataset = IndexedDataset(prefix)  # refuses an index that does not describe the .bin
+    if args.verify:
+        from tokenmill.tokenize.encode import verify_shard
+
+        checksums = verify_shard(prefix)
+        print(
+            f"{args.prefix}: OK ({len(dataset)} documents, {dataset.num_tokens} tokens; xxh64 .bin {checksums['bin']},"
+            f" .idx {checksums['idx']} as recorded in {Path(str(args.prefix)).name}.json)"
+        )
+        return 0
     meta_path = Path(f"{prefix}.json")
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     print(f"{args.prefix}: {len(dataset)} documents, {dataset.num_tokens} tokens, dtype {dataset.dtype}")

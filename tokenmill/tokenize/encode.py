@@ -30,7 +30,14 @@ from tokenmill.infra import storage
 from tokenmill.infra.atomic import atomic_write_text
 from tokenmill.infra.cluster import client_or_new
 from tokenmill.infra.documents import check_document_columns, resolve_input_files, upstream_manifest
-from tokenmill.tokenize.indexed import IndexedDatasetWriter, bin_path, dtype_for_vocab, idx_path
+from tokenmill.tokenize.indexed import (
+    CHECKSUM_ALGORITHM,
+    IndexedDatasetWriter,
+    bin_path,
+    dtype_for_vocab,
+    file_checksum,
+    idx_path,
+)
 from tokenmill.tokenize.tokenizer import eod_id, load_tokenizer, local_tokenizer_path, tokenizer_hash, vocab_size
 
 # Documents per encode_batch call: large enough for the Rust thread pool, small enough to bound
@@ -309,7 +316,7 @@ def encode_documents(
         for partition in partitions:
             writer.add_index(parts_dir / partition.name)
         documents, total_tokens = len(writer), writer.tokens
-        writer.finalize()
+        checksums = writer.seal()
     except BaseException:
         writer.abort()
         raise
@@ -329,6 +336,8 @@ def encode_documents(
         "tokens": total_tokens,
         "counts": {"in": rows, "kept": documents, "rejected": dict(sorted(rejected.items()))},
         "partitions": {"total": len(partitions), "resumed": sum(1 for r in results.values() if r["resumed"])},
+        # What `tokenmill tokenize inspect --verify` checks the files against.
+        "checksums": {"algorithm": CHECKSUM_ALGORITHM, **checksums},
         "input": _input_manifest(input, files),
         "versions": _versions(),
         "timings": {
@@ -339,25 +348,32 @@ def encode_documents(
         },
     }
     if rows != documents + sum(rejected.values()):
+        writer.abort()
         raise RuntimeError(f"encode lost documents: in={rows} kept={documents} rejected={dict(rejected)}")
-    meta_text = json.dumps(metadata, indent=2, default=str) + "\n"
-    if remote:
-        publish_shard(prefix, remote, meta_text)
-    else:
-        atomic_write_text(Path(f"{prefix}.json"), meta_text)
+    publish_shard(writer, json.dumps(metadata, indent=2, default=str) + "\n", url=remote)
     shutil.rmtree(parts_dir, ignore_errors=True)
     return metadata
 
 
-def publish_shard(local_prefix: Path, url: str, meta_text: str) -> None:
-    """Upload a finished shard to `url`: `PREFIX.json` (what readers check for) goes first
-    away and last back, so a reader never finds it beside a half-uploaded `.bin` / `.idx`."""
-    storage.remove(f"{url}.json")
-    storage.upload(bin_path(local_prefix), f"{url}.bin")
-    storage.upload(idx_path(local_prefix), f"{url}.idx")
-    storage.write_text(f"{url}.json", meta_text)
-    for path in (bin_path(local_prefix), idx_path(local_prefix)):
-        path.unlink(missing_ok=True)
+def publish_shard(writer: IndexedDatasetWriter, meta_text: str, url: str | None = None) -> None:
+    """Publish a sealed shard at its prefix, or upload it to `url` when it was staged locally.
+    `PREFIX.json` goes first away and last back: a crash in between leaves a shard without
+    metadata (which readers of a bucket take for an unfinished upload), never a new `.bin` /
+    `.idx` beside the old `.json`, whose counts and checksums describe other files."""
+    target = url or str(writer.prefix)
+    storage.remove(f"{target}.json")
+    try:
+        writer.finalize()
+    except BaseException:
+        writer.abort()
+        raise
+    if url:
+        storage.upload(bin_path(writer.prefix), f"{url}.bin")
+        storage.upload(idx_path(writer.prefix), f"{url}.idx")
+    storage.write_text(f"{target}.json", meta_text)
+    if url:
+        for path in (bin_path(writer.prefix), idx_path(writer.prefix)):
+            path.unlink(missing_ok=True)
 
 
 def _versions() -> dict[str, str]:
@@ -382,4 +398,25 @@ def read_shard_metadata(prefix: str | Path) -> dict[str, Any]:
         raise TokenmillError(f"{path} is not valid JSON: {error}") from None
 
 
-__all__ = ["encode_documents", "read_shard_metadata", "plan_partitions", "bin_path", "idx_path"]
+def verify_shard(prefix: str | Path) -> dict[str, str]:
+    """Hash `PREFIX.idx` and `PREFIX.bin` again (in chunks, whatever their size) and compare
+    with the checksums `PREFIX.json` recorded at encode time; the first file that differs is
+    named in the error. Returns the checksums."""
+    meta_path = f"{prefix}.json"
+    recorded = read_shard_metadata(prefix).get("checksums")
+    if not isinstance(recorded, dict) or recorded.get("algorithm") != CHECKSUM_ALGORITHM:
+        raise TokenmillError(
+            f"{meta_path} records no {CHECKSUM_ALGORITHM} checksums of the shard's files (it was written by an older"
+            " tokenmill or another tool): encode the shard again to record them"
+        )
+    for name, path in (("idx", idx_path(prefix)), ("bin", bin_path(prefix))):
+        actual = file_checksum(path)
+        if actual != recorded.get(name):
+            raise TokenmillError(
+                f"{path} has {CHECKSUM_ALGORITHM} {actual}, but {meta_path} records {recorded.get(name)}: the file"
+                " changed after it was encoded (encode the shard again or restore it from a copy)"
+            )
+    return {"idx": recorded["idx"], "bin": recorded["bin"]}
+
+
+__all__ = ["encode_documents", "read_shard_metadata", "verify_shard", "plan_partitions", "bin_path", "idx_path"]

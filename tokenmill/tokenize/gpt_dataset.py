@@ -28,11 +28,10 @@ from pathlib import Path
 
 import numba
 import numpy as np
-import xxhash
 
 from tokenmill.errors import TokenmillError
 from tokenmill.infra.atomic import atomic_path
-from tokenmill.tokenize.indexed import IndexedDataset, idx_path
+from tokenmill.tokenize.indexed import IndexedDataset, file_checksum, idx_path
 
 SPLITS = ("train", "valid", "test")
 # Megatron's threshold under which the last epoch is shuffled separately.
@@ -177,14 +176,6 @@ def build_indices(
     return document_index, sample_index, shuffle_index
 
 
-def _file_digest(path: Path) -> str:
-    digest = xxhash.xxh64()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(16 * 1024 * 1024), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _save_npy(path: Path, array: np.ndarray) -> None:
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.save(f, array, allow_pickle=False)
@@ -227,7 +218,7 @@ class GPTDataset(SampleDataset):
         description = {
             "class": "GPTDataset",
             "version": CACHE_VERSION,
-            "idx_digest": _file_digest(idx_path(self.prefix)),
+            "idx_digest": file_checksum(idx_path(self.prefix)),
             **asdict(self.config),
             "documents": list(self.document_range),
         }

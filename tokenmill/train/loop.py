@@ -64,13 +64,18 @@ class TrainResult:
 
 
 def check_data(data: str | None) -> list[str]:
-    """The shard prefixes behind ``data`` (a prefix or a blend file), checked to exist."""
+    """The shard prefixes behind ``data`` (a prefix or a blend file), checked to exist and
+    opened once, so that a damaged index is refused here, before any worker starts."""
     if not data:
         raise ConfigError("data: no training data given; set `data:` in the config or pass --data PREFIX")
+    from tokenmill.tokenize.indexed import IndexedDataset
     from tokenmill.tokenize.loader import resolve_blend
 
     resolved = resolve_blend(data)  # raises a TokenmillError naming a missing shard or blend file
-    return [resolved] if isinstance(resolved, str) else [entry.prefix for entry in resolved]
+    prefixes = [resolved] if isinstance(resolved, str) else [entry.prefix for entry in resolved]
+    for prefix in prefixes:
+        IndexedDataset(prefix).close()  # raises a TokenmillError naming the shard and the bad entry
+    return prefixes
 
 
 def data_metadata(prefixes: list[str]) -> dict[str, Any]:
