@@ -75,7 +75,9 @@ def main() -> None:
         # (repeated document indices), as its preprocessing writes them: tokenmill must read these.
         grouped_prefix = str(out / f"megatron_grouped{n}")
         write_grouped(dataset, grouped_prefix)
-        results[f"grouped{n}_document_indices"] = numpy.array(IndexedDataset(grouped_prefix).document_indices)
+        grouped = IndexedDataset(grouped_prefix)  # held: its arrays are views of its memory map
+        results[f"grouped{n}_document_indices"] = numpy.array(grouped.document_indices)
+        del grouped
 
     # (b) Megatron builds the sample indices. Older releases (0.16, the newest for Python 3.11)
     # ask torch.distributed for the rank while building: one process is a world of one.
