@@ -416,6 +416,17 @@ def _write_decisions_by_part(frame: pd.DataFrame, directory: str, partition_info
     )
 
 
+# What `_write_decisions_by_part` returns per partition.
+_DECISION_COUNTS = {"rows": "int64", "rejected": "int64", "indexed": "int64"}
+
+
+def _decision_counts(results: list[pd.DataFrame], name: str) -> dict[str, int]:
+    return {
+        name: int(sum(r["rows"].sum() for r in results)),
+        "already_indexed": int(sum(r["indexed"].sum() for r in results)),
+    }
+
+
 def _jaccard_partition(frame: pd.DataFrame, threshold: float) -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame({"u": np.zeros(0, np.int64), "v": np.zeros(0, np.int64), "jaccard": np.zeros(0)})
@@ -543,40 +554,45 @@ _NOT_IN_RUN_KEY = (
 )
 
 
-def run_key(config: DedupConfig, files: list) -> str:
+def run_key(config: DedupConfig, inputs: list) -> str:
     """The key under which a run's kept documents enter the index: a digest of the config and the
-    inputs (path, size, version), never of the index, so that the run's own append leaves it
-    unchanged and a rerun recognises its batch."""
+    inputs (`storage.fingerprint` of each: path, size, version), never of the index, so that the
+    run's own append leaves it unchanged and a rerun recognises its batch."""
     settings = {k: v for k, v in asdict(config).items() if k not in _NOT_IN_RUN_KEY}
-    payload = {"config": settings, "inputs": [storage.fingerprint(p) for p in files]}
+    payload = {"config": settings, "inputs": inputs}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 @dataclass
 class IndexView:
-    """What one run queries of an index. `own`: the batch this very run added before it was
-    stopped (the run queries the index as it was before that append and never appends again);
-    `replaced`: the batch of an earlier run of the same owner, which this run replaces."""
+    """What one run queries of an index (`files`) and its index.json (`meta`, None for a new
+    index). `own`: the batch this very run added before it was stopped (the run queries the
+    index as it was before that append and never appends again); `replaced`: the batch of an
+    earlier run of the same owner, which this run replaces."""
 
     files: list[str]
+    meta: dict[str, Any] | None = None
     own: dict[str, Any] | None = None
     replaced: dict[str, Any] | None = None
 
 
-def index_view(config: DedupConfig, files: list[str], meta: dict[str, Any] | None, key: str) -> IndexView:
-    """The rows files of the index (`files`, as `check_index` lists them) that a run of `key` queries."""
+def index_view(config: DedupConfig, key: str) -> IndexView:
+    """The rows files of the index (see `check_index`) that a run of `key` queries."""
+    files, meta = check_index(config)
+    if not config.index:
+        return IndexView(files, meta)
     batches = (meta or {}).get("batches", [])
     names = [Path(f).relative_to(Path(config.index)).as_posix() for f in files]
     own = next((i for i, b in enumerate(batches) if b["key"] == key), None)
     if own is not None:
         # Appends go to the end of the list: the index before this run's append is what precedes it.
         later = {name for batch in batches[own:] for name in batch["files"]}
-        return IndexView([f for f, n in zip(files, names) if n not in later], own=batches[own])
+        return IndexView([f for f, n in zip(files, names) if n not in later], meta, own=batches[own])
     replaced = next((b for b in reversed(batches) if config.index_owner and b.get("owner") == config.index_owner), None)
     if replaced is not None:
         gone = set(replaced["files"])
-        return IndexView([f for f, n in zip(files, names) if n not in gone], replaced=replaced)
-    return IndexView(list(files))
+        return IndexView([f for f, n in zip(files, names) if n not in gone], meta, replaced=replaced)
+    return IndexView(files, meta)
 
 
 def _index_rows(rows_path: str, decisions: str, part: int, index_part: int, out: str, keep_shingles: bool) -> int:
@@ -601,9 +617,12 @@ def _index_rows(rows_path: str, decisions: str, part: int, index_part: int, out:
     return len(frame)
 
 
-def _published_under(output: str | Path, key: str) -> dict[str, Any] | None:
-    """The manifest of `output` if a run of `key` published it."""
+def _published_under(view: IndexView, output: str | Path, key: str) -> dict[str, Any] | None:
+    """The manifest of `output` if the run of `key` published it and added its batch to the
+    index: the run was stopped after its index update, before it could say so."""
     path = f"{output}/manifest.json"
+    if view.own is None:
+        return None
     if not storage.exists(path):
         return None
     try:
@@ -634,13 +653,13 @@ def run_dedup(
     mirror = index_mirror(config)
     if mirror is not None:
         config = replace(config, index=str(mirror.local))
-    index_files, index_meta = check_index(config)
-    key = run_key(config, files)
-    view = index_view(config, index_files, index_meta, key) if config.index else IndexView([])
+    inputs = [storage.fingerprint(p) for p in files]
+    key = run_key(config, inputs)
+    view = index_view(config, key)
     index_files = view.files
     fingerprint = {
         "config": asdict(config) | {"work_dir": None, "keep_work": None},
-        "inputs": [storage.fingerprint(p) for p in files],
+        "inputs": inputs,
         # What the run queries, not the whole index: its own append must not change the
         # fingerprint, or a rerun after a stop at the very end would start afresh.
         "index": index_files,
@@ -652,8 +671,7 @@ def run_dedup(
     else:
         output = Path(output).resolve()
         default_work = output.parent / f".{output.name}.work"
-    if view.own is not None and (published := _published_under(output, key)) is not None:
-        # Stopped after its index update, before it could say so: everything is in place.
+    if (published := _published_under(view, output, key)) is not None:
         log.info(f"dedup: {output} and the index already hold this run's result; nothing to redo")
         if not config.keep_work:
             storage.remove(config.work_dir or default_work)
@@ -682,16 +700,9 @@ def run_dedup(
                 frame = dd.read_parquet(hashes, columns=["uid", "id", "part", "length", "quality", "h1", "h2"])
                 shuffled = frame.shuffle(on="h1", npartitions=npart)
                 decisions = shuffled.map_partitions(_choose_exact, config.keep, meta=_empty_decisions())
-                written = decisions.map_partitions(
-                    _write_decisions_by_part,
-                    str(directory),
-                    meta={"rows": "int64", "rejected": "int64", "indexed": "int64"},
-                )
+                written = decisions.map_partitions(_write_decisions_by_part, str(directory), meta=_DECISION_COUNTS)
                 results = compute_with_progress(dask, written, "dedup exact groups", progress)
-                return {
-                    "in_groups": int(sum(r["rows"].sum() for r in results)),
-                    "already_indexed": int(sum(r["indexed"].sum() for r in results)),
-                }
+                return _decision_counts(results, "in_groups")
 
             decided = timed("decisions", decide)
             reason = "exact_duplicate"
@@ -756,16 +767,9 @@ def run_dedup(
                 decisions = members.shuffle(on="label", npartitions=npart).map_partitions(
                     _choose_clusters, config.keep, meta=_empty_decisions()
                 )
-                written = decisions.map_partitions(
-                    _write_decisions_by_part,
-                    str(directory),
-                    meta={"rows": "int64", "rejected": "int64", "indexed": "int64"},
-                )
+                written = decisions.map_partitions(_write_decisions_by_part, str(directory), meta=_DECISION_COUNTS)
                 results = compute_with_progress(dask, written, "dedup clusters", progress)
-                return {
-                    "in_clusters": int(sum(r["rows"].sum() for r in results)),
-                    "already_indexed": int(sum(r["indexed"].sum() for r in results)),
-                }
+                return _decision_counts(results, "in_clusters")
 
             decided = timed("decisions", decide)
             reason = "near_duplicate"
@@ -808,7 +812,7 @@ def run_dedup(
             finalize=add_dedup_details,
         )
         if config.index:
-            _update_index(dask, config, files, work, index_meta, mirror, key, view)
+            _update_index(dask, config, files, work, mirror, key, view)
 
     if not config.keep_work:
         work.remove()
@@ -842,7 +846,6 @@ def _update_index(
     config: DedupConfig,
     files: list[Path],
     work: WorkDir,
-    meta: dict | None,
     mirror: storage.Mirror | None,
     key: str,
     view: IndexView,
@@ -855,7 +858,7 @@ def _update_index(
     names them."""
     if not config.update_index or view.own is not None:
         return
-    index = Path(config.index)
+    index, meta = Path(config.index), view.meta
     rows_dir = index / config.index_rows_dir
     rows_dir.mkdir(parents=True, exist_ok=True)
     existing = parquet_files(rows_dir)
@@ -889,7 +892,7 @@ def _update_index(
     gone: list[str] = []
     if view.replaced is not None:
         gone = list(view.replaced["files"])
-        names = [n for n in names if n not in set(gone)]
+        names = [n for n in names if n not in gone]
         batches = [b for b in batches if b["key"] != view.replaced["key"]]
         total -= view.replaced.get("documents", 0)
     new = [f"{config.index_rows_dir}/part-{first + part:05d}.parquet" for part, n in enumerate(counts) if n]
