@@ -133,7 +133,7 @@ class DedupConfig:
     )
     index: str | None = option(
         None,
-        path=True,
+        path="state",
         help="an index directory or URL: dedup against the documents of earlier runs, then add the kept ones "
         "to it (created if missing; it stores hashes for exact, band keys for fuzzy dedup)",
     )
