@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -123,6 +124,10 @@ def test_exact_index_dedups_new_data_against_the_old_corpus(tmp_path, articles, 
     )
     _, rejected, _ = read_stage(tmp_path / "again_out")
     assert dict(zip(rejected["id"], rejected["kept_id"])) == {"m0": "n3"}
+    # Each run is one batch under its own key; one that kept nothing new lists no rows file.
+    meta, rows = _index_state(index)
+    assert [len(b["files"]) for b in meta["batches"]] == [3, 2, 0] and all(rows.values())
+    assert len({b["key"] for b in meta["batches"]}) == 3 and meta["documents"] == sum(rows.values()) == 42
     # An exact index is not a fuzzy one, and the normalization must match.
     with pytest.raises(ConfigError, match="method: index 'exact' vs run 'fuzzy'"):
         run_dedup(tmp_path / "again", tmp_path / "x", DedupConfig(index=str(index)), client=dask_client, progress=False)
@@ -134,6 +139,94 @@ def test_exact_index_dedups_new_data_against_the_old_corpus(tmp_path, articles, 
             client=dask_client,
             progress=False,
         )
+
+
+class _Killed(BaseException):
+    """Stands for a SIGKILL: nothing of the run after this point happens (a BaseException, so
+    that no handler of the run catches it)."""
+
+
+def _decisions(directory) -> tuple[list[str], dict[str, str]]:
+    kept, rejected, _ = read_stage(directory)
+    return sorted(kept["id"]), dict(zip(rejected["id"], rejected["kept_id"]))
+
+
+def _index_state(index) -> tuple[dict, dict[str, int]]:
+    """index.json and the rows of each file it lists."""
+    import pyarrow.parquet as pq
+
+    meta = json.loads((index / "index.json").read_text())
+    return meta, {name: pq.ParquetFile(index / name).metadata.num_rows for name in meta["files"]}
+
+
+@pytest.mark.slow
+def test_a_run_stopped_after_its_index_update_reruns_to_the_undisturbed_output(
+    tmp_path, planted, dask_client, monkeypatch, capsys
+):
+    """A run killed right after index.json is written (output published, its documents in the
+    index, no summary printed, work directory left), then the same command again: it finds its
+    own batch in the index, prints the summary and ends with the undisturbed output, appending
+    nothing. Its documents are never near-duplicates of themselves, even when rewritten inputs
+    make it another run."""
+    from tokenmill.curate.dedup import pipeline
+
+    src = write_parts(planted.documents.iloc[:90], tmp_path / "in")
+    run = {"client": dask_client, "progress": False}
+    run_dedup(src, tmp_path / "calm", DedupConfig(index=str(tmp_path / "calm_index")), **run)
+    calm = _decisions(tmp_path / "calm")
+    calm_meta, calm_rows = _index_state(tmp_path / "calm_index")
+    assert calm[1] and all(calm_rows.values())  # some near-duplicates; no empty rows file
+
+    index = tmp_path / "index"
+    config = DedupConfig(index=str(index), keep_work=True)
+    write = pipeline.atomic_write_text
+
+    def write_then_die(path, text):
+        write(path, text)
+        if Path(path).name == "index.json":
+            raise _Killed
+
+    monkeypatch.setattr(pipeline, "atomic_write_text", write_then_die)
+    with pytest.raises(_Killed):
+        run_dedup(src, tmp_path / "out", config, **run)
+    monkeypatch.setattr(pipeline, "atomic_write_text", write)
+    meta, rows = _index_state(index)
+    assert rows == calm_rows and meta["documents"] == calm_meta["documents"] and len(meta["batches"]) == 1
+
+    # The same command again: output and index are in place, so it prints the summary and stops.
+    argv = ["curate", "dedup", "--input", str(src), "--output", str(tmp_path / "out"), "--index", str(index)]
+    capsys.readouterr()
+    assert tokenmill_main([*argv, "--scheduler", dask_client.scheduler.address, "--no-progress", "--keep-work"]) == 0
+    err = capsys.readouterr().err
+    assert f"dedup: in 90, kept {len(calm[0])}, rejected {len(calm[1])}" in err
+    assert "already hold this run's result" in err
+    assert _decisions(tmp_path / "out") == calm
+    assert _index_state(index) == (meta, rows)
+
+    # The output lost: the run queries the index as it was before its own batch, so its work
+    # directory's fingerprint holds and every phase resumes; nothing is appended again.
+    shutil.rmtree(tmp_path / "out")
+    again = run_dedup(src, tmp_path / "out", config, **run)
+    assert again["resumed_phases"] == ["signatures", "candidates", "components", "decisions"]
+    assert _decisions(tmp_path / "out") == calm
+    assert _index_state(index) == (meta, rows)
+
+    # Rewritten inputs make another run, which finds each kept document in the index under
+    # its own id: kept again and not added twice.
+    for part in src.iterdir():
+        part.write_bytes(part.read_bytes())
+    fresh = run_dedup(src, tmp_path / "out3", DedupConfig(index=str(index)), **run)
+    assert _decisions(tmp_path / "out3") == calm
+    assert fresh["dedup"]["already_indexed"] == meta["documents"]
+    meta3, rows3 = _index_state(index)
+    assert rows3 == rows and meta3["documents"] == meta["documents"]
+    assert meta3["batches"][-1] | {"added": 0} == {
+        "key": fresh["dedup"]["run_key"],
+        "owner": None,
+        "files": [],
+        "documents": 0,
+        "added": 0,
+    }
 
 
 def fuzzy_quality(directory, planted):

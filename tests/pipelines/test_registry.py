@@ -57,7 +57,8 @@ def test_every_option_is_declared_once_with_help():
 def test_dedup_options_come_from_dedup_config():
     model = recipe_stage("dedup").options_model()
     declared = {f.name for f in dataclasses.fields(DedupConfig)}
-    assert set(model.model_fields) == declared - {"work_dir", "keep_work"}  # the runner owns the work directory
+    # The runner owns the work directory and names the owner of the step's batch of an index.
+    assert set(model.model_fields) == declared - {"work_dir", "keep_work", "index_owner"}
     # The command line has a flag for the same fields (and the CLI-only ones).
     parser = argparse.ArgumentParser()
     recipe_stage("dedup").add_cli(parser.add_subparsers())

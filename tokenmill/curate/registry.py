@@ -52,7 +52,7 @@ def option(
     cli: bool | Mapping[str, Any] = True,
     parse: Callable[[Any], Any] | None = None,
     recipe: bool = True,
-    path: bool = False,
+    path: bool | str = False,
     group: str | None = None,
     exclusive: str | None = None,
 ) -> Any:
@@ -65,7 +65,9 @@ def option(
         (`choices`, `nargs`, `metavar`, `required`, `action`, `type`, `default`).
     parse: turns the command-line value into the option's value (e.g. a comma list).
     recipe: False for a command-line-only option.
-    path: a path, resolved against the recipe's directory.
+    path: a path, resolved against the recipe's directory; "state" for one where the stage keeps
+        state of its own across runs (a dedup index): created if missing, and not an input of
+        the recipe step, so that what the step adds there does not put it out of date.
     group / exclusive: an argparse argument group / mutually exclusive group.
     """
     if not help or not help.strip():
@@ -138,6 +140,12 @@ class Stage:
     @property
     def path_options(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.recipe_fields() if _meta(f)["path"])
+
+    @property
+    def input_path_options(self) -> tuple[str, ...]:
+        """The path options that name inputs: they must exist, and their files are part of the
+        step's fingerprint (not the "state" ones)."""
+        return tuple(f.name for f in self.recipe_fields() if _meta(f)["path"] is True)
 
     def options_model(self) -> type[BaseModel]:
         return _options_model(self)

@@ -84,7 +84,7 @@ def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool | str 
             if name is not None and options.get("model"):
                 problems.add(("curate", i, "options"), "give `model` or `classifier`, not both")
         _check_options(problems, ("curate", i, "options"), f"stage {step.stage}", model, options)
-        for option in kind.path_options:
+        for option in kind.input_path_options:
             value = step.options.get(option)
             values = value if isinstance(value, list) else [value]
             for v in values:

@@ -166,7 +166,7 @@ def build_plan(recipe: Recipe, workdir: Path) -> list[Step]:
             # edited list re-runs the step, as an edited raw file re-runs ingest.
             files = [
                 item
-                for option in kind.path_options
+                for option in kind.input_path_options
                 for value in (options.get(option) if isinstance(options.get(option), list) else [options.get(option)])
                 if isinstance(value, str)
                 for item in _file_identity(Path(value))

@@ -22,7 +22,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -321,9 +321,13 @@ def _curate(ctx: Context, step: Step) -> dict[str, Any]:
 
         options["model"] = str(classifier_model_path(ctx.workdir, step.config["classifier"]))
     upstream = ctx.steps[step.deps[0]].output
-    return kind.run(
-        kind.recipe_options(options), str(upstream), step.output, client=ctx.client(), progress=ctx.progress
-    )
+    config = kind.recipe_options(options)
+    if getattr(config, "index", None) and hasattr(config, "index_owner"):
+        # A dedup index: what this step added to it is replaced when the step reruns (--from,
+        # --force, a changed upstream), instead of being found there as duplicates of itself.
+        where = ctx.remote.url if ctx.remote is not None else str(ctx.workdir)
+        config = replace(config, index_owner=f"{where}#{step.name}")
+    return kind.run(config, str(upstream), step.output, client=ctx.client(), progress=ctx.progress)
 
 
 def _classifier(ctx: Context, step: Step) -> dict[str, Any]:

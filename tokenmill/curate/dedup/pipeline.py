@@ -13,7 +13,9 @@ fixed-width integers) in the global ones; the client holds only counters.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
 import time
 from collections.abc import Iterator
@@ -44,6 +46,8 @@ from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import storage
 from tokenmill.infra.atomic import atomic_write_text
 from tokenmill.infra.cluster import client_or_new
+
+log = logging.getLogger(__name__)
 
 KeepRule = Literal["first", "longest", "quality"]
 ROW_BITS = 32
@@ -129,11 +133,18 @@ class DedupConfig:
     )
     index: str | None = option(
         None,
-        path=True,
+        path="state",
         help="an index directory or URL: dedup against the documents of earlier runs, then add the kept ones "
         "to it (created if missing; it stores hashes for exact, band keys for fuzzy dedup)",
     )
     update_index: bool = option(True, flag="--no-index-update", help="query --index without adding the kept documents")
+    # Set by a recipe step: what it added to the index is replaced, not queried, when it reruns.
+    index_owner: str | None = option(
+        None,
+        cli=False,
+        recipe=False,
+        help="who owns this run's batch of the index: a later run of the same owner replaces that batch",
+    )
     # Execution.
     work_dir: str | None = option(
         None,
@@ -328,16 +339,30 @@ def _choose_clusters(frame: pd.DataFrame, keep: KeepRule) -> pd.DataFrame:
     kept = ordered.groupby("label", sort=False).head(1).set_index("label")
     # The cluster is named after its smallest-uid member (the component label).
     names = frame.loc[frame["uid"] == frame["label"], ["label", "id"]].set_index("label")["id"]
+    indexed = _already_indexed(ordered, "label")
     out = pd.DataFrame(
         {
             "uid": ordered["uid"].to_numpy(np.int64),
             "part": ordered["part"].to_numpy(np.int64),
             "cluster_id": ordered["label"].map(names).astype(str).to_numpy(),
             "kept_id": ordered["label"].map(kept["id"]).astype(str).to_numpy(),
-            "keep": ordered["uid"].to_numpy() == ordered["label"].map(kept["uid"]).to_numpy(),
+            "keep": (ordered["uid"].to_numpy() == ordered["label"].map(kept["uid"]).to_numpy()) | indexed,
+            "indexed": indexed,
         }
     )
     return out[out["part"] >= 0]
+
+
+def _already_indexed(ordered: pd.DataFrame, group: str) -> np.ndarray:
+    """Input documents that an index document of their group stands for under the same id: the
+    same document, added by an earlier run of these inputs. Such a document is never a duplicate
+    of itself: it is kept, and not added to the index again."""
+    index_rows = ordered[ordered["uid"].to_numpy() < 0]
+    if index_rows.empty:
+        return np.zeros(len(ordered), bool)
+    known = pd.MultiIndex.from_arrays([index_rows[group].to_numpy(), index_rows["id"].astype(str).to_numpy()])
+    mine = pd.MultiIndex.from_arrays([ordered[group].to_numpy(), ordered["id"].astype(str).to_numpy()])
+    return (ordered["uid"].to_numpy() >= 0) & mine.isin(known)
 
 
 def _choose_exact(frame: pd.DataFrame, keep: KeepRule) -> pd.DataFrame:
@@ -350,13 +375,15 @@ def _choose_exact(frame: pd.DataFrame, keep: KeepRule) -> pd.DataFrame:
         return _empty_decisions()
     ordered = _order_frame(frame, "group", keep)
     first = ordered.groupby("group", sort=False).head(1).set_index("group")
+    indexed = _already_indexed(ordered, "group")
     decisions = pd.DataFrame(
         {
             "uid": ordered["uid"].to_numpy(np.int64),
             "part": ordered["part"].to_numpy(np.int64),
             "cluster_id": ordered["group"].map(first["id"]).astype(str).to_numpy(),
             "kept_id": ordered["group"].map(first["id"]).astype(str).to_numpy(),
-            "keep": ordered["uid"].to_numpy() == ordered["group"].map(first["uid"]).to_numpy(),
+            "keep": (ordered["uid"].to_numpy() == ordered["group"].map(first["uid"]).to_numpy()) | indexed,
+            "indexed": indexed,
         }
     )
     decisions = decisions[decisions["part"] >= 0]  # index documents are not in this input
@@ -371,6 +398,7 @@ def _empty_decisions() -> pd.DataFrame:
             "cluster_id": np.zeros(0, object),
             "kept_id": np.zeros(0, object),
             "keep": np.zeros(0, bool),
+            "indexed": np.zeros(0, bool),
         }
     )
 
@@ -383,7 +411,20 @@ def _write_decisions_by_part(frame: pd.DataFrame, directory: str, partition_info
             group.drop(columns=["part"]).reset_index(drop=True),
             partition_file(Path(directory) / f"part={int(part)}", partition_info, stem="chunk"),
         )
-    return pd.DataFrame({"rows": [len(frame)], "rejected": [int((~frame["keep"]).sum())]})
+    return pd.DataFrame(
+        {"rows": [len(frame)], "rejected": [int((~frame["keep"]).sum())], "indexed": [int(frame["indexed"].sum())]}
+    )
+
+
+# What `_write_decisions_by_part` returns per partition.
+_DECISION_COUNTS = {"rows": "int64", "rejected": "int64", "indexed": "int64"}
+
+
+def _decision_counts(results: list[pd.DataFrame], name: str) -> dict[str, int]:
+    return {
+        name: int(sum(r["rows"].sum() for r in results)),
+        "already_indexed": int(sum(r["indexed"].sum() for r in results)),
+    }
 
 
 def _jaccard_partition(frame: pd.DataFrame, threshold: float) -> pd.DataFrame:
@@ -499,22 +540,96 @@ def index_mirror(config: DedupConfig) -> storage.Mirror | None:
     return mirror
 
 
+# Options that change no decision of a run: left out of its key, so that a rerun with another
+# work directory, batch size or index location is still the same run.
+_NOT_IN_RUN_KEY = (
+    "work_dir",
+    "keep_work",
+    "batch_rows",
+    "partition_rows",
+    "shuffle",
+    "index",
+    "update_index",
+    "index_owner",
+)
+
+
+def run_key(config: DedupConfig, inputs: list) -> str:
+    """The key under which a run's kept documents enter the index: a digest of the config and the
+    inputs (`storage.fingerprint` of each: path, size, version), never of the index, so that the
+    run's own append leaves it unchanged and a rerun recognises its batch."""
+    settings = {k: v for k, v in asdict(config).items() if k not in _NOT_IN_RUN_KEY}
+    payload = {"config": settings, "inputs": inputs}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+@dataclass
+class IndexView:
+    """What one run queries of an index (`files`) and its index.json (`meta`, None for a new
+    index). `own`: the batch this very run added before it was stopped (the run queries the
+    index as it was before that append and never appends again); `replaced`: the batch of an
+    earlier run of the same owner, which this run replaces."""
+
+    files: list[str]
+    meta: dict[str, Any] | None = None
+    own: dict[str, Any] | None = None
+    replaced: dict[str, Any] | None = None
+
+
+def index_view(config: DedupConfig, key: str) -> IndexView:
+    """The rows files of the index (see `check_index`) that a run of `key` queries."""
+    files, meta = check_index(config)
+    if not config.index:
+        return IndexView(files, meta)
+    batches = (meta or {}).get("batches", [])
+    names = [Path(f).relative_to(Path(config.index)).as_posix() for f in files]
+    own = next((i for i, b in enumerate(batches) if b["key"] == key), None)
+    if own is not None:
+        # Appends go to the end of the list: the index before this run's append is what precedes it.
+        later = {name for batch in batches[own:] for name in batch["files"]}
+        return IndexView([f for f, n in zip(files, names) if n not in later], meta, own=batches[own])
+    replaced = next((b for b in reversed(batches) if config.index_owner and b.get("owner") == config.index_owner), None)
+    if replaced is not None:
+        gone = set(replaced["files"])
+        return IndexView([f for f, n in zip(files, names) if n not in gone], meta, replaced=replaced)
+    return IndexView(files, meta)
+
+
 def _index_rows(rows_path: str, decisions: str, part: int, index_part: int, out: str, keep_shingles: bool) -> int:
-    """The kept documents of one input file as index rows (uids moved below every input uid)."""
+    """The kept documents of one input file as index rows (uids moved below every input uid),
+    written only if there are any; documents the index holds already are not added again."""
     frame = pd.read_parquet(rows_path)
     files = parquet_files(Path(decisions) / f"part={part}")
     if files:
-        dec = pd.concat([pd.read_parquet(f, columns=["uid", "keep"]) for f in files], ignore_index=True)
-        dropped = set(dec.loc[~dec["keep"], "uid"].tolist())
+        dec = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+        indexed = dec["indexed"] if "indexed" in dec.columns else False
+        dropped = set(dec.loc[~dec["keep"] | indexed, "uid"].tolist())
         frame = frame[~frame["uid"].isin(dropped)]
     if "n_shingles" in frame.columns:
         frame = frame[frame["n_shingles"] > 0]  # a document without shingles matches nothing
+    if frame.empty:
+        return 0
     rows = frame["uid"].to_numpy(np.int64) & np.int64((1 << ROW_BITS) - 1)
     frame = frame.assign(uid=INDEX_UID_BASE + ((np.int64(index_part) << np.int64(ROW_BITS)) | rows), part=np.int64(-1))
     if not keep_shingles and "shingles" in frame.columns:
         frame = frame.drop(columns=["shingles"])
     write_parquet_atomic(frame.reset_index(drop=True), Path(out) / f"part-{index_part:05d}.parquet")
     return len(frame)
+
+
+def _published_under(view: IndexView, output: str | Path, key: str) -> dict[str, Any] | None:
+    """The manifest of `output` if the run of `key` published it and added its batch to the
+    index: the run was stopped after its index update, before it could say so."""
+    path = f"{output}/manifest.json"
+    if view.own is None:
+        return None
+    if not storage.exists(path):
+        return None
+    try:
+        manifest = json.loads(storage.read_text(path))
+    except ValueError:
+        return None
+    return manifest if (manifest.get("dedup") or {}).get("run_key") == key else None
 
 
 # ----------------------------------------------------------------------------- the stage
@@ -538,10 +653,15 @@ def run_dedup(
     mirror = index_mirror(config)
     if mirror is not None:
         config = replace(config, index=str(mirror.local))
-    index_files, index_meta = check_index(config)
+    inputs = [storage.fingerprint(p) for p in files]
+    key = run_key(config, inputs)
+    view = index_view(config, key)
+    index_files = view.files
     fingerprint = {
         "config": asdict(config) | {"work_dir": None, "keep_work": None},
-        "inputs": [storage.fingerprint(p) for p in files],
+        "inputs": inputs,
+        # What the run queries, not the whole index: its own append must not change the
+        # fingerprint, or a rerun after a stop at the very end would start afresh.
         "index": index_files,
     }
     if storage.is_url(output):
@@ -551,6 +671,11 @@ def run_dedup(
     else:
         output = Path(output).resolve()
         default_work = output.parent / f".{output.name}.work"
+    if (published := _published_under(view, output, key)) is not None:
+        log.info(f"dedup: {output} and the index already hold this run's result; nothing to redo")
+        if not config.keep_work:
+            storage.remove(config.work_dir or default_work)
+        return published
     work = WorkDir(config.work_dir or default_work, fingerprint)
     started = time.time()
     phase_seconds: dict[str, float] = {}
@@ -575,13 +700,11 @@ def run_dedup(
                 frame = dd.read_parquet(hashes, columns=["uid", "id", "part", "length", "quality", "h1", "h2"])
                 shuffled = frame.shuffle(on="h1", npartitions=npart)
                 decisions = shuffled.map_partitions(_choose_exact, config.keep, meta=_empty_decisions())
-                written = decisions.map_partitions(
-                    _write_decisions_by_part, str(directory), meta={"rows": "int64", "rejected": "int64"}
-                )
+                written = decisions.map_partitions(_write_decisions_by_part, str(directory), meta=_DECISION_COUNTS)
                 results = compute_with_progress(dask, written, "dedup exact groups", progress)
-                return {"in_groups": int(sum(r["rows"].sum() for r in results))}
+                return _decision_counts(results, "in_groups")
 
-            timed("decisions", decide)
+            decided = timed("decisions", decide)
             reason = "exact_duplicate"
             stats_extra: dict[str, Any] = {
                 "index_documents": sum(pq.ParquetFile(f).metadata.num_rows for f in index_files)
@@ -644,13 +767,11 @@ def run_dedup(
                 decisions = members.shuffle(on="label", npartitions=npart).map_partitions(
                     _choose_clusters, config.keep, meta=_empty_decisions()
                 )
-                written = decisions.map_partitions(
-                    _write_decisions_by_part, str(directory), meta={"rows": "int64", "rejected": "int64"}
-                )
+                written = decisions.map_partitions(_write_decisions_by_part, str(directory), meta=_DECISION_COUNTS)
                 results = compute_with_progress(dask, written, "dedup clusters", progress)
-                return {"in_clusters": int(sum(r["rows"].sum() for r in results))}
+                return _decision_counts(results, "in_clusters")
 
-            timed("decisions", decide)
+            decided = timed("decisions", decide)
             reason = "near_duplicate"
             stats_extra = {
                 "bands": lsh.bands,
@@ -660,6 +781,10 @@ def run_dedup(
                 "components": comp,
                 "index_documents": n_docs - info1["docs"],
             }
+        if config.index:
+            # Kept because the index holds them under their own id (see `_already_indexed`).
+            stats_extra["already_indexed"] = decided.get("already_indexed", 0)
+        stats_extra["run_key"] = key
 
         tasks = [
             ApplyDecisions(str(path), part, str(work.dir("decisions")), reason, config.batch_rows)
@@ -687,7 +812,7 @@ def run_dedup(
             finalize=add_dedup_details,
         )
         if config.index:
-            _update_index(dask, config, files, work, index_meta, mirror)
+            _update_index(dask, config, files, work, mirror, key, view)
 
     if not config.keep_work:
         work.remove()
@@ -717,18 +842,31 @@ class _ShuffleChoice:
 
 
 def _update_index(
-    client, config: DedupConfig, files: list[Path], work: WorkDir, meta: dict | None, mirror: storage.Mirror | None
+    client,
+    config: DedupConfig,
+    files: list[Path],
+    work: WorkDir,
+    mirror: storage.Mirror | None,
+    key: str,
+    view: IndexView,
 ) -> None:
-    """Append the kept documents' rows to the index: text hashes (exact), or band keys and,
-    with --verify, shingle sets (fuzzy). index.json, which names the rows files, is written
-    last, on disk and on object storage (after the new rows are uploaded)."""
-    if not config.update_index:
+    """Append the kept documents' rows to the index as one batch under the run's key: text hashes
+    (exact), or band keys and, with --verify, shingle sets (fuzzy). index.json, which names the
+    rows files and the batches, is written last, on disk and on object storage (after the new
+    rows are uploaded). A run whose batch is there already appends nothing; one that replaces its
+    owner's earlier batch drops that batch's files from the index once index.json no longer
+    names them."""
+    if not config.update_index or view.own is not None:
         return
-    index = Path(config.index)
+    index, meta = Path(config.index), view.meta
     rows_dir = index / config.index_rows_dir
     rows_dir.mkdir(parents=True, exist_ok=True)
     existing = parquet_files(rows_dir)
-    first = 0 if not existing else max(int(Path(f).stem.split("-")[1]) for f in existing) + 1
+    # New files get numbers no listed file ever had (files of a replaced batch included);
+    # rows a killed update left unlisted are overwritten.
+    first = (meta or {}).get("next_part")
+    if first is None:
+        first = 0 if not existing else max(int(Path(f).stem.split("-")[1]) for f in existing) + 1
     rows = {int(Path(f).stem.split("-")[1]): f for f in parquet_files(work.dir(config.first_phase))}
     futures = [
         client.submit(
@@ -743,23 +881,39 @@ def _update_index(
         )
         for part in range(len(files))
     ]
-    added = sum(f.result() for f in futures)
-    total = (meta or {}).get("documents", 0) + added
+    counts = [f.result() for f in futures]
+    added = sum(counts)
     if meta is not None and "files" in meta:
         names = list(meta["files"])
     else:
         names = [Path(f).relative_to(index).as_posix() for f in existing]
-    names += [f"{config.index_rows_dir}/part-{first + part:05d}.parquet" for part in range(len(files))]
+    batches = list((meta or {}).get("batches", []))
+    total = (meta or {}).get("documents", 0) + added
+    gone: list[str] = []
+    if view.replaced is not None:
+        gone = list(view.replaced["files"])
+        names = [n for n in names if n not in gone]
+        batches = [b for b in batches if b["key"] != view.replaced["key"]]
+        total -= view.replaced.get("documents", 0)
+    new = [f"{config.index_rows_dir}/part-{first + part:05d}.parquet" for part, n in enumerate(counts) if n]
+    names += new
+    batches.append({"key": key, "owner": config.index_owner, "files": new, "documents": added, "added": time.time()})
     record = {
         "params": config.index_signature(),
         "shingles": bool(config.verify and (meta is None or meta.get("shingles"))),
         "documents": total,
         "updated": time.time(),
         "files": names,
+        "batches": batches,
+        "next_part": first + len(files),
     }
     atomic_write_text(index / "index.json", json.dumps(record, indent=2))
     if mirror is not None:
         mirror.push(names, last=["index.json"])
+    for name in gone:
+        if mirror is not None:
+            mirror.remove(name)
+        (index / name).unlink(missing_ok=True)
 
 
 def _versions() -> dict[str, str]:
