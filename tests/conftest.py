@@ -35,6 +35,24 @@ def dask_client():
         yield client
 
 
+@pytest.fixture(scope="session", autouse=True)
+def commands_use_the_session_cluster(request):
+    """Commands run by the tests, in this process or as subprocesses, send their Dask work to the
+    session's LocalCluster through Dask's own DASK_SCHEDULER_ADDRESS, as a user's shell on a
+    cluster does, instead of each starting a LocalCluster. A command given `--workers N` or
+    `--scheduler` still starts or reaches its own, so the tests of LocalCluster start-up, worker
+    counts, Ctrl-C and killed workers keep testing them."""
+    if os.environ.get("DASK_SCHEDULER_ADDRESS"):
+        yield
+        return
+    client = request.getfixturevalue("dask_client")
+    os.environ["DASK_SCHEDULER_ADDRESS"] = client.scheduler.address
+    try:
+        yield
+    finally:
+        os.environ.pop("DASK_SCHEDULER_ADDRESS", None)
+
+
 @pytest.fixture(scope="session")
 def dask_client_1():
     """A 1-worker LocalCluster, to compare outputs with the 2-worker one."""

@@ -10,9 +10,10 @@ README.md runs first; each docs page then runs in a copy of the directory the RE
 as a reader who followed the README would have it. Comment lines inside a block show output.
 
 The commands' Dask work goes to the test session's LocalCluster through Dask's own
-`DASK_SCHEDULER_ADDRESS` (as a user's shell on a cluster would name one) instead of each command
-starting a LocalCluster of its own: the results are the same (tests/curate/test_dask_cluster.py),
-and a hundred cluster start-ups are not what these pages document.
+`DASK_SCHEDULER_ADDRESS` (tests/conftest.py), as a user's shell on a cluster would name one,
+instead of each command starting a LocalCluster of its own: the results are the same
+(tests/curate/test_dask_cluster.py), and a hundred cluster start-ups are not what these pages
+document.
 """
 
 from __future__ import annotations
@@ -43,9 +44,8 @@ def shell_blocks(markdown: str) -> list[tuple[int, str]]:
     return blocks
 
 
-def run_page(page: Path, cwd: Path, scheduler: str) -> None:
+def run_page(page: Path, cwd: Path) -> None:
     env = dict(os.environ)
-    env["DASK_SCHEDULER_ADDRESS"] = scheduler
     # `tokenmill` is the one installed beside the Python running the tests.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("TOKENMILL_SHARED_DATA", None)  # the docs name ../shared/data; nothing else finds it
@@ -65,13 +65,13 @@ def run_page(page: Path, cwd: Path, scheduler: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def readme_workspace(shared_data: Path, tmp_path_factory, dask_client) -> Path:
+def readme_workspace(shared_data: Path, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("docs")
     (root / "shared").mkdir()
     (root / "shared" / "data").symlink_to(shared_data.resolve(), target_is_directory=True)
     project = root / "project"
     project.mkdir()
-    run_page(REPO_ROOT / "README.md", project, dask_client.scheduler.address)
+    run_page(REPO_ROOT / "README.md", project)
     return project
 
 
@@ -95,10 +95,10 @@ def test_every_doc_page_has_runnable_blocks() -> None:
 
 
 @pytest.mark.parametrize("page", DOC_PAGES, ids=[p.stem for p in DOC_PAGES])
-def test_doc_page_blocks_run(page: Path, readme_workspace: Path, tmp_path: Path, dask_client) -> None:
+def test_doc_page_blocks_run(page: Path, readme_workspace: Path, tmp_path: Path) -> None:
     if not shell_blocks(page.read_text()):
         pytest.skip(f"{page.name} has no shell blocks")
     workspace = tmp_path / "project"
     shutil.copytree(readme_workspace, workspace, symlinks=True)
     (tmp_path / "shared").symlink_to(readme_workspace.parent / "shared", target_is_directory=True)
-    run_page(page, workspace, dask_client.scheduler.address)
+    run_page(page, workspace)

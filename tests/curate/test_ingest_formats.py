@@ -20,7 +20,7 @@ from tokenmill.curate.documents import read_manifest
 def tokenmill(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "tokenmill.cli", *args, "--workers", "1", "--no-progress"],
+        [sys.executable, "-m", "tokenmill.cli", *args, "--no-progress"],
         capture_output=True,
         text=True,
         env=env,

@@ -37,7 +37,7 @@ def tokenmill(*args: str) -> subprocess.CompletedProcess:
 
 def test_wikitext_articles_pass_the_rules_once_detokenized(tmp_path, shared_data):
     wiki = shared_data / "corpus" / "wikitext2_valid.txt"
-    run = ["--workers", "1", "--no-progress"]
+    run = ["--no-progress"]
     steps = [
         ["curate", "ingest", "--input", str(wiki), "--separator", "^(?= = [^=])", "--output", str(tmp_path / "ingest")],
         ["curate", "normalize", "--input", str(tmp_path / "ingest"), "--output", str(tmp_path / "plain")],

@@ -21,15 +21,17 @@ def default_workers() -> int:
 def dask_client(scheduler: str | None = None, workers: int | None = None) -> Iterator[distributed.Client]:  # noqa: F821
     """Yield a `distributed.Client`.
 
-    `scheduler`: address of a running Dask scheduler (tcp://host:8786); None takes Dask's own
-    `DASK_SCHEDULER_ADDRESS` when it is set (as a cluster session or job script sets it), else
-    starts a LocalCluster with `workers` single-threaded worker processes (default: one per core).
+    `scheduler`: address of a running Dask scheduler (tcp://host:8786). Without it, an explicit
+    `workers` starts a LocalCluster of that many single-threaded worker processes; otherwise
+    Dask's own `DASK_SCHEDULER_ADDRESS` is used when it is set (as a cluster session or job
+    script sets it), else a LocalCluster with one worker per core.
     Single-threaded workers keep per-worker memory predictable and avoid GIL contention in the
     pure-Python parts of the stages.
     """
     from distributed import Client, LocalCluster
 
-    scheduler = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
+    if not scheduler and not workers:
+        scheduler = os.environ.get("DASK_SCHEDULER_ADDRESS") or None
     if scheduler:
         try:
             client = Client(scheduler, timeout="10s")
@@ -43,6 +45,11 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
     n_workers = workers or default_workers()
     if n_workers < 1:
         raise TokenmillError(f"--workers must be at least 1, got {n_workers}")
+    import multiprocessing
+
+    # The processes this cluster starts are the children that appear now: only those are ended
+    # with it, never another cluster's or the caller's own.
+    children_before = set(multiprocessing.active_children())
     with _sigint_ignored():
         cluster = LocalCluster(
             n_workers=n_workers,
@@ -65,31 +72,34 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
             _silence_dask_logs()
             # The workers' work is abandoned: end them at once, before the scheduler goes, so
             # none outlives the command or logs its lost connection.
-            _kill_worker_processes()
+            _kill_worker_processes(children_before)
         try:
             client.close()
         except (NameError, UnboundLocalError):
             pass  # Client() itself failed
         cluster.close()
-        _reap_worker_processes()
+        _reap_worker_processes(children_before)
 
 
-def _kill_worker_processes() -> None:
+def _own_children(children_before: set) -> list:
     import multiprocessing
 
-    for child in multiprocessing.active_children():
+    return [child for child in multiprocessing.active_children() if child not in children_before]
+
+
+def _kill_worker_processes(children_before: set) -> None:
+    for child in _own_children(children_before):
         child.kill()
 
 
-def _reap_worker_processes(timeout_s: float = 15.0) -> None:
-    """Wait for the LocalCluster's worker processes (this process's multiprocessing children) to
-    exit, killing any still there after ``timeout_s``: on a loaded machine `close()` can return
-    while a worker is still shutting down, and the command must not end before its workers."""
-    import multiprocessing
+def _reap_worker_processes(children_before: set, timeout_s: float = 15.0) -> None:
+    """Wait for the LocalCluster's worker processes (the children it started) to exit, killing
+    any still there after ``timeout_s``: on a loaded machine `close()` can return while a worker
+    is still shutting down, and the command must not end before its workers."""
     import time
 
     deadline = time.monotonic() + timeout_s
-    for child in multiprocessing.active_children():
+    for child in _own_children(children_before):
         child.join(max(0.0, deadline - time.monotonic()))
         if child.is_alive():
             child.kill()
