@@ -326,6 +326,7 @@ class HFModel(TokenLM):
         self.prefix_token_id = int(prefix)
         self.prefix_text = tok.decode(self.prefix_token_id)
         self._keep_mode = self._detect_keep_mode()
+        self._cache_arg = self._detect_cache_arg()
 
     def _detect_keep_mode(self) -> str:
         """How to ask the model for logits at chosen positions only.
@@ -368,19 +369,45 @@ class HFModel(TokenLM):
     def _forward_with_prefix(
         self, prefix: torch.Tensor, suffixes: torch.Tensor, keep: torch.Tensor
     ) -> torch.Tensor | None:
-        if not getattr(self.model.config, "use_cache", True) or self._keep_mode == "all":
+        if not getattr(self.model.config, "use_cache", True) or self._keep_mode == "all" or self._cache_arg is None:
             return None
-        out = self.model(prefix[None, :], use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
+        cache = self._new_cache()
         if cache is None or not hasattr(cache, "batch_repeat_interleave"):
             return None
+        # The model fills the cache object it is given: nothing is read back from its output,
+        # whose `past_key_values` attribute is deprecated in transformers 5 (renamed `cache`).
+        self.model(prefix[None, :], use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
+        if cache.get_seq_length() != prefix.shape[0]:
+            return None  # a model that ignored the cache: score without it
         cache.batch_repeat_interleave(suffixes.shape[0])
+        given = {self._cache_arg: cache}
         if self._keep_mode == "mask":
-            logits = self.model(suffixes, past_key_values=cache, use_cache=True, logits_to_keep=keep).logits
+            logits = self.model(suffixes, use_cache=True, logits_to_keep=keep, **given).logits
             logits = logits.reshape(-1, logits.shape[-1])
             return logits if logits.shape[0] == int(keep.sum()) else None
-        logits = self.model(suffixes, past_key_values=cache, use_cache=True).logits
+        logits = self.model(suffixes, use_cache=True, **given).logits
         return logits[keep]
+
+    def _detect_cache_arg(self) -> str | None:
+        """The keyword under which the model's forward takes a key/value cache: `cache` since
+        transformers 5.24 (where `past_key_values` warns and goes away in 5.40), before that
+        `past_key_values`; None for a model that takes neither (scored without prefix reuse)."""
+        import inspect
+
+        parameters = inspect.signature(type(self.model).forward).parameters
+        return next((name for name in ("cache", "past_key_values") if name in parameters), None)
+
+    def _new_cache(self):
+        """An empty `DynamicCache` laid out for the model (sliding-window layers included where
+        the installed transformers takes the config), or None without one."""
+        try:
+            from transformers import DynamicCache
+        except ImportError:  # pragma: no cover - every supported transformers has it
+            return None
+        try:
+            return DynamicCache(config=self.model.config)
+        except TypeError:  # an older transformers: the cache builds its layers as they come
+            return DynamicCache()
 
 
 class NativeModel(TokenLM):
