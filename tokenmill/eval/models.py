@@ -371,14 +371,14 @@ class HFModel(TokenLM):
     ) -> torch.Tensor | None:
         if not getattr(self.model.config, "use_cache", True) or self._keep_mode == "all" or self._cache_arg is None:
             return None
-        cache = self._new_cache()
+        out = self.model(prefix[None, :], use_cache=True, logits_to_keep=1)
+        # The key/value cache under the name this transformers uses for it, in and out: `cache`
+        # since 5.24 (where `past_key_values` warns, and goes away in 5.40), before that
+        # `past_key_values`. A `Cache` object (DynamicCache) can be repeated per suffix; an older
+        # model's tuple of tensors cannot, and is scored without reuse.
+        cache = getattr(out, self._cache_arg, None)
         if cache is None or not hasattr(cache, "batch_repeat_interleave"):
             return None
-        # The model fills the cache object it is given: nothing is read back from its output,
-        # whose `past_key_values` attribute is deprecated in transformers 5 (renamed `cache`).
-        self.model(prefix[None, :], use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
-        if cache.get_seq_length() != prefix.shape[0]:
-            return None  # a model that ignored the cache: score without it
         cache.batch_repeat_interleave(suffixes.shape[0])
         given = {self._cache_arg: cache}
         if self._keep_mode == "mask":
@@ -389,25 +389,13 @@ class HFModel(TokenLM):
         return logits[keep]
 
     def _detect_cache_arg(self) -> str | None:
-        """The keyword under which the model's forward takes a key/value cache: `cache` since
-        transformers 5.24 (where `past_key_values` warns and goes away in 5.40), before that
-        `past_key_values`; None for a model that takes neither (scored without prefix reuse)."""
+        """The name of the key/value cache in the model's forward and output: `cache` since
+        transformers 5.24, `past_key_values` before; None for a model that takes neither
+        (scored without prefix reuse)."""
         import inspect
 
         parameters = inspect.signature(type(self.model).forward).parameters
         return next((name for name in ("cache", "past_key_values") if name in parameters), None)
-
-    def _new_cache(self):
-        """An empty `DynamicCache` laid out for the model (sliding-window layers included where
-        the installed transformers takes the config), or None without one."""
-        try:
-            from transformers import DynamicCache
-        except ImportError:  # pragma: no cover - every supported transformers has it
-            return None
-        try:
-            return DynamicCache(config=self.model.config)
-        except TypeError:  # an older transformers: the cache builds its layers as they come
-            return DynamicCache()
 
 
 class NativeModel(TokenLM):
