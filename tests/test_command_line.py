@@ -59,3 +59,50 @@ def test_every_command_has_a_description_and_every_option_help() -> None:
 
     walk(build_parser(), "tokenmill")
     assert not missing, "\n".join(missing)
+
+
+def test_a_yaml_syntax_error_is_one_line_naming_the_file_line_and_column(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Recipes, training configs, filter rules and blend files are parsed from text the command
+    read itself: the error names that file, not PyYAML's `"<unicode string>"`."""
+    from tokenmill.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("A document.\n")
+    (tmp_path / "wiki.yaml").write_text("name: wiki\nsources:\n  - {name: wiki, path: docs\ncurate: []\n")
+    (tmp_path / "tiny.yaml").write_text("model: {preset: tiny\n")
+    (tmp_path / "uses-tiny.yaml").write_text(
+        "name: w\nsources:\n  - {name: w, path: docs, format: text}\ntokenize: {vocab_size: 300}\n"
+        "blend:\n  - {source: w, weight: 1}\ntrain: {config: tiny.yaml}\n"
+    )
+    (tmp_path / "rules.yaml").write_text("gopher_quality:\n  min_words: 50\n   max_words: 10\n")
+    (tmp_path / "blend.yaml").write_text("- {prefix: a, weight: 1}\n- prefix: b\n weight: 2\n")
+    flow = "expected ',' or '}', but got"
+    cases = {
+        (
+            "run",
+            "wiki.yaml",
+            "--dry-run",
+        ): f"wiki.yaml:4:7: not valid YAML: {flow} ':' (while parsing a flow mapping at line 3)",
+        ("run", "uses-tiny.yaml", "--dry-run"): f"{tmp_path / 'tiny.yaml'}:2:1: not valid YAML: {flow} '<stream end>'"
+        " (while parsing a flow mapping at line 1)",
+        ("train", "tiny.yaml", "--data", "x", "--out", "run"): f"tiny.yaml:2:1: not valid YAML: {flow} '<stream end>'"
+        " (while parsing a flow mapping at line 1)",
+        ("curate", "filter", "--input", "docs", "--output", "out", "--config", "rules.yaml"): (
+            "rules.yaml:3:13: not valid YAML: mapping values are not allowed here"
+        ),
+        (
+            "train",
+            "tiny",
+            "--data",
+            "blend.yaml",
+            "--out",
+            "run",
+        ): "blend.yaml:3:2: not valid YAML: expected <block end>,"
+        " but found '<block mapping start>' (while parsing a block collection at line 1)",
+    }
+    for argv, message in cases.items():
+        assert main(list(argv)) == 1, argv
+        captured = capsys.readouterr()
+        assert captured.err.splitlines() == [f"tokenmill: error: {message}"], argv
+    assert not (tmp_path / "out").exists() and not (tmp_path / "run").exists()

@@ -9,3 +9,29 @@ class TokenmillError(Exception):
 
 class ConfigError(TokenmillError):
     """A configuration key or value is wrong."""
+
+
+class YamlSyntaxError(ConfigError):
+    """A YAML file that does not parse, named with the line and column of the problem."""
+
+    def __init__(self, origin: str, error: Exception) -> None:
+        super().__init__(yaml_error_message(str(origin), error))
+
+
+def yaml_error_message(origin: str, error: Exception) -> str:
+    """One line for a YAML parse error: `recipe.yaml:3:7: not valid YAML: <problem> (<context>)`.
+
+    PyYAML's own message spans several lines and names the text it parsed (`in "<unicode
+    string>"`) rather than the file, since callers parse text they read themselves.
+    """
+    problem = getattr(error, "problem", None)
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    if problem and mark is not None:
+        context = getattr(error, "context", None)
+        context_mark = getattr(error, "context_mark", None)
+        where = f" at line {context_mark.line + 1}" if context and context_mark is not None else ""
+        detail = f" ({context}{where})" if context else ""
+        return f"{origin}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {problem}{detail}"
+    # Errors without a mark (an unreadable character): PyYAML's text on one line, the file named.
+    text = " ".join(str(error).replace('"<unicode string>"', origin).replace('"<file>"', origin).split())
+    return f"{origin}: not valid YAML: {text}"

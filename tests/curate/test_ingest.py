@@ -188,3 +188,80 @@ def test_stage_input_resolution(tmp_path, dask_client):
     (tmp_path / "a.jsonl").write_text('{"text": "x y z"}\n')
     ingest(tmp_path / "a.jsonl", tmp_path / "stage", client=dask_client, progress=False)
     assert resolve_input_files(tmp_path / "stage") == sorted((tmp_path / "stage" / "kept").glob("*.parquet"))
+
+
+def minimal_pdf(text: str) -> bytes:
+    """A valid one-page PDF 1.4 whose content stream is Flate-compressed, as PDF writers make them."""
+    import zlib
+
+    content = zlib.compress(f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode())
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(content) + content + b"\nendstream",
+    ]
+    out = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n"
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    return out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+
+
+def test_binary_files_read_as_text_are_rejected_with_a_reason(tmp_path, curate_cli, capsys):
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    (corpus / "paper.pdf").write_bytes(minimal_pdf("Hello from a PDF"))
+    (corpus / "notes-utf16.txt").write_bytes("Notes saved as UTF-16.\n".encode("utf-16"))
+    (corpus / "dump.txt").write_bytes(bytes(range(1, 32)) * 40 + b"some words\n")
+    # Text with the control characters real documents hold (tab, form feed, ANSI colours) is kept.
+    kept_text = "Page one\tcolumn\n\x0cPage two \x1b[1mbold\x1b[0m\r\n"
+    (corpus / "log.txt").write_text(kept_text)
+    for errors in ("reject", "replace"):
+        out = tmp_path / f"out-{errors}"
+        assert curate_cli("ingest", corpus, out, "--format", "text", "--encoding-errors", errors) == 0
+        manifest = read_manifest(out)
+        assert manifest["counts"] == {"in": 4, "kept": 1, "rejected": {"binary": 3}}
+        assert read_dir(out / "kept")["text"].tolist() == [kept_text]
+        rejected = read_dir(out / "rejected").sort_values("id")
+        assert rejected["id"].tolist() == ["docs:dump.txt", "docs:notes-utf16.txt", "docs:paper.pdf"]
+        assert "control characters" in rejected["raw"].iloc[0] and "NUL" in rejected["raw"].iloc[1]
+        assert "%PDF-" in rejected["raw"].iloc[2] and rejected["text"].isna().all()
+        assert "binary: 3" in capsys.readouterr().err
+
+
+def test_inputs_without_records_are_counted_and_warned_about(tmp_path, curate_cli, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    assert curate_cli("ingest", empty, tmp_path / "out") == 0
+    assert read_manifest(tmp_path / "out")["counts"] == {"in": 1, "kept": 0, "rejected": {"empty_file": 1}}
+    err = capsys.readouterr().err
+    assert "ingest: in 1, kept 0, rejected 1" in err and "empty_file: 1" in err
+    assert "tokenmill: WARNING: ingest kept no document (empty_file 1)" in err
+    assert read_dir(tmp_path / "out" / "rejected")["raw"].tolist() == [
+        f"{empty}: no record (empty or blank lines only)"
+    ]
+
+    # In a directory beside real records: one rejection for each file without records, no warning.
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.jsonl").write_text('{"text": "one record"}\n')
+    (corpus / "blank.jsonl").write_text("\n  \n\n")
+    (corpus / "none.jsonl.gz").write_bytes(gzip.compress(b""))
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), corpus / "rows.parquet")
+    (corpus / "chapters.txt").write_text("\n\n")
+    assert curate_cli("ingest", corpus, tmp_path / "dir", "--separator", r"\n\n") == 0
+    counts = read_manifest(tmp_path / "dir")["counts"]
+    assert counts == {"in": 5, "kept": 1, "rejected": {"empty_file": 4}}
+    rejected = read_dir(tmp_path / "dir" / "rejected")
+    assert sorted(rejected["id"]) == [
+        "corpus:blank.jsonl:empty",
+        "corpus:chapters.txt:empty",
+        "corpus:none.jsonl.gz:empty",
+        "corpus:rows.parquet:empty",
+    ]
+    assert "WARNING" not in capsys.readouterr().err

@@ -103,3 +103,69 @@ def test_every_option_has_help_and_the_command_a_description() -> None:
         assert action.option_strings[0] in done.stdout
     assert " ".join(options[0].help.split()[:4]) in " ".join(done.stdout.split())
     assert "tokenmill eval --model runs/tiny --tasks piqa,winogrande,lambada_openai" in done.stdout
+
+
+def test_eval_warns_nothing_on_the_installed_transformers(
+    tiny_model_dir: Path, eval_dir: Path, tmp_path: Path, capfd, monkeypatch
+) -> None:
+    """The shared-prefix key/value cache is passed the way the installed transformers takes it
+    (`cache=` since 5.24, where `past_key_values=` is deprecated): no FutureWarning or
+    DeprecationWarning, and the k-shot prefix is still reused."""
+    import warnings
+
+    from tokenmill.eval.models import HFModel
+
+    reused = []
+    original = HFModel._forward_with_prefix
+
+    def counting(self, prefix, suffixes, keep):
+        logits = original(self, prefix, suffixes, keep)
+        reused.append(logits is not None)
+        return logits
+
+    monkeypatch.setattr(HFModel, "_forward_with_prefix", counting)
+    argv = ["eval", "--model", str(tiny_model_dir), "--tasks", "piqa", "--shots", "1", "--data-dir", str(eval_dir)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main([*argv, "--limit", "4", "--batch-size", "4", "--bootstrap-iters", "0", "--threads", "1"]) == 0
+    assert reused and all(reused)
+    assert [w for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))] == []
+    # transformers' own logger (not the warnings module) names deprecated cache attributes too.
+    assert "deprecated" not in capfd.readouterr().err
+
+
+def test_eval_threads_default_to_the_free_cores(tiny_model_dir: Path, eval_dir: Path, monkeypatch, capsys) -> None:
+    import os
+
+    import torch
+
+    from tokenmill.infra import cpu
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(cpu, "_cgroup_quota", lambda: None)
+    argv = ["eval", "--model", str(tiny_model_dir), "--tasks", "boolq", "--data-dir", str(eval_dir), "--limit", "2"]
+    before = torch.get_num_threads()
+    try:
+        # 4 cores of 8; a machine load of 4 keeps 2 of ours busy: 2 threads.
+        monkeypatch.setattr(os, "getloadavg", lambda: (4.0, 1.0, 1.0))
+        assert main([*argv, "--bootstrap-iters", "0"]) == 0
+        assert torch.get_num_threads() == 2
+        # Loaded beyond its cores: one thread, never zero.
+        monkeypatch.setattr(os, "getloadavg", lambda: (40.0, 30.0, 20.0))
+        assert cpu.free_cores() == 1
+        # A container's CPU quota caps the cores; OMP_NUM_THREADS leaves the choice to torch.
+        monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+        monkeypatch.setattr(cpu, "_cgroup_quota", lambda: 1.5)
+        assert cpu.available_cores() == 2 and cpu.free_cores() == 2
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        torch.set_num_threads(3)
+        assert main([*argv, "--bootstrap-iters", "0"]) == 0
+        assert torch.get_num_threads() == 3
+        assert main([*argv, "--threads", "1"]) == 0 and torch.get_num_threads() == 1
+        capsys.readouterr()
+        assert main([*argv, "--threads", "0"]) == 1
+        assert capsys.readouterr().err.splitlines() == ["tokenmill: error: --threads must be at least 1, got 0"]
+    finally:
+        torch.set_num_threads(before)

@@ -336,3 +336,40 @@ train:
     path.write_text(path.read_text().replace("config: tiny", "config: tinyy.yaml"))
     with pytest.raises(RecipeError, match="train.config"):
         load_recipe(path)
+
+
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_dry_run_of_a_cpu_run_speaks_of_processes_not_gpus(tmp_path, corpus, capsys, monkeypatch, device):
+    """A toy model trained on the CPU: memory per process in host memory, in MiB, at fp32, and
+    no 80 GiB GPUs or TFLOP/s; on a machine with CUDA, `auto` is planned on its own GPU."""
+    import torch
+
+    from tokenmill.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    path = tmp_path / "r.yaml"
+    path.write_text(f"""
+sources:
+  - {{name: wiki, path: {corpus}}}
+tokenize: {{vocab_size: 300}}
+blend:
+  - {{source: wiki, weight: 1}}
+train:
+  dp: 2
+  config:
+    model: {{preset: tiny}}
+    schedule: {{global_batch_size: 16}}
+    parallel: {{device: {device}, precision: fp32}}
+""")
+    assert main(["run", str(path), "--workdir", str(tmp_path / "w"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    training = out[out.index("training layout:") :]
+    assert "memory estimate on the CPU, per process (2 process(es), dp=2, fp32): weights" in training
+    assert " MiB" in training and "in all" in training
+    assert "GPU" not in training and "GiB" not in training and "TFLOP" not in training
+    if device == "auto":
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: type("P", (), {"total_memory": 24 * 2**30}))
+        assert main(["run", str(path), "--workdir", str(tmp_path / "w"), "--dry-run"]) == 0
+        out = capsys.readouterr().out
+        assert "planner estimate on 2 GPU(s) of 24 GiB (this machine's) (dp=2)" in out

@@ -172,3 +172,26 @@ def test_inspect_refuses_a_damaged_index_in_one_line(wiki_shard, tmp_path, capsy
     assert len(lines) == 1
     assert lines[0].startswith(f"tokenmill: error: corrupt index {prefix}.idx: sequence 7 starts at byte ")
     assert lines[0].endswith("(the shard is damaged: encode it again or restore it from a copy)")
+
+
+def test_train_tokenizer_writes_nothing_on_stdout_off_a_terminal(small_wiki_docs, tmp_path, capfd, monkeypatch):
+    """`tokenizers` ends each of its progress bars with a newline on stdout (fd 1, from Rust): off a
+    terminal no bar is drawn and stdout stays empty; on one, --no-progress hides them."""
+    import sys
+
+    from tokenmill.cli import main
+
+    argv = ["tokenize", "train-tokenizer", "--input", str(small_wiki_docs), "--vocab-size", "300"]
+    assert main([*argv, "--output", str(tmp_path / "a.json")]) == 0
+    out, err = capfd.readouterr()
+    assert out == "" and "vocab 300, eod id 0, pad id 1" in err
+    # As if on a terminal: the bars are asked for, and their newlines show on fd 1 ...
+    for stream in ("stdout", "stderr"):
+        monkeypatch.setattr(getattr(sys, stream), "isatty", lambda: True, raising=False)
+    assert main([*argv, "--output", str(tmp_path / "b.json")]) == 0
+    shown = capfd.readouterr().out
+    assert shown.strip("\n") == "" and shown.count("\n") >= 3
+    # ... unless --no-progress is given.
+    assert main([*argv, "--output", str(tmp_path / "c.json"), "--no-progress"]) == 0
+    assert capfd.readouterr().out == ""
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "c.json").read_bytes()

@@ -27,7 +27,7 @@ import pandas as pd
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.rules import FAMILIES, RuleSet
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
-from tokenmill.errors import ConfigError
+from tokenmill.errors import ConfigError, YamlSyntaxError
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def load_rules_config(path: str | Path) -> dict[str, Any]:
     try:
         config = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
-        raise ConfigError(f"{path} is not valid YAML: {error}") from None
+        raise YamlSyntaxError(str(path), error) from None
     return config
 
 

@@ -3,8 +3,10 @@
 Every input record ends up either kept (id, text, source) or rejected with a reason and, where
 it exists, the raw line: `invalid_utf8` (`invalid_encoding` with another `--encoding`),
 `invalid_json`, `not_an_object`, `missing_text`, `non_string_text`, `empty_text`, `missing_id`,
-`corrupt_file`, and `unknown_format` for a file in an input directory whose extension names no
-format.
+`corrupt_file`, `empty_file` for a file that holds no record at all (one rejection per file, so
+that an empty input never passes as `in 0`), `binary` for a file read as text that is binary (a
+PDF, an image, an executable), and `unknown_format` for a file in an input directory whose
+extension names no format.
 
 Each file is read by its extension (`.jsonl`/`.json`/`.ndjson`, `.parquet`, `.txt`/`.text`/`.md`,
 each of the line formats optionally `.gz` / `.zst` compressed; web archives `.warc`, `.wet`
@@ -70,6 +72,47 @@ BATCH_RECORDS = 20_000
 # Raw lines kept with a rejection are cut to this many characters.
 # Text files of a directory handled by one task: many small files, few tasks.
 TEXT_FILES_PER_TASK = 256
+# Signatures of common binary files that a wrong --format text (or a .txt name) would otherwise
+# read as text: PDF, ZIP (docx, epub, jar), gzip, zstd, PNG, JPEG, GIF, ELF, Mach-O, PE, SQLite.
+BINARY_SIGNATURES = (
+    b"%PDF-",
+    b"PK\x03\x04",
+    b"\x1f\x8b",
+    b"\x28\xb5\x2f\xfd",
+    b"\x89PNG",
+    b"\xff\xd8\xff",
+    b"GIF8",
+    b"\x7fELF",
+    b"\xcf\xfa\xed\xfe",
+    b"MZ\x90\x00",
+    b"SQLite format 3\x00",
+)
+# Bytes that no text holds (C0 controls but tab, newline, vertical tab, form feed, carriage
+# return, backspace, bell and escape, which terminal output and old documents use; and DEL).
+_CONTROL_BYTES = bytes([*range(0x00, 0x07), *range(0x0E, 0x1B), *range(0x1C, 0x20), 0x7F])
+# Share of such bytes in a file's first BINARY_SAMPLE bytes above which it is binary.
+BINARY_CONTROL_SHARE = 0.05
+BINARY_SAMPLE = 64 * 1024
+
+
+def binary_kind(data: bytes) -> str | None:
+    """Why `data` (a whole file) is binary rather than text, or None for text.
+
+    A NUL byte anywhere (no ASCII-compatible text encoding has one, as grep and git judge), a
+    known file signature, or more than 5% control bytes in the first 64 KiB.
+    """
+    for signature in BINARY_SIGNATURES:
+        if data.startswith(signature):
+            return f"starts with the signature {signature!r}"
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        return f"holds NUL bytes (the first at byte {nul})"
+    sample = data[:BINARY_SAMPLE]
+    controls = len(sample) - len(sample.translate(None, _CONTROL_BYTES))
+    if sample and controls / len(sample) > BINARY_CONTROL_SHARE:
+        return f"{controls / len(sample):.0%} of its first {len(sample)} bytes are control characters"
+    return None
+
 
 # What each rejection reason means (`tokenmill inspect` prints these; `{...}` is the stage config).
 REASONS = {
@@ -82,6 +125,9 @@ REASONS = {
     "empty_text": "the text is empty or only whitespace",
     "missing_id": "no {id_field!r} field (see --id-field)",
     "corrupt_file": "a truncated or corrupt file: the records before the damage were kept",
+    "empty_file": "a file that holds no record (empty, only blank lines, or a Parquet file without rows)",
+    "binary": "a file read as text that is binary: NUL bytes, control characters, or a PDF/image/archive signature"
+    " (a UTF-16 text file has NUL bytes: convert it to UTF-8 first, e.g. with iconv)",
     "unknown_format": "a file in an input directory whose extension names no format (use --format to read it)",
     **webarchive.REASONS,
 }
@@ -237,6 +283,8 @@ class JsonlChunk:
     def run(self) -> Iterator[StageOutput]:
         batch = DocumentBatcher(self.source)
         undecodable = _undecodable_reason(self.options)
+        records = 0
+        at_end = False
         try:
             with _open_binary(self.path) as handle:
                 offset = self.start
@@ -247,12 +295,14 @@ class JsonlChunk:
                 while self.end is None or offset < self.end:
                     line = handle.readline()
                     if not line:
+                        at_end = True
                         break
                     line_offset = offset
                     offset += len(line)
                     stripped = line.strip()
                     if not stripped:
                         continue  # blank lines separate nothing in JSONL
+                    records += 1
                     doc_id = f"{self.prefix}:{line_offset}"
                     text = _decode(stripped, self.options, batch)
                     if text is None:
@@ -266,9 +316,17 @@ class JsonlChunk:
                             _record_to_document(record, doc_id, self.options, batch, text)
                     if len(batch) >= BATCH_RECORDS:
                         yield batch.flush()
+                if self.start == 0 and records == 0 and not at_end:
+                    at_end = not handle.read(1)  # the chunk ended where the file does (an empty file)
         except (OSError, EOFError) as error:
             # A truncated or corrupt compressed file: keep what was read, report the rest.
             batch.reject(f"{self.prefix}:corrupt", "corrupt_file", f"{type(error).__name__}: {error}")
+        else:
+            if self.start == 0 and at_end and records == 0:
+                # This chunk read the whole file and found no record: say so rather than `in 0`.
+                batch.reject(
+                    f"{self.prefix}:empty", "empty_file", f"{self.path}: no record (empty or blank lines only)"
+                )
         yield batch.flush()
 
 
@@ -330,6 +388,14 @@ class TextChunk:
             except (OSError, EOFError) as error:
                 batch.reject(f"{prefix}:corrupt", "corrupt_file", f"{type(error).__name__}: {error}")
                 continue
+            kind = binary_kind(data)
+            if kind is not None:
+                # A PDF or an image read as text would become a document of mojibake.
+                batch.reject(prefix, "binary", f"{path}: {kind}")
+                continue
+            if separator is not None and not data.strip():
+                batch.reject(f"{prefix}:empty", "empty_file", f"{path}: no text to split")
+                continue
             if separator is None:
                 pieces = [(prefix, data)]
             else:
@@ -375,6 +441,22 @@ class UnknownFile:
 
 
 @dataclass
+class FileRejection:
+    """A whole file rejected before any record is read: one counted rejection."""
+
+    path: str
+    doc_id: str
+    source: str
+    reason: str
+    raw: str
+
+    def run(self) -> Iterator[StageOutput]:
+        batch = DocumentBatcher(self.source)
+        batch.reject(self.doc_id, self.reason, self.raw)
+        yield batch.flush()
+
+
+@dataclass
 class WithColumns:
     """Another task's output with extra (null) columns, so that every part of a stage that also
     read web archives has their columns and the kept/ directory reads as one table."""
@@ -402,6 +484,8 @@ def _file_tasks(path: str, prefix: str, source: str, fmt: str, options: IngestOp
         ]
     if fmt == "parquet":
         metadata = storage.parquet_file(path).metadata
+        if metadata.num_rows == 0:
+            return [FileRejection(str(path), f"{prefix}:empty", source, "empty_file", f"{path}: no rows")]
         tasks: list[Any] = []
         first_row = 0
         for index in range(metadata.num_row_groups):
@@ -528,6 +612,10 @@ def _run(options: IngestOptions, input, output, **runner) -> dict[str, Any]:
 
 
 def _report(manifest: dict[str, Any], args: Any) -> None:
+    counts = manifest["counts"]
+    if counts["kept"] == 0:
+        reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(counts["rejected"].items())) or "no record"
+        log.warning(f"ingest kept no document ({reasons}): the stages after it will have nothing to read")
     stats = manifest["stats"]
     if stats.get("replaced_bytes"):
         log.info(

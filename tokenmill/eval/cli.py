@@ -7,6 +7,7 @@ import logging
 import textwrap
 from pathlib import Path
 
+from tokenmill.errors import TokenmillError
 from tokenmill.eval.tasks import TASKS
 
 log = logging.getLogger(__name__)
@@ -87,9 +88,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="bootstrap replicates for the perplexity standard error (default 100000, the harness's)",
     )
     parser.add_argument(
-        "--threads", type=int, default=None, metavar="N", help="torch CPU threads (default: torch's choice)"
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch CPU threads (default: the cores free now: those this process may use, less the 1-minute load"
+        " average, at least 1; OMP_NUM_THREADS, when set, is left to torch)",
     )
     parser.set_defaults(func=run)
+
+
+def eval_threads(requested: int | None) -> int | None:
+    """The torch thread count for evaluation: `--threads`, else the cores free now (an idle
+    machine's cores, one on a loaded one, where more threads only spin), else None to leave
+    OMP_NUM_THREADS to torch."""
+    import os
+
+    from tokenmill.infra.cpu import free_cores
+
+    if requested is not None:
+        return requested
+    if os.environ.get("OMP_NUM_THREADS"):
+        return None
+    return free_cores()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,8 +123,12 @@ def run(args: argparse.Namespace) -> int:
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="tokenmill eval: %(levelname)s: %(message)s")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.threads is not None and args.threads < 1:
+        raise TokenmillError(f"--threads must be at least 1, got {args.threads}")
+    threads = eval_threads(args.threads)
+    if threads is not None:
+        torch.set_num_threads(threads)
+        log.debug(f"eval: {threads} torch thread(s)")
     limit = args.limit
     if limit is not None and limit >= 1:
         limit = int(limit)

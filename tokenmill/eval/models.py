@@ -326,6 +326,7 @@ class HFModel(TokenLM):
         self.prefix_token_id = int(prefix)
         self.prefix_text = tok.decode(self.prefix_token_id)
         self._keep_mode = self._detect_keep_mode()
+        self._cache_arg = self._detect_cache_arg()
 
     def _detect_keep_mode(self) -> str:
         """How to ask the model for logits at chosen positions only.
@@ -368,19 +369,33 @@ class HFModel(TokenLM):
     def _forward_with_prefix(
         self, prefix: torch.Tensor, suffixes: torch.Tensor, keep: torch.Tensor
     ) -> torch.Tensor | None:
-        if not getattr(self.model.config, "use_cache", True) or self._keep_mode == "all":
+        if not getattr(self.model.config, "use_cache", True) or self._keep_mode == "all" or self._cache_arg is None:
             return None
         out = self.model(prefix[None, :], use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
+        # The key/value cache under the name this transformers uses for it, in and out: `cache`
+        # since 5.24 (where `past_key_values` warns, and goes away in 5.40), before that
+        # `past_key_values`. A `Cache` object (DynamicCache) can be repeated per suffix; an older
+        # model's tuple of tensors cannot, and is scored without reuse.
+        cache = getattr(out, self._cache_arg, None)
         if cache is None or not hasattr(cache, "batch_repeat_interleave"):
             return None
         cache.batch_repeat_interleave(suffixes.shape[0])
+        given = {self._cache_arg: cache}
         if self._keep_mode == "mask":
-            logits = self.model(suffixes, past_key_values=cache, use_cache=True, logits_to_keep=keep).logits
+            logits = self.model(suffixes, use_cache=True, logits_to_keep=keep, **given).logits
             logits = logits.reshape(-1, logits.shape[-1])
             return logits if logits.shape[0] == int(keep.sum()) else None
-        logits = self.model(suffixes, past_key_values=cache, use_cache=True).logits
+        logits = self.model(suffixes, use_cache=True, **given).logits
         return logits[keep]
+
+    def _detect_cache_arg(self) -> str | None:
+        """The name of the key/value cache in the model's forward and output: `cache` since
+        transformers 5.24, `past_key_values` before; None for a model that takes neither
+        (scored without prefix reuse)."""
+        import inspect
+
+        parameters = inspect.signature(type(self.model).forward).parameters
+        return next((name for name in ("cache", "past_key_values") if name in parameters), None)
 
 
 class NativeModel(TokenLM):

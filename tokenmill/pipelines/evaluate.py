@@ -53,6 +53,7 @@ def run_eval(ctx: Any, step: Any, spec: Any) -> dict[str, Any]:
         else:
             results.append(ppl)
     if spec.tasks:
+        _use_eval_threads()
         data_dir = str(ctx.recipe.resolve(spec.data_dir)) if spec.data_dir else None
         model = load_model(run_dir)  # once for every task
         for task in spec.tasks:
@@ -87,3 +88,15 @@ def run_eval(ctx: Any, step: Any, spec: Any) -> dict[str, Any]:
         (tmp / "results.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
         (tmp / "results.md").write_text(markdown_table(results))
     return payload
+
+
+def _use_eval_threads() -> None:
+    """Torch threads for scoring as `tokenmill eval` chooses them (the cores free now). The
+    runner process uses torch for nothing else: training runs in processes of its own."""
+    import torch
+
+    from tokenmill.eval.cli import eval_threads
+
+    threads = eval_threads(None)
+    if threads is not None:
+        torch.set_num_threads(threads)

@@ -1,9 +1,15 @@
 """The training part of `--dry-run`: the layout the recipe asks for, its model size, and the
-planner's memory estimate per GPU (tokenmill.train.plan)."""
+planner's memory estimate (tokenmill.train.plan): per GPU for a run on GPUs, per process in
+host memory for a run on the CPU (`parallel.device: cpu`, or `auto` without CUDA)."""
 
 from __future__ import annotations
 
-from tokenmill.pipelines.recipe import Recipe
+from typing import TYPE_CHECKING
+
+from tokenmill.pipelines.recipe import Recipe, TrainSpec
+
+if TYPE_CHECKING:
+    from tokenmill.train.plan import Shape
 
 
 def describe_layout(recipe: Recipe) -> list[str]:
@@ -21,14 +27,7 @@ def describe_layout(recipe: Recipe) -> list[str]:
         warnings.simplefilter("ignore", FutureWarning)  # reported when the recipe was checked
         raw = apply_overrides(recipe.train_config_dict(), {})
     dataset, schedule = raw.get("dataset") or {}, raw.get("schedule") or {}
-    from tokenmill.train.plan import (
-        Hardware,
-        Layout,
-        Shape,
-        bubble_fraction,
-        estimate,
-        parse_bytes,
-    )
+    from tokenmill.train.plan import Hardware, Layout, Shape, bubble_fraction, estimate
 
     model_spec = raw.get("model", {"preset": "tiny"})
     if isinstance(model_spec, str):
@@ -46,10 +45,14 @@ def describe_layout(recipe: Recipe) -> list[str]:
         f"model: {model.flavour}, {model.n_layers} layers x hidden {model.hidden} x {model.n_heads} heads,"
         f" {params / 1e9:.3g}B parameters, seq {seq}, global batch {global_batch}, micro-batch {micro}"
     )
-    gpus = spec.gpus or spec.world_size
-    memory = parse_bytes(spec.gpu_memory) if spec.gpu_memory else 80 * 2**30
-    hw = Hardware(gpus=gpus, gpu_memory=memory)
     shape = Shape(params, model.n_layers, model.hidden, model.n_heads, model.vocab_size, seq)
+    device = str((raw.get("parallel") or {}).get("device", "auto"))
+    if _trains_on_cpu(device, spec):
+        precision = str((raw.get("parallel") or {}).get("precision", "fp32"))
+        return lines + _cpu_estimate(spec, shape, global_batch, micro, precision)
+    gpus = spec.gpus or spec.world_size
+    memory, memory_origin = _gpu_memory(spec.gpu_memory)
+    hw = Hardware(gpus=gpus, gpu_memory=memory)
     dp = gpus // (spec.tp * spec.pp) if spec.gpus else spec.dp
     if global_batch % max(1, dp * micro):
         lines.append(
@@ -59,8 +62,9 @@ def describe_layout(recipe: Recipe) -> list[str]:
     est = estimate(shape, hw, Layout(spec.tp, spec.pp, dp, spec.zero, micro), global_batch)
     gib = 2**30
     lines.append(
-        f"planner estimate on {gpus} GPU(s) of {memory / gib:.0f} GiB (dp={dp}): per GPU weights {est.weights / gib:.2f} GiB,"
-        f" gradients {est.grads / gib:.2f} GiB, optimizer {est.optim / gib:.2f} GiB, activations {est.act_full / gib:.2f} GiB"
+        f"planner estimate on {gpus} GPU(s) of {memory / gib:.0f} GiB{memory_origin} (dp={dp}): per GPU weights"
+        f" {est.weights / gib:.2f} GiB, gradients {est.grads / gib:.2f} GiB, optimizer {est.optim / gib:.2f} GiB,"
+        f" activations {est.act_full / gib:.2f} GiB"
         f" ({est.act_recompute / gib:.2f} GiB with recomputation{', needed' if est.recompute else ''}),"
         f" total {est.total / gib:.2f} GiB"
     )
@@ -73,3 +77,62 @@ def describe_layout(recipe: Recipe) -> list[str]:
             f"WARNING: the estimate ({est.total / gib:.1f} GiB) exceeds the usable GPU memory; see `tokenmill plan`"
         )
     return lines
+
+
+def _trains_on_cpu(device: str, spec: TrainSpec) -> bool:
+    """Whether the run will train on the CPU: `parallel.device: cpu`, or `auto` (the default)
+    on a machine without CUDA, unless the recipe sizes a GPU cluster (`train.gpus`/`gpu_memory`)."""
+    if device == "cpu":
+        return True
+    if device != "auto" or spec.gpus or spec.gpu_memory:
+        return False
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def _gpu_memory(given: str | None) -> tuple[int, str]:
+    """The memory per GPU the estimate is for, and how it was chosen (said in the plan)."""
+    from tokenmill.train.plan import parse_bytes
+
+    if given:
+        return parse_bytes(given), ""
+    import torch
+
+    if torch.cuda.is_available():
+        return int(torch.cuda.get_device_properties(0).total_memory), " (this machine's)"
+    return 80 * 2**30, " (assumed; set train.gpu_memory)"
+
+
+def _size(n: float) -> str:
+    """Bytes in the unit that shows them: a toy model's MiB, not 0.00 GiB."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def _cpu_estimate(spec: TrainSpec, shape: Shape, global_batch: int, micro: int, precision: str) -> list[str]:
+    """Memory per process in host memory for a run on the CPU: no GPU, and no accelerator peak
+    FLOP/s to time an iteration against.
+
+    The planner's closed forms assume 16-bit weights and gradients with 12 bytes of optimizer
+    state per parameter; the trainer keeps fp32 parameters and gradients (4 + 4 bytes) and
+    AdamW's two fp32 moments (8 bytes), with fp32 activations unless it runs under bf16
+    autocast, so the forms are rescaled to that.
+    """
+    from tokenmill.train.plan import Hardware, Layout, bubble_fraction, estimate
+
+    if global_batch % max(1, spec.dp * micro):
+        return [
+            f"(no memory estimate: global batch {global_batch} is not a multiple of dp {spec.dp} x micro-batch {micro})"
+        ]
+    # The memory budget only decides whether recomputation is needed; a CPU run does not recompute.
+    hw = Hardware(gpus=spec.world_size, gpu_memory=2**62)
+    est = estimate(shape, hw, Layout(spec.tp, spec.pp, spec.dp, spec.zero, micro), global_batch)
+    weights, grads, optim = est.weights * 2, est.grads * 2, est.optim * 8 / 12
+    activations = est.act_full * (1 if precision == "bf16" else 2)
+    total = weights + grads + optim + activations
+    return [
+        f"memory estimate on the CPU, per process ({spec.world_size} process(es), dp={spec.dp}, {precision}):"
+        f" weights {_size(weights)}, gradients {_size(grads)}, optimizer {_size(optim)}, activations"
+        f" {_size(activations)}, total {_size(total)}; {_size(total * spec.world_size)} in all",
+        f"pipeline: {est.n_micro} micro-batches, bubble {bubble_fraction(spec.pp, est.n_micro):.1%}",
+    ]

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from tokenmill.errors import ConfigError
+from tokenmill.errors import ConfigError, YamlSyntaxError
 from tokenmill.infra import storage
 from tokenmill.infra.slurm import SlurmSpec
 
@@ -190,7 +190,11 @@ class Recipe(_Strict):
         """The trainer's config as data (a copy: callers add to it)."""
         assert self.train is not None
         if isinstance(self.train.config, str):
-            return yaml.safe_load(self.train_config_file().read_text()) or {}
+            path = self.train_config_file()
+            try:
+                return yaml.safe_load(path.read_text()) or {}
+            except yaml.YAMLError as error:
+                raise YamlSyntaxError(str(path), error) from None
         return json.loads(json.dumps(self.train.config))
 
 
@@ -354,7 +358,7 @@ def parse_recipe(
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise RecipeError(origin, [f"not valid YAML: {error}"]) from None
+        raise YamlSyntaxError(origin, error) from None
     if not isinstance(data, dict):
         raise RecipeError(origin, ["the recipe must be a YAML mapping (sources:, curate:, ...)"])
     data.update(overrides or {})

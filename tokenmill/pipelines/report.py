@@ -5,7 +5,8 @@ Sections, in order (each has a stable id in the HTML, which the tests look for):
 per source, with rejection reasons), `lengths` (document length histograms before and after
 curation), `blend` (requested against realised weights), `training` (loss and validation
 curves, throughput), `evaluation` (the results table). A section whose step has not run says
-so instead of disappearing, so a partial run still has a readable report.
+so instead of disappearing, so a partial run still has a readable report; one whose step the
+recipe does not have says that.
 """
 
 from __future__ import annotations
@@ -58,10 +59,22 @@ def doc_lengths(stage_dir: Path, limit: int = LENGTH_SAMPLE) -> list[int]:
     return out[:limit]
 
 
+def number_cell(v: Any) -> str | None:
+    """A table number in the report's one format: counts with thousands separators (12,345, as
+    the funnel's token counts), other values to 4 significant digits, large ones whole (12,346
+    tokens/s, not 1.235e+04). None for a value that is not a number."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if isinstance(v, int) or (math.isfinite(v) and abs(v) >= 1e4):
+        return f"{v:,.0f}"
+    return f"{v:.4g}"
+
+
 def _table_md(header: list[str], rows: list[list[Any]]) -> str:
     def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.4g}"
+        number = number_cell(v)
+        if number is not None:
+            return number
         return str(v).replace("|", "\\|")
 
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -71,9 +84,8 @@ def _table_md(header: list[str], rows: list[list[Any]]) -> str:
 
 def _table_html(header: list[str], rows: list[list[Any]]) -> str:
     def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.4g}"
-        return escape(str(v))
+        number = number_cell(v)
+        return number if number is not None else escape(str(v))
 
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in rows)
@@ -326,8 +338,16 @@ def write_report(recipe: Recipe, workdir: Path, steps: list[Step]) -> tuple[Path
     stage_dirs = _funnel(recipe, steps, sections["funnel"])
     _lengths(stage_dirs, sections["lengths"])
     _blend(workdir, steps, sections["blend"])
-    _training(workdir, sections["training"])
-    _evaluation(workdir, sections["evaluation"])
+    # A recipe without a train or eval step says so: "has not run yet" would promise a step.
+    kinds = {s.kind for s in steps}
+    if "train" in kinds:
+        _training(workdir, sections["training"])
+    else:
+        sections["training"].text("The recipe has no training step.")
+    if "eval" in kinds:
+        _evaluation(workdir, sections["evaluation"])
+    else:
+        sections["evaluation"].text("The recipe has no evaluation step.")
 
     title = f"tokenmill report: {recipe.name}"
     md = [f"# {title}", ""]

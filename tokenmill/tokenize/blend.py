@@ -20,7 +20,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from tokenmill.errors import TokenmillError
+from tokenmill.errors import TokenmillError, YamlSyntaxError
 from tokenmill.infra import storage
 from tokenmill.tokenize.gpt_dataset import CACHE_VERSION, GPTDataset, SampleDataset, _save_npy
 from tokenmill.tokenize.indexed import bin_path, idx_path
@@ -85,7 +85,9 @@ def load_blend_file(path: str | Path) -> list[BlendEntry]:
     text = storage.read_text(path)
     try:
         data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
+    except yaml.YAMLError as error:
+        raise YamlSyntaxError(str(path), error) from None
+    except json.JSONDecodeError as error:
         raise TokenmillError(f"cannot parse blend file {path}: {error}") from None
     return parse_blend(data, base_dir=storage.parent(path), where=str(path))
 

@@ -37,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--min-frequency", type=int, default=2, help="smallest pair count that makes a merge (default 2)"
     )
+    train.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bars (never drawn off a terminal anyway)"
+    )
     train.set_defaults(func=_train_command)
 
     encode = commands.add_parser(
@@ -102,7 +105,7 @@ def _train_command(args: argparse.Namespace) -> int:
         args.output,
         sample_docs=args.sample_docs,
         min_frequency=args.min_frequency,
-        progress=True,
+        progress=not args.no_progress,
     )
     tokenizer = load_tokenizer(path)
     log.info(

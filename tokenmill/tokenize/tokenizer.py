@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -72,6 +73,8 @@ def train_tokenizer(
 
     The end-of-document token gets id 0 and the padding token id 1 (they are the trainer's
     first special tokens). Training is deterministic for the same documents and options.
+    `progress` draws `tokenizers`' bars only when stdout and stderr are terminals: its Rust
+    trainer ends each phase with a newline on stdout, which would reach a pipe or a log.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
@@ -93,7 +96,7 @@ def train_tokenizer(
         min_frequency=min_frequency,
         special_tokens=[eod_token, pad_token],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=progress,
+        show_progress=progress and sys.stdout.isatty() and sys.stderr.isatty(),
     )
     seen = 0
 

@@ -40,7 +40,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from tokenmill.errors import ConfigError
+from tokenmill.errors import ConfigError, YamlSyntaxError
 from tokenmill.train.model import PRESETS, ModelConfig, preset
 
 PRECISIONS = ("fp32", "bf16")
@@ -681,7 +681,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+        raise YamlSyntaxError(str(path), error) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of key: value at the top level")
     _, renamed = nest(data)
