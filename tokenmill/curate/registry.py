@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import logging
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -26,6 +27,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, create_model
 
 from tokenmill.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 # The modules that declare stages, in pipeline order (the order of `tokenmill curate --help`).
 STAGE_MODULES = (
@@ -152,8 +155,6 @@ class Stage:
     # ---- command line
 
     def add_cli(self, subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-        from tokenmill.curate.cli import add_stage_arguments
-
         extra: dict[str, Any] = {"epilog": self.epilog} if self.epilog else {}
         if self.raw_help:
             extra["formatter_class"] = argparse.RawDescriptionHelpFormatter
@@ -203,8 +204,6 @@ class Stage:
         return self.options(**values)
 
     def _command(self, args: argparse.Namespace) -> int:
-        from tokenmill.curate.cli import print_summary, runner_options, stage_input
-
         options = self.cli_options(args)
         if self.io == "none":
             result = self.run(options)
@@ -215,6 +214,54 @@ class Stage:
         if self.report is not None:
             self.report(result, args)
         return 0
+
+
+# --------------------------------------------------------------------------------------------
+# The options and the summary every stage's command shares
+
+
+def add_stage_arguments(parser: argparse.ArgumentParser, *, document_input: bool = True) -> None:
+    """Options shared by every curate stage."""
+    if document_input:
+        parser.add_argument(
+            "--input",
+            required=True,
+            nargs="+",
+            help="a stage directory (its kept/ is read) or Parquet files / directories",
+        )
+    parser.add_argument(
+        "--output", required=True, help="the stage directory to write (kept/, rejected/, manifest.json)"
+    )
+    parser.add_argument(
+        "--scheduler", default=None, help="address of an existing Dask scheduler (default: a LocalCluster)"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="LocalCluster worker processes (default: one per core)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def stage_input(args: argparse.Namespace) -> Any:
+    return args.input[0] if len(args.input) == 1 else list(args.input)
+
+
+def runner_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"scheduler": args.scheduler, "workers": args.workers, "progress": not args.no_progress}
+
+
+def print_summary(manifest: dict[str, Any], output: str) -> None:
+    counts = manifest["counts"]
+    rejected = counts["rejected"]
+    log.info(
+        f"{manifest['stage']}: in {counts['in']}, kept {counts['kept']}, rejected {sum(rejected.values())}"
+        f" in {manifest['timings']['seconds']:.1f}s -> {output}"
+    )
+    for reason, n in sorted(rejected.items(), key=lambda item: -item[1]):
+        log.info(f"  {reason}: {n}")
+    if manifest.get("resumed_partitions"):
+        log.info(
+            f"  resumed {manifest['resumed_partitions']} of {manifest['partitions']} partitions from an earlier run"
+        )
 
 
 def _argument(f: dataclasses.Field, meta: dict[str, Any], annotation: Any) -> tuple[str, dict[str, Any]]:

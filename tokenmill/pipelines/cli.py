@@ -116,7 +116,8 @@ def _run_command(args: argparse.Namespace) -> int:
     for warning in recipe.warnings:
         log.warning(warning)
     workdir = resolve_workdir(args.workdir) if args.workdir else default_workdir(recipe)
-    from tokenmill.infra.slurm import check_slurm_only_options, submit_recipe
+    from tokenmill.infra.slurm import check_slurm_only_options
+    from tokenmill.pipelines.recipe_job import submit_recipe
 
     check_slurm_only_options(args)
     if args.slurm:

@@ -139,7 +139,8 @@ def run_train(args: argparse.Namespace) -> int:
         cfg = load_config(config_path, overrides)
     if args.max_restarts is not None:
         cfg.parallel.max_restarts = args.max_restarts
-    from tokenmill.infra.slurm import check_slurm_only_options, submit_training
+    from tokenmill.infra.slurm import check_slurm_only_options
+    from tokenmill.train.train_job import submit_training
 
     check_slurm_only_options(args)
     if args.slurm:
