@@ -29,9 +29,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tokenmill.curate import webarchive
 from tokenmill.curate.registry import Stage, option
@@ -39,6 +37,9 @@ from tokenmill.curate.stage import DocumentBatcher, StageOutput, run_tasks
 from tokenmill.curate.text import decode_replacing
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
+
+if TYPE_CHECKING:
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -349,6 +350,8 @@ class WithColumns:
     columns: tuple[str, ...]
 
     def run(self) -> Iterator[StageOutput]:
+        import pandas as pd
+
         for output in self.task.run():
             for frame in (output.kept, output.rejected):
                 for column in self.columns:

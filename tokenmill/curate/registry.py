@@ -8,6 +8,10 @@ how the option appears on the command line and in recipes. From that one declara
 - the recipe schema (`options_model`): a strict pydantic model of the recipe's `options:`.
 
 `tokenmill.pipelines` looks stages up here (`recipe_stage`) and nowhere else.
+
+A stage module imports without pandas, pyarrow or numba (it imports them in the functions that
+process a batch, which run in the Dask workers): the command line builds every stage's parser
+from these declarations, and `tokenmill --help` stays instant (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from types import ModuleType
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, create_model
+from typing import TYPE_CHECKING, Any
 
 from tokenmill.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 log = logging.getLogger(__name__)
 
@@ -303,6 +308,8 @@ def _literal_choices(annotation: Any) -> list[Any] | None:
 def _options_model(stage: Stage) -> type[BaseModel]:
     """A strict pydantic model of a stage's recipe options, so recipes get the same unknown-key
     and type errors as the stage."""
+    from pydantic import ConfigDict, create_model  # the recipe schema; the command line needs none
+
     hints = typing.get_type_hints(stage.options)
     fields: dict[str, Any] = {f.name: (hints[f.name], None) for f in stage.recipe_fields()}
     return create_model(
@@ -312,6 +319,8 @@ def _options_model(stage: Stage) -> type[BaseModel]:
 
 def options_model(name: str, options: type) -> type[BaseModel]:
     """A strict model of an options dataclass's recipe options (for `classifiers[].options`)."""
+    from pydantic import ConfigDict, create_model  # the recipe schema; the command line needs none
+
     hints = typing.get_type_hints(options)
     fields = {f.name: (hints[f.name], None) for f in option_fields(options) if _meta(f)["recipe"]}
     return create_model(

@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
+from tokenmill.infra.slurm_options import add_slurm_options, check_slurm_only_options
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--workdir", default=None, help="work directory (default: the recipe's `workdir:` or ./NAME-work)")
     _add_run_options(run)
-    from tokenmill.infra.slurm import add_slurm_options
-
     add_slurm_options(run)
     run.set_defaults(func=_run_command)
 
@@ -116,7 +114,6 @@ def _run_command(args: argparse.Namespace) -> int:
     for warning in recipe.warnings:
         log.warning(warning)
     workdir = resolve_workdir(args.workdir) if args.workdir else default_workdir(recipe)
-    from tokenmill.infra.slurm import check_slurm_only_options
     from tokenmill.pipelines.recipe_job import submit_recipe
 
     check_slurm_only_options(args)
@@ -133,6 +130,8 @@ def demo_recipe_text() -> str:
 def demo_overrides(eval_data: str | None) -> dict[str, Any]:
     """With `--eval-data`, the demo evaluates the benchmark tasks found there and
     decontaminates the corpus against them; without, it reports held-out perplexity only."""
+    import yaml
+
     base = yaml.safe_load(demo_recipe_text())
     evaluation = dict(base.get("eval") or {})
     curate = list(base.get("curate") or [])

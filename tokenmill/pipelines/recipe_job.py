@@ -29,10 +29,10 @@ from tokenmill.infra.slurm import (
     prologue,
     quote,
     run_stoppable,
-    slurm_overrides,
     stop_on_signal,
     torchrun_prefix,
 )
+from tokenmill.infra.slurm_options import slurm_overrides
 from tokenmill.pipelines.plan import build_plan, select
 from tokenmill.pipelines.schema import Recipe
 from tokenmill.train.stop import STOP_FILE, STOPPED_EXIT

@@ -28,10 +28,10 @@ from tokenmill.infra.slurm import (
     prologue,
     quote,
     run_stoppable,
-    slurm_overrides,
     stop_on_signal,
     torchrun_prefix,
 )
+from tokenmill.infra.slurm_options import slurm_overrides
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.stop import STOP_FILE, STOPPED_EXIT
 
