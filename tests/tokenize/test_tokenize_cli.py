@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tokenmill.errors import TokenmillError
+from tokenmill.logs import configure_logging
 from tokenmill.tokenize import cli
 from tokenmill.tokenize.indexed import IndexedDataset
 from tokenmill.tokenize.loader import build_dataset
@@ -18,6 +19,7 @@ def run(argv: list[str]) -> int:
     # The tokenize commands on their own parser: the same `register` the top-level CLI calls.
     parser = argparse.ArgumentParser(prog="tokenmill")
     cli.register(parser.add_subparsers())
+    configure_logging()  # as `tokenmill` does: the commands' status lines go to stderr
     args = parser.parse_args(argv)
     return args.func(args)
 
