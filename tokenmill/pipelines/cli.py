@@ -130,7 +130,7 @@ def demo_recipe_text() -> str:
 def demo_overrides(eval_data: str | None) -> dict[str, Any]:
     """With `--eval-data`, the demo evaluates the benchmark tasks found there and
     decontaminates the corpus against them; without, it reports held-out perplexity only."""
-    import yaml
+    import yaml  # only the demo reads YAML here: `tokenmill --help` need not load it
 
     base = yaml.safe_load(demo_recipe_text())
     evaluation = dict(base.get("eval") or {})
