@@ -106,3 +106,65 @@ def test_a_yaml_syntax_error_is_one_line_naming_the_file_line_and_column(tmp_pat
         captured = capsys.readouterr()
         assert captured.err.splitlines() == [f"tokenmill: error: {message}"], argv
     assert not (tmp_path / "out").exists() and not (tmp_path / "run").exists()
+
+
+# What `--help`, `<command> --help` and argument errors must not load: each costs seconds of
+# CPU, in every process that runs `tokenmill` (training ranks and the test suite included).
+HEAVY_MODULES = ("torch", "pandas", "pyarrow", "dask", "distributed", "numba", "transformers", "datasets")
+
+# Run in a fresh interpreter: the test process has loaded these modules long ago.
+_EVERY_HELP_AND_ERROR = """
+import argparse, contextlib, io, json, sys, time
+from tokenmill.cli import build_parser, main
+
+def run(argv, parse=main):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        try:
+            parse(argv)
+        except SystemExit as exit:
+            return exit.code, err.getvalue()
+    raise AssertionError(f"tokenmill {' '.join(argv)} did not stop at its arguments")
+
+code, _ = run(["--help"])
+help_cpu = time.process_time()  # the whole process so far: interpreter, imports, parsers
+parser = build_parser()  # what main() parses with; built once for the many commands below
+
+def commands(parser, path):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield [*path, name]
+                yield from commands(sub, [*path, name])
+
+results = {}
+for path in commands(parser, []):
+    results[" ".join(path)] = [run([*path, "--help"], parser.parse_args)[0], run([*path, "--no-such-option"], parser.parse_args)]
+print(json.dumps({"help": code, "help_cpu": help_cpu, "results": results,
+                  "heavy": sorted({m.split(".")[0] for m in sys.modules} & set(%r))}))
+"""
+
+
+def test_help_and_argument_errors_load_no_heavy_library() -> None:
+    """`tokenmill --help`, `tokenmill COMMAND ... --help` for every command and subcommand, and an
+    unknown option to each: none imports torch, pandas, pyarrow, Dask, numba, transformers or
+    datasets, and `tokenmill --help` costs well under half a second of CPU."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", _EVERY_HELP_AND_ERROR % (HEAVY_MODULES,)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["help"] == 0
+    results = report["results"]
+    assert {"curate dedup", "curate filter", "tokenize encode", "train", "eval", "run", "demo", "plan"} <= set(results)
+    for command, (help_code, (error_code, error)) in results.items():
+        assert help_code == 0, command
+        # argparse's one line: a required option missing, or the unknown one
+        last = error.splitlines()[-1]
+        assert error_code == 2 and last.startswith("tokenmill") and ": error: " in last, (command, error)
+    assert report["heavy"] == [], f"loaded by the command line's parsers: {report['heavy']}"
+    assert report["help_cpu"] < 0.5, f"tokenmill --help took {report['help_cpu']:.2f} s of CPU"

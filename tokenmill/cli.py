@@ -7,27 +7,27 @@ handler in `func`. Handlers raise `TokenmillError` for user mistakes, which prin
 from __future__ import annotations
 
 import argparse
-import importlib
-import logging
 import os
 import sys
 import traceback
 
 from tokenmill import __version__
+from tokenmill.curate import cli as curate_cli
 from tokenmill.errors import TokenmillError
+from tokenmill.eval import cli as eval_cli
+from tokenmill.logs import configure_logging
+from tokenmill.pipelines import cli as pipelines_cli
+from tokenmill.tokenize import cli as tokenize_cli
+from tokenmill.train import cli as train_cli
+from tokenmill.train import plan as train_plan
 
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "TOKENMILL_DEBUG"
 
-# Modules that add subcommands, in the order they appear in `--help`.
-COMMAND_MODULES = (
-    "tokenmill.curate.cli",
-    "tokenmill.tokenize.cli",
-    "tokenmill.train.cli",
-    "tokenmill.train.plan",
-    "tokenmill.eval.cli",
-    "tokenmill.pipelines.cli",
-)
+# Modules that add subcommands, in the order they appear in `--help`. Each builds its parsers
+# from declarations alone and imports a command's implementation only when the command runs, so
+# `--help` and argument errors load none of torch, pandas, pyarrow, Dask or numba.
+COMMAND_MODULES = (curate_cli, tokenize_cli, train_cli, train_plan, eval_cli, pipelines_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,49 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"show the full traceback behind an error message (anywhere on the command line; or set {DEBUG_ENV}=1)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name == module_name:
-                continue
-            raise
+    for module in COMMAND_MODULES:
         module.register(subparsers)
     return parser
-
-
-class _Stderr(logging.StreamHandler):
-    """A handler that writes to the `sys.stderr` of the moment, which callers (and tests) may
-    have replaced since logging was configured."""
-
-    @property
-    def stream(self):  # type: ignore[override]
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
-
-
-class _Format(logging.Formatter):
-    """Status lines as they are written; warnings and errors as `tokenmill: LEVEL: ...`."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        message = super().format(record)
-        return message if record.levelno == logging.INFO else f"tokenmill: {record.levelname}: {message}"
-
-
-def configure_logging(debug: bool = False) -> None:
-    """tokenmill's own messages on stderr: status lines (info) as they are, warnings and errors
-    as one `tokenmill: LEVEL: ...` line each; debug messages too with --debug. Results (tables,
-    JSON, inspections) are printed on stdout by the commands themselves."""
-    logger = logging.getLogger("tokenmill")
-    if not logger.handlers:
-        handler = _Stderr()
-        handler.setFormatter(_Format("%(message)s"))
-        logger.addHandler(handler)
-        logger.propagate = False
-    logger.setLevel(logging.DEBUG if debug else logging.INFO)
 
 
 def main(argv: list[str] | None = None) -> int:

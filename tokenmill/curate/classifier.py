@@ -25,10 +25,9 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import xxhash
 
 from tokenmill.curate.documents import read_documents, resolve_input_files
@@ -37,6 +36,9 @@ from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.curate.text import single_line
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra.atomic import atomic_path, atomic_write_text
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 

@@ -1,63 +1,15 @@
 """`tokenmill curate <stage>` and `tokenmill inspect`.
 
-Each subcommand is derived from a stage's declaration in `tokenmill.curate.registry`; the
-options every stage shares come from `add_stage_arguments`.
+Each subcommand is derived from a stage's declaration in `tokenmill.curate.registry`, which
+also holds the options every stage shares (`add_stage_arguments`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-from typing import Any
 
-log = logging.getLogger(__name__)
-
-
-def add_stage_arguments(parser: argparse.ArgumentParser, *, document_input: bool = True) -> None:
-    """Options shared by every curate stage."""
-    if document_input:
-        parser.add_argument(
-            "--input",
-            required=True,
-            nargs="+",
-            help="a stage directory (its kept/ is read) or Parquet files / directories",
-        )
-    parser.add_argument(
-        "--output", required=True, help="the stage directory to write (kept/, rejected/, manifest.json)"
-    )
-    parser.add_argument(
-        "--scheduler",
-        default=None,
-        help="address of an existing Dask scheduler (default: $DASK_SCHEDULER_ADDRESS, else a LocalCluster)",
-    )
-    parser.add_argument(
-        "--workers", type=int, default=None, help="LocalCluster worker processes (default: one per core)"
-    )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-
-
-def stage_input(args: argparse.Namespace) -> Any:
-    return args.input[0] if len(args.input) == 1 else list(args.input)
-
-
-def runner_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"scheduler": args.scheduler, "workers": args.workers, "progress": not args.no_progress}
-
-
-def print_summary(manifest: dict[str, Any], output: str) -> None:
-    counts = manifest["counts"]
-    rejected = counts["rejected"]
-    log.info(
-        f"{manifest['stage']}: in {counts['in']}, kept {counts['kept']}, rejected {sum(rejected.values())}"
-        f" in {manifest['timings']['seconds']:.1f}s -> {output}"
-    )
-    for reason, n in sorted(rejected.items(), key=lambda item: -item[1]):
-        log.info(f"  {reason}: {n}")
-    if manifest.get("resumed_partitions"):
-        log.info(
-            f"  resumed {manifest['resumed_partitions']} of {manifest['partitions']} partitions from an earlier run"
-        )
+from tokenmill.curate.registry import cli_stages
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -69,8 +21,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     stages = curate.add_subparsers(dest="stage", metavar="STAGE")
     curate.set_defaults(func=lambda args: curate.print_help() or 2)
-    from tokenmill.curate.registry import cli_stages
-
     for stage in cli_stages():
         stage.add_cli(stages)
 

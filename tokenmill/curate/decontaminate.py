@@ -18,17 +18,18 @@ import io
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-from tokenmill.curate.dedup.hashing import shingle_hashes_batch
-from tokenmill.curate.dedup.pipeline import parse_normalization
-from tokenmill.curate.dedup.shingles import ShingleConfig, encode_batch
+from tokenmill.curate.dedup.shingles import ShingleConfig, encode_batch, parse_normalization
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import storage
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 HASH_SEED = 13
 
@@ -97,6 +98,8 @@ class NgramTable:
 
 
 def build_table(tasks: tuple[EvalTask, ...], ngram: int, normalize: str) -> NgramTable:
+    from tokenmill.curate.dedup.hashing import shingle_hashes_batch  # numba: loaded by a run
+
     config = _ngram_config(ngram, normalize)
     all_hashes, all_tasks, stats = [], [], {}
     for index, task in enumerate(tasks):
@@ -148,6 +151,10 @@ class Decontaminate(DocumentStage):
         }
 
     def process(self, docs: pd.DataFrame) -> StageOutput:
+        import pandas as pd
+
+        from tokenmill.curate.dedup.hashing import shingle_hashes_batch  # numba: loaded by a run
+
         table = _cached_table(self.tasks, self.ngram, self.normalize)
         batch = encode_batch(docs["text"].fillna("").astype(str).tolist(), _ngram_config(self.ngram, self.normalize))
         hashes, offsets, starts, ends = shingle_hashes_batch(

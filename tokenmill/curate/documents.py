@@ -9,10 +9,7 @@ The directory contract itself (columns, stage layout, input resolution) is in
 from __future__ import annotations
 
 from pathlib import Path
-
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
@@ -27,6 +24,10 @@ from tokenmill.infra.documents import (  # noqa: F401  (the contract, re-exporte
     upstream_manifest,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
 # Columns that are always strings, even in a partition where every value is missing, so that
 # every part of a stage has one schema.
 STRING_COLUMNS = ("id", "text", "source", "reason", "raw", "lang", "kept_id", "cluster_id")
@@ -34,6 +35,9 @@ STRING_COLUMNS = ("id", "text", "source", "reason", "raw", "lang", "kept_id", "c
 
 def read_documents(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
     """Read one Parquet file of documents into pandas, checking the required columns."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         table = (
             storage.parquet_file(path).read(columns=columns)
@@ -49,6 +53,9 @@ def read_documents(path: str | Path, columns: list[str] | None = None) -> pd.Dat
 
 def to_arrow(frame: pd.DataFrame) -> pa.Table:
     """Convert a partition to Arrow with stable types for the well-known string columns."""
+    import pandas as pd
+    import pyarrow as pa
+
     fields = []
     arrays = []
     for name in frame.columns:
@@ -72,6 +79,8 @@ def to_arrow(frame: pd.DataFrame) -> pa.Table:
 
 def write_documents(frame: pd.DataFrame, path: str | Path) -> None:
     """Write one Parquet file of documents (a local path or a URL)."""
+    import pyarrow.parquet as pq
+
     if storage.is_url(path):
         with storage.open_output(path) as handle:
             pq.write_table(to_arrow(frame.reset_index(drop=True)), handle, compression="zstd")

@@ -31,15 +31,17 @@ import logging
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from tokenmill.curate.html_text import DEFAULT_EXTRACTOR, EXTRACTORS, ExtractorProcess, is_binary, utf8_size_over
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +123,8 @@ class ExtractStage(DocumentStage):
         return {name: version(name) for name in libraries.get(self.extractor, ("resiliparse",))}
 
     def process(self, docs: pd.DataFrame) -> StageOutput:
+        import pandas as pd
+
         docs = docs.reset_index(drop=True)
         if "content_type" in docs.columns:
             html_mask = docs["content_type"].map(is_html_type).to_numpy(dtype=bool)

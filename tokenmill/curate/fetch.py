@@ -15,7 +15,6 @@ Range requests), `s3://commoncrawl/` (with s3fs installed), or a local directory
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import logging
 import os
@@ -70,6 +69,8 @@ def _filesystem(base_url: str) -> tuple[Any, str]:
 
 def _classify(error: BaseException) -> str:
     """'missing', 'fatal' or 'transient'."""
+    import asyncio  # a tenth of a second of CPU that `tokenmill --help` need not pay
+
     if isinstance(error, FileNotFoundError):
         return "missing"
     status = getattr(error, "status", None) or getattr(error, "code", None)

@@ -20,14 +20,15 @@ import textwrap
 from collections import Counter
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.rules import FAMILIES, RuleSet
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.errors import ConfigError, YamlSyntaxError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ class FilterStage(DocumentStage):
         return cls(rules=rules)
 
     def process(self, docs: pd.DataFrame) -> StageOutput:
+        import pandas as pd
+
         stats: Counter = Counter()
         apply = self.rules.apply
         texts: list[Any] = []

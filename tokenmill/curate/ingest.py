@@ -25,24 +25,23 @@ how the work is split, so ids are stable across runs and worker counts.
 from __future__ import annotations
 
 import codecs
-import gzip
-import io
 import json
 import logging
 import re
-import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tokenmill.curate import webarchive
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentBatcher, StageOutput, run_tasks
+from tokenmill.curate.text import decode_replacing
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
+
+if TYPE_CHECKING:
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +63,6 @@ EXTENSIONS = {
     ".html": "html",
     ".htm": "html",
 }
-COMPRESSIONS = (".gz", ".zst")
 # Uncompressed JSONL files are split into byte ranges of this size, aligned to line starts.
 JSONL_CHUNK_BYTES = 32 * 1024 * 1024
 # Records per output batch: bounds a worker's memory on large inputs.
@@ -165,14 +163,10 @@ class IngestOptions:
     )
 
 
-def _compression(name: str) -> str | None:
-    return next((c for c in COMPRESSIONS if name.lower().endswith(c)), None)
-
-
 def detect_format(path: Path) -> str | None:
     """The format a file's extension names, or None."""
     name = path.name.lower()
-    compression = _compression(name)
+    compression = storage.compression_suffix(name)
     if compression:
         name = name[: -len(compression)]
     fmt = EXTENSIONS.get(Path(name).suffix)
@@ -198,19 +192,6 @@ def check_encoding(encoding: str) -> str:
     if not ascii_compatible:
         raise TokenmillError(f"--encoding {encoding} is not ASCII-compatible; convert the input to UTF-8 first (iconv)")
     return name
-
-
-# Undecodable bytes under `--encoding-errors replace` become U+FFFD and are counted here (per
-# thread: a worker may run tasks in threads).
-_replaced = threading.local()
-
-
-def _count_and_replace(error: UnicodeDecodeError) -> tuple[str, int]:
-    _replaced.bytes = getattr(_replaced, "bytes", 0) + (error.end - error.start)
-    return "\ufffd", error.end
-
-
-codecs.register_error("tokenmill-count-replace", _count_and_replace)
 
 
 def _record_to_document(
@@ -245,28 +226,14 @@ def _decode(data: bytes, options: IngestOptions, batch: DocumentBatcher) -> str 
     except UnicodeDecodeError:
         if options.encoding_errors != "replace":
             return None
-    _replaced.bytes = 0
-    text = data.decode(options.encoding, errors="tokenmill-count-replace")
-    batch.count("replaced_bytes", _replaced.bytes)
+    text, replaced = decode_replacing(data, options.encoding)
+    batch.count("replaced_bytes", replaced)
     batch.count("docs_with_replaced_bytes")
     return text
 
 
 def _undecodable_reason(options: IngestOptions) -> str:
     return "invalid_utf8" if codecs.lookup(options.encoding).name == "utf-8" else "invalid_encoding"
-
-
-def _open_binary(path: str) -> IO[bytes]:
-    compression = _compression(path)
-    if storage.is_url(path):
-        return storage.open_input(path, {".gz": "gzip", ".zst": "zstd"}.get(compression or ""))
-    if compression == ".gz":
-        return gzip.open(path, "rb")
-    if compression == ".zst":
-        import zstandard
-
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb")))
-    return open(path, "rb")
 
 
 @dataclass
@@ -286,7 +253,7 @@ class JsonlChunk:
         records = 0
         at_end = False
         try:
-            with _open_binary(self.path) as handle:
+            with storage.open_decompressed(self.path) as handle:
                 offset = self.start
                 if self.start:
                     # The previous chunk owns the line that straddles our start.
@@ -383,7 +350,7 @@ class TextChunk:
         )
         for path, prefix in self.files:
             try:
-                with _open_binary(path) as handle:
+                with storage.open_decompressed(path) as handle:
                     data = handle.read()
             except (OSError, EOFError) as error:
                 batch.reject(f"{prefix}:corrupt", "corrupt_file", f"{type(error).__name__}: {error}")
@@ -465,6 +432,8 @@ class WithColumns:
     columns: tuple[str, ...]
 
     def run(self) -> Iterator[StageOutput]:
+        import pandas as pd
+
         for output in self.task.run():
             for frame in (output.kept, output.rejected):
                 for column in self.columns:
@@ -475,7 +444,7 @@ class WithColumns:
 
 def _file_tasks(path: str, prefix: str, source: str, fmt: str, options: IngestOptions) -> list[Any]:
     if fmt == "jsonl":
-        if _compression(path):
+        if storage.compression_suffix(path):
             return [JsonlChunk(str(path), prefix, source, options)]
         size = storage.size(path)
         return [

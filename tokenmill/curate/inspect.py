@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow.dataset as ds
 
 from tokenmill.curate.documents import KEPT_DIR, REJECTED_DIR, read_manifest
+from tokenmill.curate.registry import all_reasons
 from tokenmill.infra import storage
 
 
@@ -43,13 +44,6 @@ class _Config(dict):
         return "?"
 
 
-def _stage_reasons() -> dict[str, str]:
-    """Reason -> explanation template, from every stage module's `REASONS`."""
-    from tokenmill.curate.registry import all_reasons
-
-    return all_reasons()
-
-
 def explain_reason(reason: str, manifest: dict[str, Any]) -> str | None:
     """One line on what a rejection reason (or a `c4.lines_removed.<rule>` stat) means, with the
     thresholds the stage ran with; None for a reason nobody declared."""
@@ -64,7 +58,7 @@ def explain_reason(reason: str, manifest: dict[str, Any]) -> str | None:
         if isinstance(config.get("rules"), dict):
             rules.update(config["rules"])
         return rules.family(family_name).explain(rule)
-    templates = _stage_reasons()
+    templates = all_reasons()
     template = templates.get(reason) or next(
         (t for key, t in templates.items() if key.endswith(":") and reason.startswith(key)), None
     )

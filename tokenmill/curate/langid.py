@@ -10,13 +10,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.errors import TokenmillError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # fastText looks at the start of a document; longer texts cost time and change nothing.
 MAX_CHARS = 2_000

@@ -10,12 +10,14 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _TRAILING_SPACE = re.compile(r"[ \t\u00a0]+$", re.MULTILINE)
 _BLANK_RUNS = re.compile(r"\n{3,}")
@@ -127,6 +129,8 @@ class NormalizeStage(DocumentStage):
         return text, changed
 
     def process(self, docs: pd.DataFrame) -> StageOutput:
+        import pandas as pd
+
         stats: dict[str, int] = {}
         texts = []
         for text in docs["text"].tolist():

@@ -33,13 +33,16 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,10 @@ how the option appears on the command line and in recipes. From that one declara
 - the recipe schema (`options_model`): a strict pydantic model of the recipe's `options:`.
 
 `tokenmill.pipelines` looks stages up here (`recipe_stage`) and nowhere else.
+
+A stage module imports without pandas, pyarrow or numba (it imports them in the functions that
+process a batch, which run in the Dask workers): the command line builds every stage's parser
+from these declarations, and `tokenmill --help` stays instant (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -15,17 +19,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import logging
 import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from types import ModuleType
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, create_model
+from typing import TYPE_CHECKING, Any
 
 from tokenmill.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+log = logging.getLogger(__name__)
 
 # The modules that declare stages, in pipeline order (the order of `tokenmill curate --help`).
 STAGE_MODULES = (
@@ -160,8 +168,6 @@ class Stage:
     # ---- command line
 
     def add_cli(self, subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-        from tokenmill.curate.cli import add_stage_arguments
-
         extra: dict[str, Any] = {"epilog": self.epilog} if self.epilog else {}
         if self.raw_help:
             extra["formatter_class"] = argparse.RawDescriptionHelpFormatter
@@ -211,8 +217,6 @@ class Stage:
         return self.options(**values)
 
     def _command(self, args: argparse.Namespace) -> int:
-        from tokenmill.curate.cli import print_summary, runner_options, stage_input
-
         options = self.cli_options(args)
         if self.io == "none":
             result = self.run(options)
@@ -223,6 +227,56 @@ class Stage:
         if self.report is not None:
             self.report(result, args)
         return 0
+
+
+# --------------------------------------------------------------------------------------------
+# The options and the summary every stage's command shares
+
+
+def add_stage_arguments(parser: argparse.ArgumentParser, *, document_input: bool = True) -> None:
+    """Options shared by every curate stage."""
+    if document_input:
+        parser.add_argument(
+            "--input",
+            required=True,
+            nargs="+",
+            help="a stage directory (its kept/ is read) or Parquet files / directories",
+        )
+    parser.add_argument(
+        "--output", required=True, help="the stage directory to write (kept/, rejected/, manifest.json)"
+    )
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        help="address of an existing Dask scheduler (default: $DASK_SCHEDULER_ADDRESS, else a LocalCluster)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="LocalCluster worker processes (default: one per core)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def stage_input(args: argparse.Namespace) -> Any:
+    return args.input[0] if len(args.input) == 1 else list(args.input)
+
+
+def runner_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"scheduler": args.scheduler, "workers": args.workers, "progress": not args.no_progress}
+
+
+def print_summary(manifest: dict[str, Any], output: str) -> None:
+    counts = manifest["counts"]
+    rejected = counts["rejected"]
+    log.info(
+        f"{manifest['stage']}: in {counts['in']}, kept {counts['kept']}, rejected {sum(rejected.values())}"
+        f" in {manifest['timings']['seconds']:.1f}s -> {output}"
+    )
+    for reason, n in sorted(rejected.items(), key=lambda item: -item[1]):
+        log.info(f"  {reason}: {n}")
+    if manifest.get("resumed_partitions"):
+        log.info(
+            f"  resumed {manifest['resumed_partitions']} of {manifest['partitions']} partitions from an earlier run"
+        )
 
 
 def _argument(f: dataclasses.Field, meta: dict[str, Any], annotation: Any) -> tuple[str, dict[str, Any]]:
@@ -264,6 +318,8 @@ def _literal_choices(annotation: Any) -> list[Any] | None:
 def _options_model(stage: Stage) -> type[BaseModel]:
     """A strict pydantic model of a stage's recipe options, so recipes get the same unknown-key
     and type errors as the stage."""
+    from pydantic import ConfigDict, create_model  # the recipe schema; the command line needs none
+
     hints = typing.get_type_hints(stage.options)
     fields: dict[str, Any] = {f.name: (hints[f.name], None) for f in stage.recipe_fields()}
     return create_model(
@@ -273,6 +329,8 @@ def _options_model(stage: Stage) -> type[BaseModel]:
 
 def options_model(name: str, options: type) -> type[BaseModel]:
     """A strict model of an options dataclass's recipe options (for `classifiers[].options`)."""
+    from pydantic import ConfigDict, create_model  # the recipe schema; the command line needs none
+
     hints = typing.get_type_hints(options)
     fields = {f.name: (hints[f.name], None) for f in option_fields(options) if _meta(f)["recipe"]}
     return create_model(

@@ -19,9 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any, Protocol
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tokenmill import __version__
 from tokenmill.curate import resume
@@ -38,6 +36,9 @@ from tokenmill.curate.documents import (
 from tokenmill.infra import storage
 from tokenmill.infra.atomic import replace_dir
 from tokenmill.infra.cluster import client_or_new
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,8 @@ class DocumentBatcher:
         return len(self.kept) + len(self.rejected)
 
     def flush(self) -> StageOutput:
+        import pandas as pd
+
         kept = pd.DataFrame(self.kept, columns=self.kept_columns)
         rejected = pd.DataFrame(self.rejected, columns=self.rejected_columns)
         output = StageOutput(n_in=len(kept) + len(rejected), kept=kept, rejected=rejected, stats=self.stats)
@@ -161,6 +164,7 @@ class ParquetPartition:
 
 def _library_versions() -> dict[str, str]:
     import dask
+    import pandas as pd
     import pyarrow
 
     return {

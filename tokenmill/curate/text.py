@@ -9,7 +9,9 @@ fast; the few places where it splits differently from spaCy are listed in docs/f
 
 from __future__ import annotations
 
+import codecs
 import re
+import threading
 from itertools import compress, repeat
 
 # Punctuation and control characters: a token made only of these is a "symbol", not a word
@@ -84,3 +86,23 @@ def count_sentences(line: str) -> int:
 def single_line(text: str) -> str:
     """Text with every run of whitespace (newlines included) turned into one space."""
     return _WHITESPACE.sub(" ", text).strip()
+
+
+# Undecodable bytes decoded with `decode_replacing` become U+FFFD and are counted here (per
+# thread: a worker may run tasks in threads).
+_replaced = threading.local()
+
+
+def _count_and_replace(error: UnicodeDecodeError) -> tuple[str, int]:
+    _replaced.bytes += error.end - error.start
+    return "\ufffd", error.end
+
+
+codecs.register_error("tokenmill-count-replace", _count_and_replace)
+
+
+def decode_replacing(data: bytes, codec: str) -> tuple[str, int]:
+    """`data` decoded with each undecodable byte replaced by U+FFFD, and how many bytes were."""
+    _replaced.bytes = 0
+    text = data.decode(codec, errors="tokenmill-count-replace")
+    return text, _replaced.bytes

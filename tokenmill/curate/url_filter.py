@@ -35,14 +35,15 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlsplit
-
-import pandas as pd
 
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -402,6 +403,8 @@ class UrlFilterStage(DocumentStage):
 
     def reason(self, url: object, lists: Blocklists | None) -> str | None:
         """Why a URL is rejected (`url.missing` for none), or None to keep it."""
+        import pandas as pd
+
         if not isinstance(url, str):
             return "url.missing" if url is None or pd.isna(url) else "url.malformed"
         if not url.strip():
@@ -414,6 +417,8 @@ class UrlFilterStage(DocumentStage):
         return self.banned_reason(url)
 
     def process(self, docs: pd.DataFrame) -> StageOutput:
+        import pandas as pd
+
         lists = load_blocklists(self._sources) if self._sources else None
         if self.url_field in docs.columns:
             urls = docs[self.url_field].tolist()

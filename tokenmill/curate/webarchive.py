@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenmill.curate.stage import DocumentBatcher, StageOutput
+from tokenmill.curate.text import decode_replacing
 from tokenmill.infra import storage
 
 # Document columns beyond id, text and source.
@@ -92,8 +93,6 @@ def page_charset(body: bytes, declared: str | None) -> tuple[str, str]:
 
 def decode_page(body: bytes, declared: str | None, stats: DocumentBatcher) -> tuple[str, str]:
     """(text, codec). Raises `_Undecodable` when too many bytes do not decode."""
-    from tokenmill.curate import ingest
-
     codec, how = page_charset(body, declared)
     stats.count(f"charset.{how}")
     try:
@@ -113,9 +112,7 @@ def decode_page(body: bytes, declared: str | None, stats: DocumentBatcher) -> tu
             else:
                 stats.count("charset.declared_wrong")
                 return text, detected
-    ingest._replaced.bytes = 0
-    text = body.decode(codec, errors="tokenmill-count-replace")
-    replaced = ingest._replaced.bytes
+    text, replaced = decode_replacing(body, codec)
     if replaced > MAX_REPLACED_SHARE * len(body):
         raise _Undecodable(f"{replaced} of {len(body)} bytes are not valid {codec}")
     stats.count("replaced_bytes", replaced)
@@ -355,13 +352,11 @@ class HtmlFiles:
     source: str
 
     def run(self) -> Iterator[StageOutput]:
-        from tokenmill.curate.ingest import _open_binary
-
         batch = DocumentBatcher(self.source, WEB_COLUMNS)
         for path, doc_id in self.files:
             meta = {"url": None, "date": None, "warc_record_id": None, "content_type": "text/html", "charset": None}
             try:
-                with _open_binary(path) as handle:
+                with storage.open_decompressed(path) as handle:
                     body = handle.read()
             except (OSError, EOFError) as error:
                 batch.reject(doc_id, "corrupt_file", f"{type(error).__name__}: {error}", meta)

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from tokenmill.errors import TokenmillError
 from tokenmill.progress import progress_bar
+from tokenmill.train.checkpoint import load_for_inference
 
 DEFAULT_MAX_LENGTH = 2048  # the harness's default when neither config nor tokenizer says
 TOKENIZER_INFINITY = 1000000000000000019884624838656  # transformers' "no limit" model_max_length
@@ -402,12 +403,6 @@ class NativeModel(TokenLM):
     """A tokenmill checkpoint or run directory, through `tokenmill.train.checkpoint`."""
 
     def __init__(self, path: str | Path, device: str = "cpu", max_length: int | None = None) -> None:
-        try:
-            from tokenmill.train.checkpoint import load_for_inference
-        except ImportError as error:
-            raise TokenmillError(
-                f"{path} is a tokenmill checkpoint but tokenmill.train.checkpoint is not available ({error})"
-            ) from error
         from tokenizers import Tokenizer
 
         model, config, meta = load_for_inference(str(path), device=device)

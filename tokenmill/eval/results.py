@@ -1,4 +1,4 @@
-"""Eval results: the JSON file and the Markdown table (DESIGN.md format 6)."""
+"""Eval results: the JSON file and the Markdown table (docs/architecture.md, format 6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The document-directory contract (DESIGN.md format 1) that curation writes and tokenization
+"""The document-directory contract (docs/architecture.md, format 1) that curation writes and tokenization
 reads: directories of Parquet files with the columns `id`, `text`, `source`; a stage directory
 holds `kept/`, `rejected/` and `manifest.json`."""
 

@@ -1,31 +1,23 @@
-"""Slurm: sbatch scripts for `tokenmill run --slurm` and `tokenmill train --slurm`, and their
+"""Slurm: the parts of an sbatch script every tokenmill job shares, the `--slurm` options, and
 submission (optionally as a chain of jobs, each resuming the previous one's work).
 
-The scripts are plain bash, kept in the work (or run) directory under ``slurm/`` so a user can
-read them, edit them and resubmit them with ``sbatch`` alone.
+The jobs themselves are built where their commands live: a recipe's by
+tokenmill.pipelines.recipe_job (`tokenmill run --slurm`), training's by
+tokenmill.train.train_job (`tokenmill train --slurm`). The scripts are plain bash, kept in the
+work (or run) directory under ``slurm/`` so a user can read them, edit them and resubmit them
+with ``sbatch`` alone.
 
-- A recipe's job starts a Dask cluster inside the allocation (``dask scheduler`` on the first
-  node, one ``dask worker`` per node, both under ``srun``; the scheduler file on the shared work
-  directory), runs the curation and tokenization steps against it (``--scheduler``), stops it,
-  then runs training and evaluation.
-- Training runs under ``srun`` (one task per node) with torchrun's c10d rendezvous on the first
-  node of the allocation. tokenmill's own launcher (train/launch.py) is single-node by design
-  (``--standalone``), while torchrun with a shared rendezvous endpoint is what joins the nodes,
-  so the script calls it directly; each worker then runs ``tokenmill train`` as usual.
-- Every job resumes: finished recipe steps are skipped by their fingerprints and training
-  always passes ``--resume`` (a fresh run directory simply starts). A chain of K jobs is K
-  submissions of the same script, each with ``--dependency=afterany`` on the previous one,
-  so a job ended by its partition's time limit is continued by the next.
+- A chain of K jobs is K submissions of the same script, each with ``--dependency=afterany``
+  on the previous one, so a job ended by its partition's time limit is continued by the next.
 - Training stops at a checkpoint before the job's end: the script asks Slurm for a warning
   (``--signal=B:USR1@SECONDS``, sent to the batch shell) and traps it, and the SIGTERM of the
-  time limit or of pre-emption, by creating the run's ``STOP`` file (tokenmill.train.stop),
-  which rank 0 reads every step: the ranks on every node finish the step, write a checkpoint
-  and exit, and the job exits with ``STOPPED_EXIT`` (99); the next job resumes from there.
+  time limit or of pre-emption, by creating the run's STOP file (`stop_on_signal`), which rank 0
+  reads every step: the ranks on every node finish the step, write a checkpoint and exit, and
+  the job exits with the trainer's stopped status (`run_stoppable`); the next job resumes.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import re
 import shlex
@@ -34,16 +26,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tokenmill.errors import ConfigError, TokenmillError
-from tokenmill.infra import storage
-
-if TYPE_CHECKING:  # at run time recipe.py imports this module
-    from tokenmill.pipelines.recipe import Recipe
-    from tokenmill.train.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +83,11 @@ class Submitted:
     job_ids: list[str]
 
 
-def _q(value: str | Path) -> str:
+def quote(value: str | Path) -> str:
     return shlex.quote(str(value))
 
 
-def _header(spec: SlurmSpec, name: str, nodes: int, log_dir: Path, workdir: Path) -> list[str]:
+def header(spec: SlurmSpec, name: str, nodes: int, log_dir: Path, workdir: Path) -> list[str]:
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={spec.job_name or name}",
@@ -134,11 +120,11 @@ def _header(spec: SlurmSpec, name: str, nodes: int, log_dir: Path, workdir: Path
     return lines
 
 
-def _prologue(spec: SlurmSpec) -> list[str]:
+def prologue(spec: SlurmSpec) -> list[str]:
     return [
         "set -euo pipefail",
         *spec.setup,
-        f"PYTHON={_q(sys.executable)}",
+        f"PYTHON={quote(sys.executable)}",
         "export PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1",
         # The first node of the allocation hosts the Dask scheduler and the c10d rendezvous.
         'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
@@ -147,14 +133,12 @@ def _prologue(spec: SlurmSpec) -> list[str]:
     ]
 
 
-def _stop_on_signal(run_dir: Path) -> list[str]:
+def stop_on_signal(stop_file: Path) -> list[str]:
     """Trap Slurm's warning (SIGUSR1) and the SIGTERM of the time limit or of pre-emption:
-    the ranks, on whatever node, learn of it from the run's STOP file."""
-    from tokenmill.train.stop import STOP_FILE
-
+    the ranks, on whatever node, learn of it from the run's STOP file (``stop_file``)."""
     return [
         "# The time limit is near, or the job is pre-empted: training checkpoints and stops.",
-        f"STOP_FILE={_q(run_dir / STOP_FILE)}",
+        f"STOP_FILE={quote(stop_file)}",
         'rm -f "$STOP_FILE"  # a request left by an earlier job',
         "STOP_REQUESTED=",
         'stop_training() { STOP_REQUESTED=1; echo "tokenmill: job $SLURM_JOB_ID: $1: training stops at a checkpoint";'
@@ -164,12 +148,11 @@ def _stop_on_signal(run_dir: Path) -> list[str]:
     ]
 
 
-def _run_stoppable(command: str) -> list[str]:
-    """Run ``command`` in the background so the traps above run while it does (bash runs a
-    trap only after a foreground command ends); exit with its status, or with STOPPED_EXIT when
-    training stopped at a checkpoint on request (rank 0 removes the STOP file once it has)."""
-    from tokenmill.train.stop import STOPPED_EXIT
-
+def run_stoppable(command: str, stopped_exit: int) -> list[str]:
+    """Run ``command`` in the background so the traps of `stop_on_signal` run while it does
+    (bash runs a trap only after a foreground command ends); exit with its status, or with
+    ``stopped_exit`` when training stopped at a checkpoint on request (rank 0 removes the STOP
+    file once it has)."""
     return [
         f"{command} &",
         "CHILD=$!",
@@ -178,9 +161,9 @@ def _run_stoppable(command: str) -> list[str]:
         "# A trapped signal ends `wait` early: wait again for the command itself.",
         'while kill -0 "$CHILD" 2>/dev/null; do STATUS=0; wait "$CHILD" || STATUS=$?; done',
         'if [ "$STATUS" -ne 0 ] && [ -n "$STOP_REQUESTED" ] && [ ! -e "$STOP_FILE" ]; then',
-        f'  echo "tokenmill: job $SLURM_JOB_ID: training stopped at a checkpoint (exit status {STOPPED_EXIT});'
+        f'  echo "tokenmill: job $SLURM_JOB_ID: training stopped at a checkpoint (exit status {stopped_exit});'
         ' the next job resumes it"',
-        f"  exit {STOPPED_EXIT}",
+        f"  exit {stopped_exit}",
         "fi",
         'exit "$STATUS"',
     ]
@@ -197,7 +180,7 @@ def torchrun_prefix(nodes: int, nproc_per_node: int) -> str:
     )
 
 
-def _nproc_per_node(world_size: int, nodes: int, spec: SlurmSpec) -> int:
+def nproc_per_node(world_size: int, nodes: int, spec: SlurmSpec) -> int:
     if world_size % nodes:
         raise ConfigError(
             f"tp x pp x dp = {world_size} processes do not divide over {nodes} nodes; change --nodes or the layout"
@@ -206,93 +189,6 @@ def _nproc_per_node(world_size: int, nodes: int, spec: SlurmSpec) -> int:
     if spec.gpus_per_node and per_node != spec.gpus_per_node:
         log.warning("%d training processes per node but --gpus-per-node %d", per_node, spec.gpus_per_node)
     return per_node
-
-
-def run_script(
-    recipe_arg: str,
-    workdir: Path,
-    spec: SlurmSpec,
-    *,
-    name: str,
-    dask_steps: list[str],
-    world_size: int | None,
-    nodes: int,
-    run_args: list[str],
-    train_run: Path | None = None,
-) -> str:
-    """The sbatch script of a recipe: a Dask cluster in the allocation for the steps named in
-    ``dask_steps`` (prefixes `--until` accepts), then the rest of the recipe (training under
-    srun + torchrun when ``world_size`` is set; ``train_run``: its run directory)."""
-    log_dir = workdir / SLURM_DIR
-    lines = _header(spec, f"tokenmill-{name}", nodes, log_dir, Path.cwd())
-    lines += [
-        f"# `tokenmill run` of {recipe_arg} as a Slurm job; resubmit with: sbatch {log_dir / RUN_SCRIPT}",
-        *_prologue(spec),
-        f"RUN=($PYTHON -m tokenmill.cli run {_q(recipe_arg)} --workdir {_q(workdir)} --no-progress"
-        + "".join(f" {_q(a)}" for a in run_args)
-        + ")",
-    ]
-    if dask_steps:
-        until = " ".join(f"--until {_q(s)}" for s in dask_steps)
-        lines += [
-            "",
-            "# Curation and tokenization on a Dask cluster inside the allocation.",
-            f'SCHEDULER_FILE={_q(log_dir)}/dask-scheduler-"$SLURM_JOB_ID".json',
-            'rm -f "$SCHEDULER_FILE"',
-            'srun --overlap --nodes=1 --ntasks=1 --nodelist="$HEAD" $PYTHON -m distributed.cli.dask_scheduler'
-            ' --scheduler-file "$SCHEDULER_FILE" --port 0 --dashboard-address :0 &',  # free ports: jobs may share a node
-            "DASK_SCHEDULER=$!",
-            'for _ in $(seq 600); do [ -s "$SCHEDULER_FILE" ] && break; sleep 0.2; done',
-            f"srun --overlap --nodes={nodes} --ntasks-per-node=1 --cpus-per-task=$CPUS"
-            ' $PYTHON -m distributed.cli.dask_worker --scheduler-file "$SCHEDULER_FILE" --nworkers "$CPUS"'
-            " --nthreads 1 --local-directory /tmp --no-dashboard &",
-            "DASK_WORKERS=$!",
-            "# Stop the Dask cluster whatever happens, so training gets the cores and the job can end.",
-            'trap \'kill "$DASK_WORKERS" "$DASK_SCHEDULER" 2>/dev/null || true\' EXIT',
-            "ADDRESS=$($PYTHON -c 'import json, sys; print(json.load(open(sys.argv[1]))[\"address\"])'"
-            ' "$SCHEDULER_FILE")',
-            'echo "tokenmill: Dask scheduler at $ADDRESS"',
-            f'echo "+ ${{RUN[*]}} --scheduler $ADDRESS {until}"',
-            f'"${{RUN[@]}}" --scheduler "$ADDRESS" {until}',
-            'kill "$DASK_WORKERS" "$DASK_SCHEDULER" 2>/dev/null || true',
-            "wait || true",
-            "trap - EXIT",
-        ]
-    lines.append("")
-    if world_size is not None:
-        nproc = _nproc_per_node(world_size, nodes, spec)
-        lines += [
-            "# Training (and what follows it) with the trainer under srun + torchrun.",
-            f"export RDZV_BASE_PORT={RDZV_BASE_PORT}",
-            f'export {TRAIN_LAUNCHER_ENV}="{torchrun_prefix(nodes, nproc)}"',
-        ]
-    lines.append('echo "+ ${RUN[*]}"')
-    if train_run is not None:
-        lines += [*_stop_on_signal(train_run), *_run_stoppable('"${RUN[@]}"')]
-    else:
-        lines.append('"${RUN[@]}"')
-    return "\n".join(lines) + "\n"
-
-
-def train_script(train_argv: list[str], out: Path, spec: SlurmSpec, *, name: str, world_size: int, nodes: int) -> str:
-    """The sbatch script of `tokenmill train`: every rank under srun + torchrun, resuming from
-    the run directory's latest checkpoint when there is one."""
-    log_dir = out / SLURM_DIR
-    nproc = _nproc_per_node(world_size, nodes, spec)
-    argv = " ".join(_q(a) for a in train_argv)
-    lines = _header(spec, f"tokenmill-{name}", nodes, log_dir, Path.cwd())
-    lines += [
-        f"# `tokenmill train` as a Slurm job; resubmit with: sbatch {log_dir / TRAIN_SCRIPT}",
-        *_prologue(spec),
-        f"RDZV_BASE_PORT={RDZV_BASE_PORT}",
-        *_stop_on_signal(out),
-        # Every job resumes from the latest checkpoint (a fresh run directory simply starts).
-        *_run_stoppable(
-            f"{torchrun_prefix(nodes, nproc)} -m tokenmill.cli {argv}"
-            + ("" if "--resume" in train_argv else " --resume")
-        ),
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def find_sbatch() -> str:
@@ -337,67 +233,6 @@ def chain_commands(script: Path, chain: int) -> list[str]:
     return commands
 
 
-# --------------------------------------------------------------------------------------------
-# Command-line options, shared by `tokenmill run` and `tokenmill train`
-
-
-def add_slurm_options(parser: argparse.ArgumentParser, *, dry_run: bool = False) -> None:
-    """The Slurm options; ``dry_run``: also `--dry-run` (commands that have none of their own)."""
-    group = parser.add_argument_group(
-        "Slurm", "with --slurm: write an sbatch script (kept under slurm/ in the work or run directory) and submit it"
-    )
-    group.add_argument("--slurm", action="store_true", help="submit as a Slurm batch job instead of running here")
-    group.add_argument("--partition", help="sbatch --partition")
-    group.add_argument("--account", help="sbatch --account")
-    group.add_argument("--nodes", type=int, help="nodes to allocate (default: the recipe's train.nnodes, else 1)")
-    group.add_argument("--gpus-per-node", type=int, help="sbatch --gpus-per-node")
-    group.add_argument("--cpus-per-node", type=int, help="CPUs per node (sbatch --cpus-per-task, one task per node)")
-    group.add_argument("--time", help="time limit per job (sbatch --time), e.g. 4:00:00")
-    group.add_argument("--job-name", help="sbatch --job-name (default: tokenmill-NAME)")
-    group.add_argument(
-        "--chain",
-        type=int,
-        help="submit K jobs, each starting when the previous one ends (--dependency=afterany) and resuming its work",
-    )
-    group.add_argument(
-        "--stop-seconds",
-        type=int,
-        metavar="SECONDS",
-        help="ask training to checkpoint and stop this long before the time limit "
-        "(sbatch --signal=B:USR1@SECONDS; default 300, 0: not asked)",
-    )
-    group.add_argument(
-        "--sbatch",
-        action="append",
-        metavar="OPTION",
-        help="an extra sbatch option for the script's #SBATCH lines, e.g. --sbatch=--qos=high; repeatable",
-    )
-    if dry_run:
-        group.add_argument("--dry-run", action="store_true", help="with --slurm: print the script; submit nothing")
-
-
-def slurm_overrides(args: argparse.Namespace) -> dict[str, object]:
-    return {
-        "partition": args.partition,
-        "account": args.account,
-        "nodes": args.nodes,
-        "gpus_per_node": args.gpus_per_node,
-        "cpus_per_node": args.cpus_per_node,
-        "time": args.time,
-        "job_name": args.job_name,
-        "chain": args.chain,
-        "stop_seconds": args.stop_seconds,
-        "sbatch": args.sbatch,
-    }
-
-
-def check_slurm_only_options(args: argparse.Namespace) -> None:
-    """Slurm options without --slurm are a mistake, not something to ignore silently."""
-    given = [key for key, value in slurm_overrides(args).items() if value is not None]
-    if given and not args.slurm:
-        raise ConfigError(f"--{given[0].replace('_', '-')} needs --slurm")
-
-
 def emit(script: Path, text: str, chain: int, dry_run: bool) -> Submitted | None:
     """--dry-run: print the script and the sbatch commands; else write it and submit it."""
     if dry_run:
@@ -414,68 +249,3 @@ def emit(script: Path, text: str, chain: int, dry_run: bool) -> Submitted | None
     print(f"submitted job(s): {' '.join(submitted.job_ids)}" + (" (a chain, afterany)" if chain > 1 else ""))
     print(f"logs: {script.parent}/<job-name>-<job id>.out")
     return submitted
-
-
-# --------------------------------------------------------------------------------------------
-# The two commands
-
-
-def submit_recipe(
-    recipe: Recipe,
-    recipe_arg: str,
-    workdir: Path,
-    args: argparse.Namespace,
-) -> Submitted | None:
-    """`tokenmill run RECIPE --slurm`: the recipe's job script, written to WORKDIR/slurm/ and
-    submitted (or printed with --dry-run)."""
-    from tokenmill.pipelines.plan import build_plan, select
-
-    if storage.is_url(workdir):
-        # The job script and the nodes' steps live in the work directory: it must be shared disk.
-        raise ConfigError(f"--workdir {workdir}: a Slurm job needs a work directory on a shared filesystem")
-    if args.from_ or args.force:
-        # Every job of a chain runs the same script: a forced step would be redone by each.
-        raise ConfigError("--from and --force do not go with --slurm: run them here, then submit the rest")
-    if args.scheduler:
-        raise ConfigError("--scheduler does not go with --slurm: the job starts its own Dask cluster in the allocation")
-    spec = (recipe.slurm or SlurmSpec()).merged(slurm_overrides(args))
-    steps = build_plan(recipe, workdir)
-    runnable = select(steps, None, args.until, None).runnable
-    selected = [s for s in steps if s.name in runnable]
-    on_dask = [s.name for s in selected if s.kind not in ("train", "eval")]
-    if not args.until:
-        on_dask = list(dict.fromkeys(name.split(".")[0] for name in on_dask))  # prefixes: a shorter line
-    train_steps = [s for s in selected if s.kind == "train"]
-    trains = bool(train_steps)
-    nodes = spec.nodes or (recipe.train.nnodes if recipe.train else 1)
-    run_args = [f"--until={u}" for u in args.until or []]
-    if args.workers:
-        run_args.append(f"--workers={args.workers}")
-    if Path(recipe_arg).is_file():
-        recipe_arg = str(Path(recipe_arg).resolve())
-    text = run_script(
-        recipe_arg,
-        workdir,
-        spec,
-        name=recipe.name,
-        dask_steps=on_dask,
-        world_size=recipe.train.world_size if trains and recipe.train else None,
-        nodes=nodes,
-        run_args=run_args,
-        train_run=train_steps[0].output / "run" if train_steps else None,
-    )
-    return emit(workdir / SLURM_DIR / RUN_SCRIPT, text, spec.chain, args.dry_run)
-
-
-def submit_training(cfg: TrainConfig, train_argv: list[str], args: argparse.Namespace) -> Submitted | None:
-    """`tokenmill train CONFIG --slurm`: the training job script, written to RUN/slurm/ and
-    submitted (or printed with --dry-run)."""
-    if storage.is_url(cfg.out):
-        # The ranks of several nodes write one checkpoint together into the run directory, so it
-        # must be a filesystem they share; a URL's copy lives in each node's own cache.
-        raise ConfigError(f"out: {cfg.out}: a Slurm training job needs a run directory on a shared filesystem")
-    spec = SlurmSpec().merged(slurm_overrides(args))
-    out = Path(cfg.out).resolve()
-    nodes = spec.nodes or 1
-    text = train_script(train_argv, out, spec, name=out.name, world_size=cfg.world_size, nodes=nodes)
-    return emit(out / SLURM_DIR / TRAIN_SCRIPT, text, spec.chain, args.dry_run)

@@ -17,7 +17,9 @@ and checked against the object's etag and size on each use.
 from __future__ import annotations
 
 import fcntl
+import gzip
 import hashlib
+import io
 import json
 import logging
 import os
@@ -210,6 +212,29 @@ def open_input(path: str | os.PathLike, compression: str | None = None) -> IO[by
     filesystem(str(path))  # the clear error for a missing package
     with storage_errors(path, "read"):
         return fsspec.open(str(path), "rb", compression=compression).open()
+
+
+# Raw inputs compressed as a whole file, by suffix: the name fsspec gives the codec.
+COMPRESSIONS = {".gz": "gzip", ".zst": "zstd"}
+
+
+def compression_suffix(name: str) -> str | None:
+    """`.gz` or `.zst` when the file name ends so (in any case), else None."""
+    return next((c for c in COMPRESSIONS if name.lower().endswith(c)), None)
+
+
+def open_decompressed(path: str) -> IO[bytes]:
+    """A raw input file for reading, decompressed as its suffix says (`.gz`, `.zst`)."""
+    compression = compression_suffix(path)
+    if is_url(path):
+        return open_input(path, COMPRESSIONS.get(compression or ""))
+    if compression == ".gz":
+        return gzip.open(path, "rb")
+    if compression == ".zst":
+        import zstandard
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb")))
+    return open(path, "rb")
 
 
 @contextmanager

@@ -9,7 +9,8 @@ from pydantic import ValidationError
 
 from tokenmill.curate.registry import deprecation, options_model, recipe_stages
 from tokenmill.infra import storage
-from tokenmill.pipelines.recipe import Problems, Recipe, TrainSpec, suggest
+from tokenmill.pipelines.schema import Recipe, TrainSpec
+from tokenmill.problems import Problems, suggest
 
 
 def _check_path(recipe: Recipe, problems: Problems, loc: tuple[Any, ...], value: str, *, check: bool | str) -> None:
@@ -172,10 +173,8 @@ def _check_train_layout(spec: TrainSpec, problems: Problems) -> None:
 def _check_train_config(config: dict[str, Any], problems: Problems) -> None:
     """Validate the inline trainer config with the trainer's own schema, its problems located
     under `train.config` with the recipe's lines; flat (old) keys get one deprecation warning."""
-    try:
-        from tokenmill.train.config import add_problems, deprecation_message, nest
-    except ImportError:
-        return
+    from tokenmill.train.config import add_problems, deprecation_message, nest
+
     _, renamed = nest(config) if isinstance(config, dict) else ({}, [])
     if renamed:
         problems.warn(("train", "config"), deprecation_message(renamed))

@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
+from tokenmill.infra.slurm_options import add_slurm_options, check_slurm_only_options
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +64,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--workdir", default=None, help="work directory (default: the recipe's `workdir:` or ./NAME-work)")
     _add_run_options(run)
-    from tokenmill.infra.slurm import add_slurm_options
-
     add_slurm_options(run)
     run.set_defaults(func=_run_command)
 
@@ -118,7 +116,7 @@ def _run_command(args: argparse.Namespace) -> int:
     for warning in recipe.warnings:
         log.warning(warning)
     workdir = resolve_workdir(args.workdir) if args.workdir else default_workdir(recipe)
-    from tokenmill.infra.slurm import check_slurm_only_options, submit_recipe
+    from tokenmill.pipelines.recipe_job import submit_recipe
 
     check_slurm_only_options(args)
     if args.slurm:
@@ -134,6 +132,8 @@ def demo_recipe_text() -> str:
 def demo_overrides(eval_data: str | None) -> dict[str, Any]:
     """With `--eval-data`, the demo evaluates the benchmark tasks found there and
     decontaminates the corpus against them; without, it reports held-out perplexity only."""
+    import yaml  # only the demo reads YAML here: `tokenmill --help` need not load it
+
     base = yaml.safe_load(demo_recipe_text())
     evaluation = dict(base.get("eval") or {})
     curate = list(base.get("curate") or [])

@@ -1,5 +1,6 @@
 """Recipes: one YAML file describing a whole run (sources -> curation -> tokenizer -> blend ->
-training -> evaluation), loaded into typed models and checked before anything runs.
+training -> evaluation), loaded into typed models (`schema`) and checked before anything runs
+(`checks`).
 
 Every mistake is reported with the key's location in the file (`curate[2].options.min_score`,
 line 14) and, for a misspelt key or name, the closest valid one. All errors of a recipe are
@@ -8,198 +9,17 @@ collected and raised together, so a user fixes a file in one pass.
 
 from __future__ import annotations
 
-import difflib
-import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import ValidationError
 
 from tokenmill.errors import ConfigError, YamlSyntaxError
 from tokenmill.infra import storage
-from tokenmill.infra.slurm import SlurmSpec
-
-SOURCE_FORMATS = ("jsonl", "parquet", "text", "warc", "wet", "html", "python-docs")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class Source(_Strict):
-    """One raw corpus. `path` is relative to the recipe file; `python-docs` needs none (the
-    corpus is assembled from the running Python installation, see `pydocs.py`)."""
-
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
-    path: str | list[str] | None = None
-    format: Literal["jsonl", "parquet", "text", "warc", "wet", "html", "python-docs"] | None = None
-    text_field: str = "text"
-    id_field: str | None = None
-    separator: str | None = None
-    # python-docs only: cap the documents taken from each kind (None: all).
-    max_documents: int | None = Field(default=None, ge=1)
-
-    @model_validator(mode="after")
-    def _path_needed(self) -> Source:
-        if self.format != "python-docs" and not self.path:
-            raise ValueError("`path` is required unless format is python-docs")
-        return self
-
-    def paths(self) -> list[str]:
-        if self.path is None:
-            return []
-        return [self.path] if isinstance(self.path, str) else list(self.path)
-
-
-class CurateStep(_Strict):
-    """One curation stage, applied in order to every source (or to those in `sources`)."""
-
-    stage: str
-    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")  # default: the stage kind
-    sources: list[str] | None = None
-    options: dict[str, Any] = Field(default_factory=dict)
-
-    @property
-    def step_name(self) -> str:
-        return self.name or self.stage
-
-
-class ClassifierSpec(_Strict):
-    """A fastText quality classifier trained inside the run (GPT-3 / MT-NLG): `positive`
-    sources (reference-quality text) against `negative` ones (raw web text), read as ingested.
-    A `classify` curate stage uses it with `options: {classifier: NAME, ...}`."""
-
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
-    positive: list[str] = Field(min_length=1)
-    negative: list[str] = Field(min_length=1)
-    options: dict[str, Any] = Field(default_factory=dict)
-
-
-class TokenizerSpec(_Strict):
-    """Train a byte-level BPE on the curated documents, or use an existing tokenizer.json."""
-
-    vocab_size: int = Field(default=8192, ge=260)
-    file: str | None = None
-    # Documents sampled for training (None: all curated documents).
-    sample_docs: int | None = Field(default=None, ge=1)
-    options: dict[str, Any] = Field(default_factory=dict)
-
-
-class BlendEntry(_Strict):
-    """A source's share of the training stream: a weight, or a number of epochs (MT-NLG's
-    table gives both); epochs become weights proportional to epochs x tokens."""
-
-    source: str
-    weight: float | None = Field(default=None, gt=0)
-    epochs: float | None = Field(default=None, gt=0)
-
-    @model_validator(mode="after")
-    def _one_of(self) -> BlendEntry:
-        if (self.weight is None) == (self.epochs is None):
-            raise ValueError("give exactly one of `weight` or `epochs`")
-        return self
-
-
-class TrainSpec(_Strict):
-    """The trainer's own config (inline, or a YAML file) and the launch layout."""
-
-    config: dict[str, Any] | str = Field(default_factory=dict)
-    steps: int | None = Field(default=None, ge=1)
-    tp: int = Field(default=1, ge=1)
-    pp: int = Field(default=1, ge=1)
-    dp: int = Field(default=1, ge=1)
-    zero: int = 0  # checked with the trainer's layout checks (pipelines/checks.py)
-    nnodes: int = Field(default=1, ge=1)
-    # What `--dry-run` gives the planner for a cluster-sized recipe (the run itself uses tp*pp*dp).
-    gpus: int | None = Field(default=None, ge=1)
-    gpu_memory: str | None = None
-    extra_args: list[str] = Field(default_factory=list)
-
-    @property
-    def world_size(self) -> int:
-        return self.tp * self.pp * self.dp
-
-
-class EvalSpec(_Strict):
-    """Benchmarks (tasks x shots, data from `data_dir`) and held-out perplexity."""
-
-    tasks: list[str] = Field(default_factory=list)
-    shots: list[int] = Field(default_factory=lambda: [0])
-    data_dir: str | None = None
-    limit: int | None = Field(default=None, ge=1)
-    batch_size: int = Field(default=16, ge=1)
-    perplexity: bool = True
-    # Tasks whose data file is absent from data_dir are skipped (the demo) instead of failing.
-    skip_missing: bool = False
-
-    @field_validator("shots")
-    @classmethod
-    def _shots(cls, value: list[int]) -> list[int]:
-        if any(s < 0 for s in value):
-            raise ValueError("shots must be >= 0")
-        return value
-
-
-class Recipe(_Strict):
-    name: str = "run"
-    description: str | None = None
-    workdir: str | None = None
-    scheduler: str | None = None
-    workers: int | None = Field(default=None, ge=1)
-    sources: list[Source] = Field(min_length=1)
-    classifiers: list[ClassifierSpec] = Field(default_factory=list)
-    curate: list[CurateStep] = Field(default_factory=list)
-    tokenize: TokenizerSpec | None = None
-    blend: list[BlendEntry] | None = None
-    train: TrainSpec | None = None
-    eval: EvalSpec | None = None
-    # How `tokenmill run --slurm` submits the recipe (infra/slurm.py); ignored otherwise.
-    slurm: SlurmSpec | None = None
-
-    # Set by `load_recipe`: the recipe file's directory, against which relative paths resolve.
-    base_dir: Path = Field(default=Path("."), exclude=True)
-    # Problems that do not stop a dry run (input paths of a template that do not exist here).
-    _warnings: list[str] = PrivateAttr(default_factory=list)
-
-    @property
-    def warnings(self) -> list[str]:
-        return self._warnings
-
-    def resolve(self, path: str) -> Path:
-        """A path relative to the recipe made absolute; a URL (s3://, https://, ...) as it is."""
-        if storage.is_url(path):
-            return path  # type: ignore[return-value]  # URLs pass through to the storage layer
-        p = Path(path).expanduser()
-        return p if p.is_absolute() else (self.base_dir / p).resolve()
-
-    def source(self, name: str) -> Source:
-        return next(s for s in self.sources if s.name == name)
-
-    def train_config_file(self) -> Path:
-        """`train.config` given as a file (relative to the recipe) or as a bundled name (`tiny`)."""
-        assert self.train is not None and isinstance(self.train.config, str)
-        path = self.resolve(self.train.config)
-        if path.is_file():
-            return path
-        from tokenmill.recipes import TRAIN_PREFIX, bundled_recipes
-
-        return bundled_recipes(TRAIN_PREFIX).get(self.train.config, path)
-
-    def train_config_dict(self) -> dict[str, Any]:
-        """The trainer's config as data (a copy: callers add to it)."""
-        assert self.train is not None
-        if isinstance(self.train.config, str):
-            path = self.train_config_file()
-            try:
-                return yaml.safe_load(path.read_text()) or {}
-            except yaml.YAMLError as error:
-                raise YamlSyntaxError(str(path), error) from None
-        return json.loads(json.dumps(self.train.config))
-
-
-# --------------------------------------------------------------------------------------------
-# Error reporting with locations in the file
+from tokenmill.pipelines.checks import check_recipe
+from tokenmill.pipelines.schema import Recipe
+from tokenmill.problems import Problems, line_index, pydantic_problems
 
 
 class RecipeError(ConfigError):
@@ -209,120 +29,6 @@ class RecipeError(ConfigError):
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"{path}: {len(problems)} problem(s) in the recipe:\n{lines}")
-
-
-def format_loc(loc: tuple[Any, ...] | list[Any]) -> str:
-    """('curate', 2, 'options', 'min_score') -> 'curate[2].options.min_score'."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
-def suggest(word: str, candidates: list[str] | tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
-    return f" (did you mean `{close[0]}`?)" if close else ""
-
-
-def _line_index(text: str) -> dict[tuple[Any, ...], int]:
-    """Map each key path of a YAML document to its 1-based line, for error messages."""
-    index: dict[tuple[Any, ...], int] = {}
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return index
-
-    def walk(node: yaml.Node, path: tuple[Any, ...]) -> None:
-        index.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                child = (*path, key.value)
-                index[child] = key.start_mark.line + 1
-                walk(value, child)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, (*path, i))
-
-    if root is not None:
-        walk(root, ())
-    return index
-
-
-class Problems:
-    """Collects problems with their location and line."""
-
-    def __init__(self, lines: dict[tuple[Any, ...], int]) -> None:
-        self.lines = lines
-        self.items: list[str] = []
-        self.warnings: list[str] = []
-
-    def warn(self, loc: tuple[Any, ...], message: str) -> None:
-        self.add(loc, message)
-        self.warnings.append(self.items.pop())
-
-    def add(self, loc: tuple[Any, ...], message: str) -> None:
-        line = None
-        for n in range(len(loc), -1, -1):  # the nearest located ancestor
-            line = self.lines.get(tuple(loc[:n]))
-            if line is not None:
-                break
-        where = format_loc(loc) + (f" (line {line})" if line else "")
-        self.items.append(f"{where}: {message}")
-
-
-def _model_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The valid keys at `loc` inside the Recipe model (for 'did you mean')."""
-    current: Any = model
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
-        field = current.model_fields.get(part)
-        if field is None:
-            return []
-        current = _inner_model(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [k for k in current.model_fields if k != "base_dir"]
-    return []
-
-
-def _inner_model(annotation: Any) -> Any:
-    import typing
-
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _inner_model(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def pydantic_problems(
-    error: ValidationError, problems: Problems, model: type[BaseModel], prefix: tuple[Any, ...] = ()
-) -> None:
-    for item in error.errors():
-        loc = tuple(
-            part for part in item["loc"] if not (isinstance(part, str) and ("[" in part or part in ("function-after",)))
-        )
-        loc = (*prefix, *loc)
-        if item["type"] == "extra_forbidden":
-            parent = loc[:-1]
-            valid = _model_fields(model, parent[len(prefix) :]) if model is not None else []
-            problems.add(loc, f"unknown key `{loc[-1]}`{suggest(loc[-1], valid)}")
-        elif item["type"] == "missing":
-            problems.add(loc, "required key is missing")
-        elif item["type"] == "literal_error" and isinstance(item.get("input"), str):
-            import re
-
-            choices = re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", "")))
-            problems.add(loc, f"{item['msg']} (got {item['input']!r}){suggest(item['input'], choices)}")
-        else:
-            problems.add(loc, f"{item['msg']} (got {item.get('input')!r})")
 
 
 def load_recipe(path: str | Path, *, check_paths: bool | str = True, base_dir: Path | None = None) -> Recipe:
@@ -362,14 +68,12 @@ def parse_recipe(
     if not isinstance(data, dict):
         raise RecipeError(origin, ["the recipe must be a YAML mapping (sources:, curate:, ...)"])
     data.update(overrides or {})
-    problems = Problems(_line_index(text))
+    problems = Problems(line_index(text))
     try:
         recipe = Recipe.model_validate({**data, "base_dir": base_dir})
     except ValidationError as error:
         pydantic_problems(error, problems, Recipe)
         raise RecipeError(origin, problems.items) from None
-    from tokenmill.pipelines.checks import check_recipe
-
     check_recipe(recipe, problems, check_paths=check_paths)
     if problems.items:
         raise RecipeError(origin, problems.items)

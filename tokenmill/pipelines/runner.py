@@ -473,7 +473,7 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
     resume = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").glob("step_*"))
     spec = ctx.recipe.train
     assert spec is not None
-    # Inside a Slurm job the trainer spans the allocation (`srun ... torchrun ...`, infra/slurm.py).
+    # Inside a Slurm job the trainer spans the allocation (`srun ... torchrun ...`, recipe_job.py).
     from tokenmill.infra.slurm import TRAIN_LAUNCHER_ENV
 
     launcher = shlex.split(os.environ.get(TRAIN_LAUNCHER_ENV, "")) or [sys.executable]

@@ -23,7 +23,7 @@ import numpy as np
 from tokenmill.errors import TokenmillError, YamlSyntaxError
 from tokenmill.infra import storage
 from tokenmill.tokenize.gpt_dataset import CACHE_VERSION, GPTDataset, SampleDataset, _save_npy
-from tokenmill.tokenize.indexed import bin_path, idx_path
+from tokenmill.tokenize.indexed import bin_path, cached_shard, idx_path
 
 MID_LEVEL_SURPLUS = 0.005
 
@@ -61,8 +61,6 @@ def parse_blend(data: Any, *, base_dir: Path | str | None = None, where: str = "
         name = str(item["prefix"])
         if storage.is_url(name) or (storage.is_url(base_dir or "") and not Path(name).is_absolute()):
             # A shard on object storage (or relative to a blend file there): read from the cache.
-            from tokenmill.tokenize.loader import cached_shard
-
             url = name if storage.is_url(name) else str(storage.join(str(base_dir), name))
             entries.append(BlendEntry(cached_shard(url), float(weight)))
             continue

@@ -142,8 +142,7 @@ def _inspect_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from tokenmill.infra import storage
-    from tokenmill.tokenize.indexed import IndexedDataset
-    from tokenmill.tokenize.loader import cached_shard
+    from tokenmill.tokenize.indexed import IndexedDataset, cached_shard
     from tokenmill.tokenize.tokenizer import load_tokenizer
 
     prefix = cached_shard(args.prefix) if storage.is_url(args.prefix) else args.prefix

@@ -31,6 +31,7 @@ import numpy as np
 import xxhash
 
 from tokenmill.errors import TokenmillError
+from tokenmill.infra import storage
 from tokenmill.infra.atomic import atomic_path, remove_leftovers
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -366,3 +367,19 @@ class IndexedDataset:
         # Dropping the references lets the OS unmap the files.
         self._bin = None  # type: ignore[assignment]
         self._index = None  # type: ignore[assignment]
+
+
+def cached_shard(url: str) -> str:
+    """The local prefix of a shard on object storage, downloaded once into the cache (shards
+    are memory-mapped, so they must be local files). A shard counts as published when its
+    `PREFIX.json` exists: the encoder uploads it last."""
+    if not storage.isfile(f"{url}.idx"):
+        raise TokenmillError(
+            f"token shard not found: {url}.idx (give a shard prefix, a blend file or a list of {{prefix, weight}})"
+        )
+    if not storage.isfile(f"{url}.json"):
+        raise TokenmillError(f"token shard {url} is incomplete ({url}.json is missing): its upload was interrupted")
+    directory = storage.cache_dir_for(url, "shards")
+    for suffix in (".json", ".idx", ".bin"):
+        storage.cached_file(f"{url}{suffix}", directory)
+    return str(directory / storage.basename(url))

@@ -18,9 +18,9 @@ from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
 from tokenmill.tokenize.blend import BlendedDataset, BlendEntry, load_blend_file, parse_blend
 from tokenmill.tokenize.gpt_dataset import GPTDataset, SampleDataset
-from tokenmill.tokenize.indexed import idx_path
+from tokenmill.tokenize.indexed import cached_shard, idx_path
 
-__all__ = ["SampleDataset", "SampleStream", "build_dataset", "cached_shard", "resolve_blend"]
+__all__ = ["SampleDataset", "SampleStream", "build_dataset", "resolve_blend"]
 
 
 def resolve_blend(data: str | Path | list[dict[str, Any]]) -> list[BlendEntry] | str:
@@ -42,22 +42,6 @@ def resolve_blend(data: str | Path | list[dict[str, Any]]) -> list[BlendEntry] |
     raise TokenmillError(
         f"token shard not found: {idx_path(path)} (give a shard prefix, a blend file or a list of {{prefix, weight}})"
     )
-
-
-def cached_shard(url: str) -> str:
-    """The local prefix of a shard on object storage, downloaded once into the cache (shards
-    are memory-mapped, so they must be local files). A shard counts as published when its
-    `PREFIX.json` exists: the encoder uploads it last."""
-    if not storage.isfile(f"{url}.idx"):
-        raise TokenmillError(
-            f"token shard not found: {url}.idx (give a shard prefix, a blend file or a list of {{prefix, weight}})"
-        )
-    if not storage.isfile(f"{url}.json"):
-        raise TokenmillError(f"token shard {url} is incomplete ({url}.json is missing): its upload was interrupted")
-    directory = storage.cache_dir_for(url, "shards")
-    for suffix in (".json", ".idx", ".bin"):
-        storage.cached_file(f"{url}{suffix}", directory)
-    return str(directory / storage.basename(url))
 
 
 def build_dataset(

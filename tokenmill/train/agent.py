@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tokenmill.logs import configure_logging
 from tokenmill.train.lifecycle import AGENT_PID_ENV, LAUNCHER_PID_ENV, die_with_parent, env_pid
 from tokenmill.train.stop import STOPPED_EXIT
 from tokenmill.train.watchdog import PEER_FAILED_EXIT
@@ -180,8 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
-
-    from tokenmill.cli import configure_logging
 
     configure_logging(os.environ.get("TOKENMILL_DEBUG") == "1")
     silence_torch_logging()  # torchrun's messages; the workers and this agent print theirs

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from tokenmill.errors import ConfigError
 from tokenmill.infra import storage
+from tokenmill.infra.slurm_options import add_slurm_options, check_slurm_only_options
 
 if TYPE_CHECKING:
     from tokenmill.train.config import TrainConfig
@@ -69,8 +70,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(torchrun's elastic agent); overrides `parallel.max_restarts`",
     )
     train.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
-    from tokenmill.infra.slurm import add_slurm_options
-
     add_slurm_options(train, dry_run=True)
     train.set_defaults(func=run_train)
 
@@ -139,7 +138,7 @@ def run_train(args: argparse.Namespace) -> int:
         cfg = load_config(config_path, overrides)
     if args.max_restarts is not None:
         cfg.parallel.max_restarts = args.max_restarts
-    from tokenmill.infra.slurm import check_slurm_only_options, submit_training
+    from tokenmill.train.train_job import submit_training
 
     check_slurm_only_options(args)
     if args.slurm:

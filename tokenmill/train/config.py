@@ -11,7 +11,7 @@ checkpoint: {interval: 0, keep_last: 3, async_save: false}
 logging: {interval: 1, eval_interval: 0, tensorboard: true}
 ```
 
-Errors are reported as recipes report them (tokenmill.pipelines.recipe's `Problems`): the key's
+Errors are reported as recipes report them (tokenmill.problems): the key's
 location, its line in the file, and the closest valid key for a typo, all problems at once.
 Old flat files (``lr: 3e-4``) still load: their keys are moved into the sections (`FLAT_KEYS`)
 with one deprecation message naming the new keys (``lr -> optimizer.lr``). The cross-field
@@ -41,6 +41,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from tokenmill.errors import ConfigError, YamlSyntaxError
+from tokenmill.problems import Problems, pydantic_problems
 from tokenmill.train.model import PRESETS, ModelConfig, preset
 
 PRECISIONS = ("fp32", "bf16")
@@ -48,7 +49,7 @@ CHECKPOINTING = ("off", "full", "selective")
 DECAY_STYLES = ("cosine", "linear", "constant")
 PP_SCHEDULES = ("1f1b", "gpipe", "interleaved")
 # Errors raised by the validators below carry their full message; pydantic's own are
-# formatted by the recipe's `pydantic_problems`.
+# formatted by `tokenmill.problems.pydantic_problems`.
 _OWN = "tokenmill"
 
 
@@ -396,7 +397,7 @@ class TrainConfig(BaseModel):
 
     def validate(self) -> TrainConfig:  # type: ignore[override]
         """Run the cross-field checks; raise ConfigError listing every problem."""
-        problems = _new_problems({})
+        problems = Problems({})
         config_problems(self, problems)
         _raise(problems)
         return self
@@ -461,13 +462,13 @@ def layout_problems(
 
 def check_layout(parallel: ParallelConfig, model: ModelConfig, seq_len: int, world_size: int | None = None) -> None:
     """Raise ConfigError (naming the key) when the layout cannot hold the model."""
-    problems = _new_problems({})
+    problems = Problems({})
     for loc, message in layout_problems(parallel, model, seq_len, world_size):
         problems.add(loc, message)
     _raise(problems)
 
 
-def config_problems(cfg: TrainConfig, problems: Any, prefix: tuple[Any, ...] = ()) -> None:
+def config_problems(cfg: TrainConfig, problems: Problems, prefix: tuple[Any, ...] = ()) -> None:
     """The checks that need more than one key, added to a recipe-style `Problems`."""
 
     def add(loc: tuple[Any, ...], message: str) -> None:
@@ -551,12 +552,6 @@ def deprecation_message(renamed: list[str]) -> str:
     return "the flat training config is deprecated; write its keys in their sections: " + ", ".join(renamed)
 
 
-def _new_problems(lines: dict[tuple[Any, ...], int]) -> Any:
-    from tokenmill.pipelines.recipe import Problems
-
-    return Problems(lines)
-
-
 class _Errors:
     """A subset of a ValidationError's items, for `pydantic_problems`."""
 
@@ -567,12 +562,10 @@ class _Errors:
         return self.items
 
 
-def add_problems(data: Any, problems: Any, prefix: tuple[Any, ...] = ()) -> TrainConfig | None:
+def add_problems(data: Any, problems: Problems, prefix: tuple[Any, ...] = ()) -> TrainConfig | None:
     """Validate trainer config data into `problems` (a recipe's `Problems`), the keys located
     under `prefix`; returns the config when it is valid. Flat keys are read as before, their
     locations named by the new keys."""
-    from tokenmill.pipelines.recipe import pydantic_problems
-
     if not isinstance(data, dict):
         problems.add(prefix, "the training config must be a YAML mapping of key: value (expected a mapping)")
         return None
@@ -607,7 +600,7 @@ def _clean(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
 
 
-def _raise(problems: Any, origin: str | None = None) -> None:
+def _raise(problems: Problems, origin: str | None = None) -> None:
     if not problems.items:
         return
     where = f"{origin}: " if origin else ""
@@ -626,7 +619,7 @@ def config_from_dict(data: dict[str, Any], *, origin: str | None = None) -> Trai
         _, renamed = nest(data)
         if renamed:
             warnings.warn(deprecation_message(renamed), FutureWarning, stacklevel=2)
-    problems = _new_problems({})
+    problems = Problems({})
     cfg = add_problems(data, problems)
     _raise(problems, origin)
     assert cfg is not None

@@ -43,6 +43,7 @@ from tokenmill.train.lifecycle import RunLock
 from tokenmill.train.metrics import MetricsLogger, format_record, peak_flops, peak_memory_bytes
 from tokenmill.train.model import GPT
 from tokenmill.train.optim import Schedule
+from tokenmill.train.parallel.engine import build_parallel_engine
 from tokenmill.train.stop import StopRequest
 from tokenmill.train.watchdog import CollectiveWatchdog, collective_failure
 
@@ -200,10 +201,6 @@ def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
 
 def build_engine(cfg: TrainConfig) -> Engine:
     if cfg.world_size > 1:
-        try:
-            from tokenmill.train.parallel.engine import build_parallel_engine
-        except ImportError as error:
-            raise TokenmillError(f"tp x pp x dp = {cfg.world_size} needs tokenmill.train.parallel ({error})") from None
         return build_parallel_engine(cfg.model, cfg)
     return SingleProcessEngine(GPT(cfg.model), cfg)
 

@@ -9,15 +9,32 @@ CLI: `tokenmill curate dedup --input DIR --output DIR [--method fuzzy|exact] ...
 
 from __future__ import annotations
 
-from tokenmill.curate.dedup.lsh import LSHParams, optimal_bands_rows
-from tokenmill.curate.dedup.minhash import MinHasher, jaccard, shingle_sets
-from tokenmill.curate.dedup.pipeline import DedupConfig, run_dedup
-from tokenmill.curate.dedup.shingles import (
-    ShingleConfig,
-    TextNormalization,
-    python_shingles,
-)
+import importlib
+from typing import Any
+
+from tokenmill.curate.dedup.options import DedupConfig
 from tokenmill.curate.registry import Stage
+
+# The Python API, loaded on first use (PEP 562): the stage's declaration above is all the
+# command line and the recipe schema need, and the rest loads numba and pandas.
+_LAZY = {
+    "LSHParams": "lsh",
+    "optimal_bands_rows": "lsh",
+    "MinHasher": "minhash",
+    "jaccard": "minhash",
+    "shingle_sets": "minhash",
+    "run_dedup": "pipeline",
+    "ShingleConfig": "shingles",
+    "TextNormalization": "shingles",
+    "python_shingles": "shingles",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+
 
 __all__ = [
     "DedupConfig",
@@ -41,6 +58,8 @@ REASONS = {
 
 
 def _run(config: DedupConfig, input, output, **runner) -> dict:
+    from tokenmill.curate.dedup.pipeline import run_dedup  # numba and pandas: loaded by a run
+
     return run_dedup(input, output, config, **runner)
 
 

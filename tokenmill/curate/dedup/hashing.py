@@ -17,14 +17,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tokenmill.curate.dedup.shingles import WORD  # shingle kinds, constants in the kernels
+
 U64 = np.uint64
 MASK32 = U64(0xFFFFFFFF)
 MERSENNE_61 = U64((1 << 61) - 1)
 MAX_HASH_32 = U64((1 << 32) - 1)
-
-# Shingle kinds, per document.
-WORD = 0
-CHAR = 1
 
 # Signature schemes (see minhash.py).
 LEGACY = 0  # datasketch 1.x, and 2.x with scheme="legacy": SHA-1, (a*h+b) mod 2**61-1, & 2**32-1

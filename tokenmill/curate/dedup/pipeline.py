@@ -21,16 +21,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
 from tokenmill.curate.dedup.components import connected_components
-from tokenmill.curate.dedup.lsh import LSHParams, bucket_edges, melt_bands
-from tokenmill.curate.dedup.minhash import MinHasher, jaccard, shingle_sets
-from tokenmill.curate.dedup.shingles import ShingleConfig, TextNormalization
+from tokenmill.curate.dedup.lsh import bucket_edges, melt_bands
+from tokenmill.curate.dedup.minhash import jaccard, shingle_sets
+from tokenmill.curate.dedup.options import DedupConfig, KeepRule
 from tokenmill.curate.dedup.work import (
     WorkDir,
     compute_with_progress,
@@ -40,7 +40,6 @@ from tokenmill.curate.dedup.work import (
     write_partitions,
 )
 from tokenmill.curate.documents import check_document_columns, resolve_input_files, upstream_manifest
-from tokenmill.curate.registry import option
 from tokenmill.curate.stage import StageOutput, reject, run_tasks
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import storage
@@ -49,11 +48,9 @@ from tokenmill.infra.cluster import client_or_new
 
 log = logging.getLogger(__name__)
 
-KeepRule = Literal["first", "longest", "quality"]
 ROW_BITS = 32
 # Index documents get uids below every input uid, so they sort first and always win a cluster.
 INDEX_UID_BASE = -(1 << 62)
-INDEX_FORMAT = 1
 
 
 def make_uid(part: int, rows: np.ndarray) -> np.ndarray:
@@ -77,145 +74,6 @@ def iter_batches(path: str, columns: list[str], batch_rows: int) -> Iterator[tup
         frame = batch.to_pandas()
         yield start, frame
         start += len(frame)
-
-
-def parse_normalization(spec: str) -> TextNormalization:
-    """`--normalize`: comma list of lower, punct, nfkc; `none` or `whitespace` for neither
-    (whitespace is always collapsed)."""
-    items = {s.strip() for s in spec.split(",") if s.strip()}
-    unknown = items - {"lower", "punct", "nfkc", "none", "whitespace"}
-    if unknown:
-        raise ConfigError(f"unknown --normalize item(s) {', '.join(sorted(unknown))}; use lower, punct, nfkc or none")
-    return TextNormalization(
-        lowercase="lower" in items, strip_punctuation="punct" in items, unicode_nfkc="nfkc" in items
-    )
-
-
-@dataclass
-class DedupConfig:
-    method: Literal["fuzzy", "exact"] = option(
-        "fuzzy", help="fuzzy: MinHash LSH near-duplicates; exact: identical normalized text (default fuzzy)"
-    )
-    # Default: "lower,punct" for fuzzy, "none" (whitespace collapsed only) for exact.
-    normalize: str | None = option(
-        None,
-        help="comma list of lower, punct, nfkc, or none (whitespace is always collapsed); "
-        "default lower,punct for fuzzy, none for exact",
-    )
-    keep: KeepRule = option(
-        "first", help="which document of a cluster to keep: first in input order, longest, or highest quality_score"
-    )
-    # Fuzzy.
-    threshold: float = option(0.8, group="fuzzy", help="Jaccard threshold (default 0.8)")
-    num_perm: int = option(
-        128, group="fuzzy", help="MinHash permutations per signature: more is more precise and slower (default 128)"
-    )
-    seed: int = option(1, group="fuzzy", help="seed of the MinHash permutations, as datasketch's seed (default 1)")
-    scheme: str = option(
-        "legacy",
-        group="fuzzy",
-        cli={"choices": ["legacy", "affine32", "fast"]},
-        help="legacy = datasketch 1.x / 2.x scheme='legacy' (default); affine32 = datasketch 2.x default; "
-        "fast = xxh64 + multiply-shift, NOT datasketch-compatible",
-    )
-    bands: int | None = option(None, group="fuzzy", help="LSH bands (default: datasketch's optimum for --threshold)")
-    rows: int | None = option(None, group="fuzzy", help="LSH rows per band (with --bands)")
-    ngram: int = option(5, group="fuzzy", help="words per shingle (default 5)")
-    char_ngram: int = option(5, group="fuzzy", help="characters per shingle for text without spaces")
-    shingle: Literal["auto", "word", "char"] = option(
-        "auto", group="fuzzy", help="auto: character n-grams for documents mostly in scripts without spaces (CJK, Thai)"
-    )
-    verify: bool = option(False, group="fuzzy", help="check every candidate pair by exact Jaccard of the shingle sets")
-    all_pairs_limit: int = option(
-        50,
-        cli=False,
-        help="buckets up to this size give every pair (so verification sees each pair); larger ones a star",
-    )
-    index: str | None = option(
-        None,
-        path="state",
-        help="an index directory or URL: dedup against the documents of earlier runs, then add the kept ones "
-        "to it (created if missing; it stores hashes for exact, band keys for fuzzy dedup)",
-    )
-    update_index: bool = option(True, flag="--no-index-update", help="query --index without adding the kept documents")
-    # Set by a recipe step: what it added to the index is replaced, not queried, when it reruns.
-    index_owner: str | None = option(
-        None,
-        cli=False,
-        recipe=False,
-        help="who owns this run's batch of the index: a later run of the same owner replaces that batch",
-    )
-    # Execution.
-    work_dir: str | None = option(
-        None,
-        group="execution",
-        recipe=False,
-        help="checkpoints (default: .<output>.work beside --output); a rerun resumes there",
-    )
-    keep_work: bool = option(False, group="execution", recipe=False, help="keep the checkpoints after success")
-    batch_rows: int = option(20_000, group="execution", help="documents per batch in a worker")
-    partition_rows: int = option(2_000_000, cli=False, help="documents per partition of the shuffled tables")
-    # Dask shuffle: "p2p" (disk-backed, bounded memory), "tasks", or "auto" = tasks when the
-    # shuffled table fits one partition per worker (its fixed overhead is lower), else p2p.
-    shuffle: str = option("auto", cli=False, help="Dask shuffle: p2p (disk-backed, bounded memory), tasks, or auto")
-
-    def __post_init__(self) -> None:
-        if self.method not in ("fuzzy", "exact"):
-            raise ConfigError(f"--method must be fuzzy or exact, not {self.method!r}")
-        if self.keep not in ("first", "longest", "quality"):
-            raise ConfigError(f"--keep must be first, longest or quality, not {self.keep!r}")
-        if not 0.0 < self.threshold < 1.0:
-            raise ConfigError(f"--threshold must be in (0, 1), got {self.threshold}")
-        if self.shuffle not in ("auto", "p2p", "tasks"):
-            raise ConfigError(f"shuffle must be auto, p2p or tasks, not {self.shuffle!r}")
-        if self.normalize is None:
-            self.normalize = "lower,punct" if self.method == "fuzzy" else "none"
-        _ = self.normalization  # validates
-        if self.method == "fuzzy":
-            self.lsh()  # validates bands/rows before any cluster starts
-
-    @property
-    def normalization(self) -> TextNormalization:
-        return parse_normalization(self.normalize)
-
-    @property
-    def shingles(self) -> ShingleConfig:
-        return ShingleConfig(self.ngram, self.char_ngram, self.shingle, normalization=self.normalization)
-
-    def hasher(self) -> MinHasher:
-        return MinHasher(self.num_perm, self.seed, self.scheme, self.shingles)
-
-    def lsh(self) -> LSHParams:
-        return LSHParams.resolve(self.num_perm, self.threshold, self.bands, self.rows)
-
-    def index_signature(self) -> dict[str, Any]:
-        """What an index must share with a run that queries it."""
-        if self.method == "exact":
-            return {"format": INDEX_FORMAT, "method": "exact", "normalize": self.normalize}
-        lsh = self.lsh()
-        return {
-            "format": INDEX_FORMAT,
-            "method": "fuzzy",
-            "num_perm": self.num_perm,
-            "seed": self.seed,
-            "scheme": self.scheme,
-            "bands": lsh.bands,
-            "rows": lsh.rows,
-            "ngram": self.ngram,
-            "char_ngram": self.char_ngram,
-            "shingle": self.shingle,
-            "normalize": self.normalize,
-        }
-
-    @property
-    def index_rows_dir(self) -> str:
-        """The index's folder of per-document rows: text hashes (exact) or band keys (fuzzy),
-        the same rows the run's first phase writes to its work directory."""
-        return "hashes" if self.method == "exact" else "bands"
-
-    @property
-    def first_phase(self) -> str:
-        return "hashes" if self.method == "exact" else "signatures"
 
 
 def _band_columns(bands: int) -> list[str]:

@@ -20,8 +20,11 @@ from typing import Literal
 
 import numpy as np
 
-from tokenmill.curate.dedup.hashing import CHAR, WORD
 from tokenmill.errors import ConfigError
+
+# Shingle kinds, per document (the compiled kernels in `hashing` branch on them).
+WORD = 0
+CHAR = 1
 
 # Punctuation and symbols (anything that is neither a word character nor whitespace).
 _PUNCT = re.compile(r"[^\w\s]+")
@@ -53,6 +56,18 @@ class TextNormalization:
         if self.strip_punctuation:
             return _NON_WORD.sub(" ", text).strip()
         return _WS.sub(" ", text).strip()
+
+
+def parse_normalization(spec: str) -> TextNormalization:
+    """`--normalize`: comma list of lower, punct, nfkc; `none` or `whitespace` for neither
+    (whitespace is always collapsed)."""
+    items = {s.strip() for s in spec.split(",") if s.strip()}
+    unknown = items - {"lower", "punct", "nfkc", "none", "whitespace"}
+    if unknown:
+        raise ConfigError(f"unknown --normalize item(s) {', '.join(sorted(unknown))}; use lower, punct, nfkc or none")
+    return TextNormalization(
+        lowercase="lower" in items, strip_punctuation="punct" in items, unicode_nfkc="nfkc" in items
+    )
 
 
 @dataclass(frozen=True)

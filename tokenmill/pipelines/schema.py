@@ -1,0 +1,192 @@
+"""The sections of a recipe as typed models: sources, curation steps, classifiers, tokenizer,
+blend, training, evaluation and Slurm. `tokenmill.pipelines.recipe` loads a file into them and
+`tokenmill.pipelines.checks` checks what one section says about another."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from tokenmill.errors import YamlSyntaxError
+from tokenmill.infra import storage
+from tokenmill.infra.slurm import SlurmSpec
+from tokenmill.recipes import TRAIN_PREFIX, bundled_recipes
+
+SOURCE_FORMATS = ("jsonl", "parquet", "text", "warc", "wet", "html", "python-docs")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Source(_Strict):
+    """One raw corpus. `path` is relative to the recipe file; `python-docs` needs none (the
+    corpus is assembled from the running Python installation, see `pydocs.py`)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
+    path: str | list[str] | None = None
+    format: Literal["jsonl", "parquet", "text", "warc", "wet", "html", "python-docs"] | None = None
+    text_field: str = "text"
+    id_field: str | None = None
+    separator: str | None = None
+    # python-docs only: cap the documents taken from each kind (None: all).
+    max_documents: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _path_needed(self) -> Source:
+        if self.format != "python-docs" and not self.path:
+            raise ValueError("`path` is required unless format is python-docs")
+        return self
+
+    def paths(self) -> list[str]:
+        if self.path is None:
+            return []
+        return [self.path] if isinstance(self.path, str) else list(self.path)
+
+
+class CurateStep(_Strict):
+    """One curation stage, applied in order to every source (or to those in `sources`)."""
+
+    stage: str
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")  # default: the stage kind
+    sources: list[str] | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def step_name(self) -> str:
+        return self.name or self.stage
+
+
+class ClassifierSpec(_Strict):
+    """A fastText quality classifier trained inside the run (GPT-3 / MT-NLG): `positive`
+    sources (reference-quality text) against `negative` ones (raw web text), read as ingested.
+    A `classify` curate stage uses it with `options: {classifier: NAME, ...}`."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
+    positive: list[str] = Field(min_length=1)
+    negative: list[str] = Field(min_length=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class TokenizerSpec(_Strict):
+    """Train a byte-level BPE on the curated documents, or use an existing tokenizer.json."""
+
+    vocab_size: int = Field(default=8192, ge=260)
+    file: str | None = None
+    # Documents sampled for training (None: all curated documents).
+    sample_docs: int | None = Field(default=None, ge=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class BlendEntry(_Strict):
+    """A source's share of the training stream: a weight, or a number of epochs (MT-NLG's
+    table gives both); epochs become weights proportional to epochs x tokens."""
+
+    source: str
+    weight: float | None = Field(default=None, gt=0)
+    epochs: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> BlendEntry:
+        if (self.weight is None) == (self.epochs is None):
+            raise ValueError("give exactly one of `weight` or `epochs`")
+        return self
+
+
+class TrainSpec(_Strict):
+    """The trainer's own config (inline, or a YAML file) and the launch layout."""
+
+    config: dict[str, Any] | str = Field(default_factory=dict)
+    steps: int | None = Field(default=None, ge=1)
+    tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    dp: int = Field(default=1, ge=1)
+    zero: int = 0  # checked with the trainer's layout checks (pipelines/checks.py)
+    nnodes: int = Field(default=1, ge=1)
+    # What `--dry-run` gives the planner for a cluster-sized recipe (the run itself uses tp*pp*dp).
+    gpus: int | None = Field(default=None, ge=1)
+    gpu_memory: str | None = None
+    extra_args: list[str] = Field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+class EvalSpec(_Strict):
+    """Benchmarks (tasks x shots, data from `data_dir`) and held-out perplexity."""
+
+    tasks: list[str] = Field(default_factory=list)
+    shots: list[int] = Field(default_factory=lambda: [0])
+    data_dir: str | None = None
+    limit: int | None = Field(default=None, ge=1)
+    batch_size: int = Field(default=16, ge=1)
+    perplexity: bool = True
+    # Tasks whose data file is absent from data_dir are skipped (the demo) instead of failing.
+    skip_missing: bool = False
+
+    @field_validator("shots")
+    @classmethod
+    def _shots(cls, value: list[int]) -> list[int]:
+        if any(s < 0 for s in value):
+            raise ValueError("shots must be >= 0")
+        return value
+
+
+class Recipe(_Strict):
+    name: str = "run"
+    description: str | None = None
+    workdir: str | None = None
+    scheduler: str | None = None
+    workers: int | None = Field(default=None, ge=1)
+    sources: list[Source] = Field(min_length=1)
+    classifiers: list[ClassifierSpec] = Field(default_factory=list)
+    curate: list[CurateStep] = Field(default_factory=list)
+    tokenize: TokenizerSpec | None = None
+    blend: list[BlendEntry] | None = None
+    train: TrainSpec | None = None
+    eval: EvalSpec | None = None
+    # How `tokenmill run --slurm` submits the recipe (recipe_job.py); ignored otherwise.
+    slurm: SlurmSpec | None = None
+
+    # Set by `load_recipe`: the recipe file's directory, against which relative paths resolve.
+    base_dir: Path = Field(default=Path("."), exclude=True)
+    # Problems that do not stop a dry run (input paths of a template that do not exist here).
+    _warnings: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        return self._warnings
+
+    def resolve(self, path: str) -> Path:
+        """A path relative to the recipe made absolute; a URL (s3://, https://, ...) as it is."""
+        if storage.is_url(path):
+            return path  # type: ignore[return-value]  # URLs pass through to the storage layer
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else (self.base_dir / p).resolve()
+
+    def source(self, name: str) -> Source:
+        return next(s for s in self.sources if s.name == name)
+
+    def train_config_file(self) -> Path:
+        """`train.config` given as a file (relative to the recipe) or as a bundled name (`tiny`)."""
+        assert self.train is not None and isinstance(self.train.config, str)
+        path = self.resolve(self.train.config)
+        if path.is_file():
+            return path
+        return bundled_recipes(TRAIN_PREFIX).get(self.train.config, path)
+
+    def train_config_dict(self) -> dict[str, Any]:
+        """The trainer's config as data (a copy: callers add to it)."""
+        assert self.train is not None
+        if isinstance(self.train.config, str):
+            path = self.train_config_file()
+            try:
+                return yaml.safe_load(path.read_text()) or {}
+            except yaml.YAMLError as error:
+                raise YamlSyntaxError(str(path), error) from None
+        return json.loads(json.dumps(self.train.config))
