@@ -129,6 +129,11 @@ def test_bad_flag_values_are_named_by_the_flag_not_the_bundled_file(shakespeare_
     assert capsys.readouterr().err == "tokenmill: error: --steps: must be at least 1, got 0\n"
     assert main("train", RECIPE, *data, "--zero", "5") == 1
     assert capsys.readouterr().err == "tokenmill: error: --zero: must be 0, 1, 2 or 3, got 5\n"
+    assert main("train", RECIPE, *data, "--tp", "0", "--pp", "0") == 1
+    assert capsys.readouterr().err == (
+        "tokenmill: error: 2 problems in the options:\n  - --tp: must be at least 1, got 0\n"
+        "  - --pp: must be at least 1, got 0\n"
+    )
     # A problem of the file's own keys (here made by --dp) names the config as the user gave it.
     assert main("train", RECIPE, *data, "--dp", "3") == 1
     assert capsys.readouterr().err == (

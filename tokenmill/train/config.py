@@ -648,13 +648,14 @@ def _raise(problems: Any, origin: str | None = None) -> None:
     if not problems.items:
         return
     flagged = getattr(problems, "flagged", set())
+    in_file = any(p not in flagged for p in problems.items)
     # The file is named only when one of the problems is in it.
-    where = f"{origin}: " if origin and any(p not in flagged for p in problems.items) else ""
+    where = f"{origin}: " if origin and in_file else ""
     if len(problems.items) == 1:
         raise ConfigError(where + problems.items[0])
     raise ConfigError(
         where
-        + f"{len(problems.items)} problems in the training config:\n"
+        + f"{len(problems.items)} problems in the {'training config' if in_file else 'options'}:\n"
         + "\n".join(f"  - {p}" for p in problems.items)
     )
 
