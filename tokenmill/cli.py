@@ -67,10 +67,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"tokenmill: error: {error}", file=sys.stderr)
         return error.exit_status
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         if debug:
             traceback.print_exc()
-        print("tokenmill: interrupted; rerun to resume", file=sys.stderr)
+        # A command may say how to resume (`train`: with --resume); by default a rerun resumes.
+        print(f"tokenmill: interrupted; {str(interrupt) or 'rerun to resume'}", file=sys.stderr)
         return 130
     return int(result or 0)
 

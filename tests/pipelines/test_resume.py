@@ -12,6 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from pipeline_outputs import documents
 
@@ -35,8 +36,8 @@ curate:
   - stage: exact_dedup
 tokenize: {{vocab_size: 320}}
 blend:
-  - {{source: wiki, weight: 0.5}}
-  - {{source: plays, weight: 0.5}}
+  - {{source: wiki, weight: 0.7}}
+  - {{source: plays, weight: 0.3}}
 train:
   config:
     model: {{preset: tiny, max_seq_len: 32}}
@@ -58,7 +59,7 @@ eval:
 """
 
 
-def _command(recipe: Path, workdir: Path) -> list[str]:
+def _command(recipe: Path, workdir: Path, *options: str) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -70,6 +71,7 @@ def _command(recipe: Path, workdir: Path) -> list[str]:
         "--no-progress",
         "--workers",
         "2",
+        *options,
     ]
 
 
@@ -77,9 +79,9 @@ def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def run_to_end(recipe: Path, workdir: Path) -> str:
+def run_to_end(recipe: Path, workdir: Path, *options: str) -> str:
     """Run the recipe to its end; returns the runner's messages (stderr)."""
-    done = subprocess.run(_command(recipe, workdir), capture_output=True, text=True, env=_env(), timeout=900)
+    done = subprocess.run(_command(recipe, workdir, *options), capture_output=True, text=True, env=_env(), timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stderr
 
@@ -171,6 +173,66 @@ def test_killed_during_curation_and_training_resumes_to_the_same_outputs(tmp_pat
     res_eval = json.loads((resumed / "eval" / "results.json").read_text())["results"]
     assert [r["value"] for r in res_eval] == pytest.approx([r["value"] for r in ref_eval], rel=1e-6)
     assert (resumed / "report.html").exists()
+    assert_report_tells_the_run(reference)
+
+    # 3. Training forced again over the same data: it resumes its finished checkpoint, says so
+    # and trains nothing.
+    trained = losses(resumed)
+    out = run_to_end(recipe, resumed, "--force", "train", "--until", "train")
+    assert "config and data unchanged: resuming from the latest checkpoint" in out
+    last = resumed / "train" / "run" / "checkpoints" / "step_16"
+    assert f"nothing to do: the run already reached its last step, 16 ({last})" in out
+    assert losses(resumed) == trained
+
+    # 4. A shard rewritten under the same fingerprints (as an upstream step re-run with --from
+    # that kept other documents): training starts afresh instead of resuming the old checkpoint.
+    shard = resumed / "shards" / "plays" / "plays.bin"
+    np.fromfile(shard, dtype=np.uint16)[::-1].tofile(shard)
+    out = run_to_end(recipe, resumed, "--force", "train", "--until", "train")
+    assert "the training data changed since" in out and "(shards/plays/plays.bin): starting afresh" in out
+    assert "resuming from" not in out
+    retrained = losses(resumed)
+    assert sorted(retrained) == list(range(1, 17)) and retrained[1][0] != trained[1][0]
+
+
+def _report_rows(markdown: str, section: str) -> dict[str, list[str]]:
+    """The table rows of a report.md section, by their first cell."""
+    text = markdown.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip("|").split("|") for line in text.splitlines() if line.startswith("| ")]
+    return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows}
+
+
+def assert_report_tells_the_run(workdir: Path) -> None:
+    """The report's training layout is the run's, and its realised blend and epochs are those of
+    the samples the trainer drew (its own blended dataset, read from the indices it cached)."""
+    import yaml
+
+    from tokenmill.tokenize.loader import build_dataset
+    from tokenmill.train.metrics import read_metrics
+
+    md = (workdir / "report.md").read_text()
+    config = yaml.safe_load((workdir / "train" / "run" / "config.yaml").read_text())
+    p = config["parallel"]
+    training = _report_rows(md, "Training")
+    assert training["layout"] == [f"tp={p['tp']} pp={p['pp']} dp={p['dp']} zero={p['zero']}"]
+    consumed = read_metrics(workdir / "train" / "run")[-1]["consumed_samples"]
+    assert consumed == 16 * 4
+    drawn = build_dataset(
+        str(workdir / "blend" / "blend.json"),
+        seq_len=config["dataset"]["seq_len"],
+        num_samples=consumed,
+        seed=config["schedule"]["seed"],
+        split_ratios=config["dataset"]["split"],
+    )
+    counts = np.bincount(np.asarray(drawn.dataset_index[:consumed]), minlength=2)
+    assert f"realised shares are those of the {consumed:,} samples training drew (to step 16)" in md
+    blend = _report_rows(md, "Blend")
+    for source, count, dataset in zip(("wiki", "plays"), counts, drawn.datasets):
+        begin, end = dataset.document_range
+        split_tokens = int(dataset.indexed.sequence_lengths[begin:end].sum())
+        requested, realised, epochs = float(blend[source][2]), float(blend[source][3]), float(blend[source][4])
+        assert realised == round(count / consumed, 4) and realised != requested
+        assert epochs == round(count * config["dataset"]["seq_len"] / split_tokens, 3)
 
 
 def test_killed_runner_takes_its_trainer_and_workers_with_it(tmp_path, shared_data):

@@ -146,3 +146,77 @@ def test_parallel_flags_reach_the_config(flag: str) -> None:
     register(parser.add_subparsers())
     args = parser.parse_args(["train", "c.yaml", flag, "2", "--zero", "1", "--resume"])
     assert _train_argv(args) == ["train", "c.yaml", flag, "2", "--zero", "1", "--resume"]
+
+
+def test_bad_flag_values_are_named_by_the_flag_not_the_bundled_file(shakespeare_shard: Path, tmp_path: Path, capsys):
+    data = ["--data", str(shakespeare_shard), "--out", str(tmp_path / "r")]
+    assert main("train", RECIPE, *data, "--steps", "0") == 1
+    assert capsys.readouterr().err == "tokenmill: error: --steps: must be at least 1, got 0\n"
+    assert main("train", RECIPE, *data, "--zero", "5") == 1
+    assert capsys.readouterr().err == "tokenmill: error: --zero: must be 0, 1, 2 or 3, got 5\n"
+    assert main("train", RECIPE, *data, "--tp", "0", "--pp", "0") == 1
+    assert capsys.readouterr().err == (
+        "tokenmill: error: 2 problems in the options:\n  - --tp: must be at least 1, got 0\n"
+        "  - --pp: must be at least 1, got 0\n"
+    )
+    # A problem of the file's own keys (here made by --dp) names the config as the user gave it.
+    assert main("train", RECIPE, *data, "--dp", "3") == 1
+    assert capsys.readouterr().err == (
+        "tokenmill: error: bundled config 'tiny': schedule.global_batch_size: 16 is not divisible by "
+        "micro_batch_size x dp = 8 x 3\n"
+    )
+    own = tmp_path / "own.yaml"
+    own.write_text("model: tiny\nschedule: {global_batch_size: 0}\n")
+    assert main("train", str(own), *data, "--steps", "-2") == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"tokenmill: error: {own}: 2 problems in the training config:\n")
+    assert "  - --steps: must be at least 1, got -2\n" in err
+    assert "  - schedule.global_batch_size: must be at least 1, got 0\n" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_resume_says_where_it_starts_and_when_there_is_nothing_to_do(
+    shakespeare_shard: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    import signal
+
+    run = tmp_path / "run"
+    argv = ["train", RECIPE, "--data", str(shakespeare_shard), "--out", str(run), "--no-progress"]
+    assert main(*argv, "--steps", "4") == 0
+    capsys.readouterr()
+    step_4 = run / "checkpoints" / "step_4"
+    before = read_metrics(run)
+
+    # Without --resume a run directory that holds checkpoints is left as it is.
+    assert main(*argv, "--steps", "4") == 1
+    assert capsys.readouterr().err == (
+        f"tokenmill: error: {run} already holds a run's checkpoints (latest {step_4}); rerun with --resume "
+        "to continue it, or pass another --out to start a new run\n"
+    )
+    # Resumed with nothing left to train: one line, exit status 0, nothing written.
+    assert main(*argv, "--steps", "4", "--resume") == 0
+    assert capsys.readouterr().err == f"nothing to do: the run already reached its last step, 4 ({step_4})\n"
+    assert main(*argv, "--steps", "2", "--resume") == 0
+    assert capsys.readouterr().err == (
+        f"tokenmill: WARNING: nothing to do: the checkpoint {step_4} is at step 4, past the 2 steps asked for "
+        "(--steps, schedule.steps); ask for more than 4 steps to train further\n"
+    )
+    assert read_metrics(run) == before and (run / "checkpoints" / "latest").read_text().strip() == "step_4"
+
+    # Ctrl-C (SIGINT after step 5): the hint names --resume and the checkpoint it continues from.
+    monkeypatch.setenv("TOKENMILL_FAULT", "SIGINT@step=5")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        assert main(*argv, "--steps", "6", "--resume") == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"resuming from step 4 ({step_4})",
+        f"tokenmill: interrupted; rerun with --resume to continue from the latest checkpoint ({step_4})",
+    ]
+    monkeypatch.delenv("TOKENMILL_FAULT")
+    assert main(*argv, "--steps", "6", "--resume") == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"resuming from step 4 ({step_4})" and err[-1].startswith("trained to step 6: loss ")
+    assert [r["step"] for r in read_metrics(run)] == [4, 5, 6]

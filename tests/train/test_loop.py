@@ -158,11 +158,19 @@ def test_resume_keeps_one_metrics_row_per_step(shakespeare_shard: Path, tmp_path
     assert not list(run.glob(".metrics.jsonl.tmp-*"))
 
 
-def test_a_fresh_run_in_an_old_directory_starts_its_metrics_afresh(shakespeare_shard: Path, tmp_path: Path) -> None:
+def test_a_run_directory_with_checkpoints_is_continued_only_with_resume(
+    shakespeare_shard: Path, tmp_path: Path
+) -> None:
     run = tmp_path / "run"
     train(tiny_config(shakespeare_shard, run, steps=4))
-    train(tiny_config(shakespeare_shard, run, steps=3))  # no --resume: from step 0
-    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
+    before = read_metrics(run)
+    with pytest.raises(TokenmillError, match=r"already holds a run's checkpoints .*step_4\); rerun with --resume"):
+        train(tiny_config(shakespeare_shard, run, steps=3))  # no --resume
+    assert read_metrics(run) == before and [p.name for p in list_checkpoints(run)] == ["step_4"]
+    # The refused run let go of the directory; resumed past its end, there is nothing to do.
+    done = train(tiny_config(shakespeare_shard, run, steps=3), resume=True)
+    assert (done.step, done.losses, done.checkpoint) == (4, {}, run / "checkpoints" / "step_4")
+    assert read_metrics(run) == before
 
 
 def test_the_run_directory_admits_one_writer(shakespeare_shard: Path, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import base64
 import json
 import math
 import time
+import warnings
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -201,49 +202,114 @@ def _lengths(stage_dirs: dict[str, list[tuple[str, Path]]], section: Section) ->
         section.text("Curation has not run yet.")
 
 
-def _blend(workdir: Path, steps: list[Step], section: Section) -> None:
+def train_config(recipe: Recipe, workdir: Path) -> dict[str, Any] | None:
+    """The training config in its nested sections (`parallel.dp`, `schedule.steps`, ...): the
+    run's own `config.yaml`, written by the trainer with every key as trained; before training,
+    the recipe's, with its layout and the trainer's defaults filled in. None without training."""
+    import yaml
+
+    trained = workdir / "train" / "run" / "config.yaml"
+    if trained.is_file():
+        data = yaml.safe_load(trained.read_text())
+        if isinstance(data, dict) and isinstance(data.get("parallel"), dict):
+            return data
+    if recipe.train is None:
+        return None
+    from tokenmill.train.config import apply_overrides, config_from_dict
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return config_from_dict(apply_overrides(recipe.train_config_dict(), recipe.train.overrides())).to_dict()
+
+
+def _trained_samples(workdir: Path) -> tuple[int, int] | None:
+    """(samples consumed, step) at the last step the run logged, or None before training."""
+    from tokenmill.train.metrics import read_metrics
+
+    logged = [m for m in read_metrics(workdir / "train" / "run") if isinstance(m.get("consumed_samples"), int)]
+    return (int(logged[-1]["consumed_samples"]), int(logged[-1]["step"])) if logged else None
+
+
+def _planned_samples(config: dict[str, Any]) -> int:
+    """The samples the training schedule draws in all (a batch ramp-up included)."""
+    from tokenmill.train.config import config_from_dict
+    from tokenmill.train.optim import Schedule
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return Schedule(config_from_dict(config)).total_samples
+
+
+def realised_blend(blend_file: Path, samples: int) -> list[int]:
+    """How many of the first `samples` training samples each entry of the blend file gives:
+    the trainer's own draw (`BlendedDataset`: the weights normalised twice, as Megatron's)."""
+    import numpy as np
+
+    from tokenmill.tokenize.blend import build_blending_indices, load_blend_file, normalize_weights
+
+    entries = load_blend_file(blend_file)
+    weights = normalize_weights(normalize_weights([e.weight for e in entries]))
+    index, _ = build_blending_indices(weights, samples)
+    return np.bincount(index, minlength=len(entries)).tolist()
+
+
+def train_split_tokens(prefix: str | Path, split_ratios: str) -> int:
+    """The tokens of a shard's train split (the documents the trainer samples from)."""
+    from tokenmill.tokenize.gpt_dataset import split_document_range
+    from tokenmill.tokenize.indexed import IndexedDataset
+
+    data = IndexedDataset(prefix)
+    try:
+        bounds = split_document_range(len(data), split_ratios, "train")
+        return 0 if bounds is None else int(data.sequence_lengths[bounds[0] : bounds[1]].sum(dtype="int64"))
+    finally:
+        data.close()
+
+
+def _blend(recipe: Recipe, workdir: Path, steps: list[Step], section: Section) -> None:
     blend_step = next((s for s in steps if s.kind == "blend"), None)
     info_path = blend_step.output / "blend-info.json" if blend_step else None
     if not info_path or not info_path.exists():
         section.text("No blend has been built yet." if blend_step else "The recipe has no blend.")
         return
+    assert blend_step is not None
     info = json.loads(info_path.read_text())
     names = list(info["weights"])
     weights = [info["weights"][n] for n in names]
     requested = {e["source"]: e for e in info["requested"]}
-    realised = weights
-    samples = None
-    config_path = workdir / "train" / "config.yaml"
-    seq_len = None
-    if config_path.exists():
-        import yaml
-
-        cfg = yaml.safe_load(config_path.read_text()) or {}
-        steps_n = cfg.get("steps")
-        batch = cfg.get("global_batch_size")
-        seq_len = cfg.get("seq_len") or (cfg.get("model") or {}).get("max_seq_len")
-        if steps_n and batch:
-            samples = int(steps_n) * int(batch)
+    config = train_config(recipe, workdir)
+    trained = _trained_samples(workdir) if config else None
+    samples = trained[0] if trained else (_planned_samples(config) if config else None)
+    realised, epochs = weights, [None] * len(names)
     if samples:
-        import numpy as np
+        from tokenmill.tokenize.blend import load_blend_file
 
-        from tokenmill.tokenize.blend import build_blending_indices, normalize_weights
-
-        index, _ = build_blending_indices(normalize_weights(weights), samples)
-        realised = (np.bincount(index, minlength=len(names)) / len(index)).tolist()
+        # The blend file the trainer read; its entries are the sources in the same order.
+        blend_file = blend_step.output / "blend.json"
+        counts = realised_blend(blend_file, samples)
+        realised = [c / samples for c in counts]
+        seq_len = config["dataset"].get("seq_len") or config["model"]["max_seq_len"]
+        split = config["dataset"]["split"]
+        prefixes = [e.prefix for e in load_blend_file(blend_file)]
+        epochs = [c * seq_len / max(train_split_tokens(p, split), 1) for c, p in zip(counts, prefixes)]
     rows = []
-    for name, w, r in zip(names, weights, realised):
+    for name, w, r, e in zip(names, weights, realised, epochs):
         req = requested[name]
         asked = f"weight {req['weight']}" if req.get("weight") is not None else f"{req['epochs']} epochs"
-        tokens = info["tokens"][name]
-        epochs = (r * samples * seq_len / tokens) if samples and seq_len and tokens else None
-        rows.append([name, asked, tokens, round(w, 4), round(r, 4), "" if epochs is None else round(epochs, 3)])
+        rows.append([name, asked, info["tokens"][name], round(w, 4), round(r, 4), "" if e is None else round(e, 3)])
+    if trained:
+        realised_text = f"realised shares are those of the {samples:,} samples training drew (to step {trained[1]})"
+    elif samples:
+        realised_text = f"realised shares are those of the {samples:,} samples training will draw"
+    else:
+        realised_text = "the recipe does not train, so realised shares equal the requested ones"
     section.text(
         "Requested shares come from the recipe (epochs become weights proportional to epochs x tokens); "
+        + realised_text
         + (
-            f"realised shares are those of the {samples:,} training samples the greedy blend drew."
+            "; epochs seen count those samples' tokens (seq_len each) over the tokens of each source's train split."
             if samples
-            else "training has not been configured, so realised shares equal the requested ones."
+            else "."
         )
     )
     section.table(["source", "requested", "tokens", "requested share", "realised share", "epochs seen"], rows)
@@ -253,7 +319,7 @@ def _blend(workdir: Path, steps: list[Step], section: Section) -> None:
     )
 
 
-def _training(workdir: Path, section: Section) -> None:
+def _training(recipe: Recipe, workdir: Path, section: Section) -> None:
     from tokenmill.train.metrics import read_metrics
 
     run_dir = workdir / "train" / "run"
@@ -274,14 +340,10 @@ def _training(workdir: Path, section: Section) -> None:
     mfu = [m["mfu"] for m in metrics if isinstance(m.get("mfu"), (int, float))]
     if mfu:
         rows.append(["median MFU", sorted(mfu)[len(mfu) // 2]])
-    config_path = workdir / "train" / "config.yaml"
-    if config_path.exists():
-        import yaml
-
-        cfg = yaml.safe_load(config_path.read_text()) or {}
-        rows.append(
-            ["layout", f"tp={cfg.get('tp', 1)} pp={cfg.get('pp', 1)} dp={cfg.get('dp', 1)} zero={cfg.get('zero', 0)}"]
-        )
+    config = train_config(recipe, workdir)
+    if config:
+        p = config["parallel"]
+        rows.append(["layout", f"tp={p['tp']} pp={p['pp']} dp={p['dp']} zero={p['zero']}"])
     section.table(["quantity", "value"], rows)
     series = {"train loss": loss}
     if val:
@@ -337,11 +399,11 @@ def write_report(recipe: Recipe, workdir: Path, steps: list[Step]) -> tuple[Path
     _summary(recipe, workdir, steps, sections["summary"])
     stage_dirs = _funnel(recipe, steps, sections["funnel"])
     _lengths(stage_dirs, sections["lengths"])
-    _blend(workdir, steps, sections["blend"])
+    _blend(recipe, workdir, steps, sections["blend"])
     # A recipe without a train or eval step says so: "has not run yet" would promise a step.
     kinds = {s.kind for s in steps}
     if "train" in kinds:
-        _training(workdir, sections["training"])
+        _training(recipe, workdir, sections["training"])
     else:
         sections["training"].text("The recipe has no training step.")
     if "eval" in kinds:

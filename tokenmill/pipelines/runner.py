@@ -439,17 +439,75 @@ def train_config(ctx: Context, step: Step) -> dict[str, Any]:
         "data": str(ctx.steps[StepRef.blend()].output / "blend.json"),
         "out": str(step.output / "run"),
         "tokenizer": str(tokenizer_dir / "tokenizer.json"),
-        "tp": spec.tp,
-        "pp": spec.pp,
-        "dp": spec.dp,
-        "zero": spec.zero,
-        "steps": spec.steps or None,
+        **spec.overrides(),
     }
     # Nested sections (old flat keys moved into them): the trainer reads this file.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # reported once, when the recipe was checked
         config = apply_overrides(ctx.recipe.train_config_dict(), overrides)
     return config
+
+
+def _read_marker(path: Path) -> dict[str, Any]:
+    """The training step's record of what its run directory was trained from (empty if none)."""
+    try:
+        marker = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # none yet, or a format this version does not write: the run is not resumed
+    return marker if isinstance(marker, dict) else {}
+
+
+def _hash_file(path: Path) -> str:
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def training_data(workdir: Path, blend_file: Path, previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the training step reads, by content: the blend file and each shard's .bin and .idx
+    (xxh3-128, names relative to the work directory, so a moved work directory keeps them).
+    A file whose size and mtime are those `previous` recorded keeps its recorded digest: a
+    re-run over shards nobody rewrote reads none of them."""
+    from tokenmill.tokenize.blend import load_blend_file
+    from tokenmill.tokenize.indexed import bin_path, idx_path
+
+    paths = [blend_file]
+    for entry in load_blend_file(blend_file):
+        paths += [bin_path(entry.prefix), idx_path(entry.prefix)]
+    known = (previous or {}).get("files", {})
+    files: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        name = os.path.relpath(path, workdir)
+        stat = path.stat()
+        record = known.get(name) or {}
+        if record.get("size") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns and record.get("xxh3"):
+            digest = record["xxh3"]
+        else:
+            digest = _hash_file(path)
+        files[name] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "xxh3": digest}
+    combined = json.dumps(sorted((name, f["xxh3"]) for name, f in files.items()))
+    import xxhash
+
+    return {"digest": xxhash.xxh3_128_hexdigest(combined.encode()), "files": files}
+
+
+def _changed_files(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    old = {name: f.get("xxh3") for name, f in before.get("files", {}).items()}
+    changed = [name for name, f in now["files"].items() if old.get(name) != f["xxh3"]]
+    return changed + [name for name in old if name not in now["files"]] or ["unknown"]
+
+
+def _resume_note(run_dir: Path) -> str:
+    """Which checkpoint the trainer resumes (it says itself when that one finished training)."""
+    from tokenmill.train.checkpoint import LATEST
+
+    latest = run_dir / "checkpoints" / LATEST
+    name = latest.read_text().strip() if latest.is_file() else ""
+    return f"resuming from the latest checkpoint in {run_dir / 'checkpoints'}" + (f" ({name})" if name else "")
 
 
 # How often a run on a work directory URL looks for a new checkpoint of its training step to upload.
@@ -463,13 +521,24 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
     config_path = step.output / "config.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     run_dir = step.output / "run"
-    # Checkpoints are resumed only by the run that made them: a changed config (or changed
-    # data upstream) means a different fingerprint, and training starts afresh.
+    # Checkpoints are resumed only by the run that made them: a changed config upstream means a
+    # different fingerprint, and a re-run upstream step (--from, --force) that wrote other
+    # shards means other data under the same fingerprint. Either way training starts afresh.
     marker = step.output / "fingerprint"
-    if run_dir.exists() and (not marker.exists() or marker.read_text().strip() != step.fingerprint):
-        log.info(f"  the training config or its data changed since {run_dir} was written: starting afresh")
-        shutil.rmtree(run_dir)
-    marker.write_text(step.fingerprint + "\n")
+    recorded = _read_marker(marker)
+    data = training_data(ctx.workdir, ctx.steps[StepRef.blend()].output / "blend.json", recorded.get("data"))
+    if run_dir.exists():
+        if recorded.get("fingerprint") != step.fingerprint:
+            log.info(f"  the training config or its inputs changed since {run_dir} was written: starting afresh")
+            shutil.rmtree(run_dir)
+        elif recorded.get("data", {}).get("digest") != data["digest"]:
+            changed = _changed_files(recorded.get("data", {}), data)
+            log.info(
+                f"  the training data changed since {run_dir} was written ({', '.join(changed)}): "
+                "starting afresh, not from its checkpoints"
+            )
+            shutil.rmtree(run_dir)
+    atomic_write_text(marker, json.dumps({"fingerprint": step.fingerprint, "data": data}, indent=2) + "\n")
     resume = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").glob("step_*"))
     spec = ctx.recipe.train
     assert spec is not None
@@ -480,7 +549,7 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
     argv = [*launcher, "-m", "tokenmill.cli", "train", str(config_path), *spec.extra_args]
     if resume:
         argv.append("--resume")
-        log.info(f"  resuming from the latest checkpoint in {run_dir / 'checkpoints'}")
+        log.info(f"  config and data unchanged: {_resume_note(run_dir)}")
     if not ctx.progress:
         argv.append("--no-progress")
     log.info(f"  $ {' '.join(argv[argv.index('tokenmill.cli') + 1 :])}")

@@ -116,6 +116,10 @@ class TrainSpec(_Strict):
     def world_size(self) -> int:
         return self.tp * self.pp * self.dp
 
+    def overrides(self) -> dict[str, Any]:
+        """What this section sets in the trainer's config (flat names, None: the config's)."""
+        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "zero": self.zero, "steps": self.steps or None}
+
 
 class EvalSpec(_Strict):
     """Benchmarks (tasks x shots, data from `data_dir`) and held-out perplexity."""

@@ -263,7 +263,7 @@ class RemoteRun:
         if "metrics.jsonl" not in self.mirror.pull(["metrics.jsonl"]):
             (self.local / "metrics.jsonl").unlink(missing_ok=True)
         atomic_write_text(root / LATEST, name + "\n", durable=True)
-        log.info("resuming from %s/checkpoints/%s", self.mirror.url, name)
+        log.debug("pulled %s/checkpoints/%s", self.mirror.url, name)  # the trainer says it resumes from it
         return root / name
 
     def push(self, final: Path) -> None:

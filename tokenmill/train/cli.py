@@ -7,15 +7,16 @@ import logging
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from tokenmill.errors import ConfigError
-from tokenmill.infra import storage
 from tokenmill.infra.slurm_options import add_slurm_options, check_slurm_only_options
 
 if TYPE_CHECKING:
     from tokenmill.train.config import TrainConfig
+    from tokenmill.train.loop import TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def restart_resume(cfg: TrainConfig, resume: bool | str) -> bool | str:
 def run_train(args: argparse.Namespace) -> int:
     from tokenmill.recipes import resolve_recipe
     from tokenmill.train.config import load_config
-    from tokenmill.train.launch import launch_torchrun, under_torchrun
+    from tokenmill.train.launch import under_torchrun
     from tokenmill.train.lifecycle import AGENT_PID_ENV, LAUNCHER_PID_ENV, PIPELINE_PID_ENV, die_with_parent, env_pid
 
     if under_torchrun() and env_pid(AGENT_PID_ENV):
@@ -120,7 +121,7 @@ def run_train(args: argparse.Namespace) -> int:
     elif not under_torchrun() and env_pid(PIPELINE_PID_ENV):
         # The trainer of a `tokenmill run`: it (and so its workers) ends with the run.
         die_with_parent(expected_parent=env_pid(PIPELINE_PID_ENV))
-    config_path, _ = resolve_recipe(args.config, prefix=RECIPE_PREFIX)
+    config_path, bundled = resolve_recipe(args.config, prefix=RECIPE_PREFIX)
     overrides = {
         "data": args.data,
         "out": args.out,
@@ -135,7 +136,14 @@ def run_train(args: argparse.Namespace) -> int:
         overrides["progress"] = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FutureWarning)
-        cfg = load_config(config_path, overrides)
+        # A bad value given on the command line is named by its flag, not by the file it
+        # overrides (for a bundled config, a file inside the installed package).
+        cfg = load_config(
+            config_path,
+            overrides,
+            flags={"progress": "--no-progress"},
+            name=f"bundled config {args.config!r}" if bundled else None,
+        )
     if args.max_restarts is not None:
         cfg.parallel.max_restarts = args.max_restarts
     from tokenmill.train.train_job import submit_training
@@ -154,14 +162,47 @@ def run_train(args: argparse.Namespace) -> int:
             for warning in caught:
                 log.warning(str(warning.message))
 
+    if under_torchrun():
+        return _train_rank(args, cfg, deprecations)
+    try:
+        return _train_here(args, cfg, config_path, deprecations)
+    except KeyboardInterrupt:
+        # Ctrl-C: a rerun of the same command without --resume would be refused (the run
+        # directory holds checkpoints) or start from step 0, so the hint names --resume.
+        raise KeyboardInterrupt(_resume_hint(cfg)) from None
+
+
+def _resume_hint(cfg: TrainConfig) -> str:
+    from tokenmill.train.loop import latest_checkpoint
+
+    try:
+        latest = latest_checkpoint(cfg)
+    except Exception:  # the hint must not hide the interruption
+        latest = None
+    if latest is None:
+        return "rerun with --resume to continue (there is no checkpoint yet: it starts from step 0)"
+    return f"rerun with --resume to continue from the latest checkpoint ({latest})"
+
+
+def _train_here(
+    args: argparse.Namespace, cfg: TrainConfig, config_path: str | Path, deprecations: Callable[[], None]
+) -> int:
+    """`tokenmill train` as started by the user: in this process, or as the launcher of torchrun."""
+    from tokenmill.train.launch import launch_torchrun
+
     # Restarts need an agent to restart the ranks: one process then runs under it as well.
-    if (cfg.world_size > 1 or cfg.parallel.max_restarts > 0) and not under_torchrun():
+    if cfg.world_size > 1 or cfg.parallel.max_restarts > 0:
         from tokenmill.train.lifecycle import check_run_unlocked
-        from tokenmill.train.loop import prepare
+        from tokenmill.train.loop import nothing_to_do, prepare, refuse_fresh_start
 
         # Every mistake that needs no worker is reported here, once, before torchrun starts.
-        prepare(cfg, resume=args.resume)
+        prepared = prepare(cfg, resume=args.resume)
         check_run_unlocked(cfg.run_dir)
+        refuse_fresh_start(cfg, args.resume)
+        done = nothing_to_do(cfg, prepared)
+        if done is not None:
+            log.log(*done)
+            return 0
         deprecations()
         return launch_torchrun(
             cfg.world_size,
@@ -169,21 +210,40 @@ def run_train(args: argparse.Namespace) -> int:
             max_restarts=cfg.parallel.max_restarts,
             run_dir=str(cfg.run_dir),
         )
-    if under_torchrun():
-        if int(os.environ["WORLD_SIZE"]) != cfg.world_size:
-            raise ConfigError(
-                f"tp x pp x dp = {cfg.world_size} but torchrun started {os.environ['WORLD_SIZE']} processes"
-            )
     from tokenmill.train.loop import train
 
     deprecations()
-    result = train(cfg, resume=restart_resume(cfg, args.resume) if under_torchrun() else args.resume)
+    return _finish(cfg, train(cfg, resume=args.resume))
+
+
+def _train_rank(args: argparse.Namespace, cfg: TrainConfig, deprecations: Callable[[], None]) -> NoReturn:
+    """One rank under torchrun (the local launcher's agent, or torchrun in a Slurm job)."""
+    from tokenmill.train.loop import train
+
+    if int(os.environ["WORLD_SIZE"]) != cfg.world_size:
+        raise ConfigError(f"tp x pp x dp = {cfg.world_size} but torchrun started {os.environ['WORLD_SIZE']} processes")
+    deprecations()
+    status = _finish(cfg, train(cfg, resume=restart_resume(cfg, args.resume)))
+    from tokenmill.train.parallel.mesh import shutdown_distributed
+
+    shutdown_distributed()
+    # A finished rank ends here, without the interpreter's teardown: C++ static destructors
+    # of torch and pyarrow can abort a process whose work is done (SIGABRT, "terminate called
+    # without an active exception" with no Python frame), which the agent would report as a
+    # failed rank. Everything this rank owns is closed and flushed by now.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _finish(cfg: TrainConfig, result: TrainResult) -> int:
+    """The run's last line (rank 0) and its exit status."""
+    from tokenmill.train.loop import checkpoint_location
     from tokenmill.train.stop import STOPPED_EXIT
 
     status = STOPPED_EXIT if result.stopped else 0
-    checkpoint = result.checkpoint
-    if checkpoint is not None and storage.is_url(cfg.out):
-        checkpoint = storage.join(cfg.out, "checkpoints", checkpoint.name)
+    checkpoint = checkpoint_location(cfg, result.checkpoint) if result.checkpoint is not None else None
     if int(os.environ.get("RANK", "0")) == 0:
         if result.stopped:
             log.warning(
@@ -193,18 +253,6 @@ def run_train(args: argparse.Namespace) -> int:
         elif result.losses:
             last = max(result.losses)
             log.info(f"trained to step {result.step}: loss {result.losses[last]:.4f}; checkpoint {checkpoint}")
-    if under_torchrun():
-        from tokenmill.train.parallel.mesh import shutdown_distributed
-
-        shutdown_distributed()
-        # A finished rank ends here, without the interpreter's teardown: C++ static destructors
-        # of torch and pyarrow can abort a process whose work is done (SIGABRT, "terminate called
-        # without an active exception" with no Python frame), which the agent would report as a
-        # failed rank. Everything this rank owns is closed and flushed by now.
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
     return status
 
 

@@ -368,12 +368,19 @@ class TrainConfig(BaseModel):
         return self.parallel.world_size
 
     @property
+    def out_is_url(self) -> bool:
+        """Whether the run directory is on object storage (``out`` is a URL)."""
+        from tokenmill.infra import storage
+
+        return storage.is_url(self.out)
+
+    @property
     def run_dir(self) -> Path:
         """Where the run writes: ``out`` itself, or for a URL its local copy in the cache, from
         which each checkpoint is uploaded once complete (`tokenmill.train.checkpoint.RemoteRun`)."""
         from tokenmill.infra import storage
 
-        return storage.cache_dir_for(self.out, "runs") if storage.is_url(self.out) else Path(self.out)
+        return storage.cache_dir_for(self.out, "runs") if self.out_is_url else Path(self.out)
 
     @property
     def sequence_length(self) -> int:
@@ -600,30 +607,81 @@ def _clean(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
 
 
-def _raise(problems: Problems, origin: str | None = None) -> None:
+class _FlagProblems:
+    """A recipe-style `Problems` whose keys set on the command line are named by the flag the
+    user typed (`--steps: must be at least 1, got 0`), not by the config file they override."""
+
+    def __init__(self, problems: Problems, flags: dict[tuple[str, ...], str]) -> None:
+        self.problems = problems
+        self.flags = flags
+        self.flagged: set[str] = set()  # the items that name a flag
+
+    @property
+    def items(self) -> list[str]:
+        return self.problems.items
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.problems.warnings
+
+    def warn(self, loc: tuple[Any, ...], message: str) -> None:
+        self.problems.warn(loc, message)
+
+    def add(self, loc: tuple[Any, ...], message: str) -> None:
+        flag = self.flags.get(tuple(loc))
+        if flag is None:
+            self.problems.add(loc, message)
+            return
+        item = f"{flag}: {message}"
+        self.problems.items.append(item)
+        self.flagged.add(item)
+
+
+def _raise(problems: Problems | _FlagProblems, origin: str | None = None) -> None:
     if not problems.items:
         return
-    where = f"{origin}: " if origin else ""
+    flagged = getattr(problems, "flagged", set())
+    in_file = any(p not in flagged for p in problems.items)
+    # The file is named only when one of the problems is in it.
+    where = f"{origin}: " if origin and in_file else ""
     if len(problems.items) == 1:
         raise ConfigError(where + problems.items[0])
     raise ConfigError(
         where
-        + f"{len(problems.items)} problems in the training config:\n"
+        + f"{len(problems.items)} problems in the {'training config' if in_file else 'options'}:\n"
         + "\n".join(f"  - {p}" for p in problems.items)
     )
 
 
-def config_from_dict(data: dict[str, Any], *, origin: str | None = None) -> TrainConfig:
-    """Read a nested (or old flat) config; raise ConfigError listing every problem."""
+def config_from_dict(
+    data: dict[str, Any], *, origin: str | None = None, flags: dict[tuple[str, ...], str] | None = None
+) -> TrainConfig:
+    """Read a nested (or old flat) config; raise ConfigError listing every problem. `flags`:
+    the keys (as locations, `("schedule", "steps")`) set by command-line flags, and each flag's
+    name, which then names their problems instead of `origin`."""
     if isinstance(data, dict):
         _, renamed = nest(data)
         if renamed:
             warnings.warn(deprecation_message(renamed), FutureWarning, stacklevel=2)
     problems = Problems({})
+    if flags:
+        problems = _FlagProblems(problems, flags)
     cfg = add_problems(data, problems)
     _raise(problems, origin)
     assert cfg is not None
     return cfg
+
+
+def override_locations(overrides: dict[str, Any], flags: dict[str, str] | None = None) -> dict[tuple[str, ...], str]:
+    """The location of each override that is set (`steps` -> `("schedule", "steps")`) and the
+    flag that set it: `flags[key]`, by default `--key`."""
+    out: dict[tuple[str, ...], str] = {}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        loc = FLAT_KEYS.get(key, (key,))
+        out[tuple(loc)] = (flags or {}).get(key, f"--{key.replace('_', '-')}")
+    return out
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -665,8 +723,16 @@ def resolve_vocab_size(cfg: TrainConfig, data_vocab: int | None, where: str = "t
     return cfg
 
 
-def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Read a YAML config, apply command-line overrides (None values ignored), validate."""
+def load_config(
+    path: str | Path,
+    overrides: dict[str, Any] | None = None,
+    *,
+    flags: dict[str, str] | None = None,
+    name: str | None = None,
+) -> TrainConfig:
+    """Read a YAML config, apply command-line overrides (None values ignored), validate.
+    A problem with an override is named by its flag (`flags[key]`, by default `--key`); one in
+    the file by `name` (by default the file's path)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"training config {path} does not exist")
@@ -682,6 +748,11 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
         warnings.warn(f"{path}: {deprecation_message(renamed)}", FutureWarning, stacklevel=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        # Problems are named by their key (`path: parallel.tp: ...`); inside a recipe they
-        # also carry the recipe file's line (tokenmill.pipelines.checks).
-        return config_from_dict(apply_overrides(data, overrides or {}), origin=str(path))
+        # Problems are named by their key (`path: parallel.tp: ...`), or by the flag that set
+        # it (`--tp: ...`); inside a recipe they also carry the recipe file's line
+        # (tokenmill.pipelines.checks).
+        return config_from_dict(
+            apply_overrides(data, overrides or {}),
+            origin=name or str(path),
+            flags=override_locations(overrides or {}, flags),
+        )

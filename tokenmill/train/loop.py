@@ -156,6 +156,13 @@ class Prepared:
     data: dict[str, Any]
     checkpoint: Path | None
     no_validation: str | None  # why validation is skipped, or None
+    checkpoint_meta: dict[str, Any] = field(default_factory=dict)  # its meta.json, unverified
+
+    @property
+    def checkpoint_step(self) -> int | None:
+        """The step `checkpoint` was saved at."""
+        step = self.checkpoint_meta.get("step")
+        return None if step is None else int(step)
 
 
 def resume_checkpoint(run_dir: Path, resume: bool | str | Path) -> Path | None:
@@ -175,13 +182,14 @@ def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
     cfg.validate()
     prefixes = check_data(cfg.dataset.path)
     meta_data = data_metadata(prefixes)
-    if storage.is_url(cfg.out) and resume is True:
+    if cfg.out_is_url and resume is True:
         ckpt_path = RemoteRun(cfg.out).pull()  # the URL, not the local cache, says where the run is
     else:
         ckpt_path = resume_checkpoint(cfg.run_dir, resume)
+    ckpt_meta = read_meta(ckpt_path, verify=False) if ckpt_path is not None else {}
     if cfg.vocab_from_data and ckpt_path is not None:
         # A resumed run keeps its vocabulary, also under another tp (whose padding differs).
-        saved = int(read_meta(ckpt_path, verify=False).get("model", {}).get("vocab_size") or 0)
+        saved = int(ckpt_meta.get("model", {}).get("vocab_size") or 0)
         if saved >= (meta_data["vocab_size"] or 0) and saved % cfg.parallel.tp == 0:
             cfg.model = replace(cfg.model, vocab_size=saved)
             cfg.vocab_from_data = False
@@ -193,7 +201,57 @@ def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
         check_layout(cfg.parallel, cfg.model, cfg.sequence_length)
         check_batch_layout(cfg, cfg.parallel)
     no_validation = empty_valid_split(cfg, prefixes) if cfg.logging.eval_interval > 0 else None
-    return Prepared(prefixes, meta_data, ckpt_path, no_validation)
+    return Prepared(prefixes, meta_data, ckpt_path, no_validation, ckpt_meta)
+
+
+def checkpoint_location(cfg: TrainConfig, checkpoint: Path) -> str:
+    """A checkpoint as the user knows it: for a run on object storage, its URL (not the cache)."""
+    if cfg.out_is_url and checkpoint.parent == cfg.run_dir / "checkpoints":
+        return storage.join(cfg.out, "checkpoints", checkpoint.name)
+    return str(checkpoint)
+
+
+def latest_checkpoint(cfg: TrainConfig) -> str | None:
+    """The run's latest complete checkpoint (a path, or a URL for a run on object storage)."""
+    found = list_checkpoints(cfg.run_dir)
+    if found:
+        return checkpoint_location(cfg, found[-1])
+    if cfg.out_is_url:
+        from tokenmill.train.checkpoint import LATEST
+
+        pointer = RemoteRun(cfg.out).mirror.read(f"checkpoints/{LATEST}")
+        name = pointer.decode().strip() if pointer else ""
+        if name:
+            return storage.join(cfg.out, "checkpoints", name)
+    return None
+
+
+def refuse_fresh_start(cfg: TrainConfig, resume: bool | str | Path) -> None:
+    """A run directory that holds checkpoints is continued only when asked (``--resume``):
+    started afresh there, a run would replace the metrics and rotate the checkpoints away."""
+    if resume:
+        return
+    latest = latest_checkpoint(cfg)
+    if latest is not None:
+        raise TokenmillError(
+            f"{cfg.out} already holds a run's checkpoints (latest {latest}); rerun with --resume to continue "
+            "it, or pass another --out to start a new run"
+        )
+
+
+def nothing_to_do(cfg: TrainConfig, prepared: Prepared) -> tuple[int, str] | None:
+    """(log level, message) when the resumed checkpoint is already at or past the last step."""
+    step = prepared.checkpoint_step
+    if prepared.checkpoint is None or step is None or step < cfg.schedule.steps:
+        return None
+    read_meta(prepared.checkpoint)  # a damaged last checkpoint is refused, not reported as done
+    where = checkpoint_location(cfg, prepared.checkpoint)
+    if step == cfg.schedule.steps:
+        return logging.INFO, f"nothing to do: the run already reached its last step, {step} ({where})"
+    return logging.WARNING, (
+        f"nothing to do: the checkpoint {where} is at step {step}, past the {cfg.schedule.steps} steps asked for "
+        f"(--steps, schedule.steps); ask for more than {step} steps to train further"
+    )
 
 
 # ---------------------------------------------------------------------------- engine
@@ -221,6 +279,25 @@ def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine
     # it is changed; a second run on it stops here.
     rank = int(os.environ.get("RANK", "0"))
     lock = RunLock(cfg.run_dir).acquire() if rank == 0 else None
+    try:
+        refuse_fresh_start(cfg, resume)
+        done = nothing_to_do(cfg, prepared)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    if done is not None:
+        if lock is not None:
+            lock.release()
+        if rank == 0:
+            log.log(*done)
+        assert prepared.checkpoint is not None and prepared.checkpoint_step is not None
+        return TrainResult(
+            run_dir=cfg.run_dir,
+            step=prepared.checkpoint_step,
+            consumed_samples=int(prepared.checkpoint_meta.get("consumed_samples", 0)),
+            checkpoint=prepared.checkpoint,
+        )
     # Ranks wait for each other from the engine's first collective on: none waits forever.
     watchdog = CollectiveWatchdog(cfg.parallel.collective_timeout, rank).start() if cfg.world_size > 1 else None
     stop = StopRequest(cfg.run_dir, watch_file=rank == 0, world_size=cfg.world_size)
@@ -247,7 +324,7 @@ def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine
 
 def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, stop: StopRequest) -> TrainResult:
     run_dir = cfg.run_dir
-    remote = RemoteRun(cfg.out) if storage.is_url(cfg.out) else None
+    remote = RemoteRun(cfg.out) if cfg.out_is_url else None
     ckpt_path = prepared.checkpoint
     tokenizer = cfg.dataset.tokenizer or prepared.data["tokenizer"]
     schedule = Schedule(cfg)
@@ -273,6 +350,8 @@ def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, stop: St
         step, consumed = int(meta["step"]), int(meta["consumed_samples"])
         if "rng" in meta:
             set_rng_state(meta["rng"])
+        if engine.is_logging_rank:
+            log.info(f"resuming from step {step} ({checkpoint_location(cfg, ckpt_path)})")
 
     dp_rank, dp_size = getattr(engine, "dp_rank", 0), getattr(engine, "dp_size", cfg.parallel.dp)
     if prepared.no_validation and engine.is_logging_rank:
