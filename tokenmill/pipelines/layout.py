@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tokenmill.pipelines.recipe import Recipe, TrainSpec
+from tokenmill.pipelines.schema import Recipe, TrainSpec
 
 if TYPE_CHECKING:
     from tokenmill.train.plan import Shape
