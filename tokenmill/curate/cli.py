@@ -52,6 +52,10 @@ def print_summary(manifest: dict[str, Any], output: str) -> None:
     )
     for reason, n in sorted(rejected.items(), key=lambda item: -item[1]):
         log.info(f"  {reason}: {n}")
+    if manifest.get("resumed_phases"):
+        from tokenmill.curate.dedup.work import phases_text
+
+        log.info(f"  resumed {phases_text(manifest['resumed_phases'])} from an earlier run")
     if manifest.get("resumed_partitions"):
         log.info(
             f"  resumed {manifest['resumed_partitions']} of {manifest['partitions']} partitions from an earlier run"

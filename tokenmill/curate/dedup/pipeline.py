@@ -34,6 +34,7 @@ from tokenmill.curate.dedup.work import (
     compute_with_progress,
     parquet_files,
     partition_file,
+    phases_text,
     write_parquet_atomic,
     write_partitions,
 )
@@ -41,7 +42,7 @@ from tokenmill.curate.documents import check_document_columns, resolve_input_fil
 from tokenmill.curate.registry import option
 from tokenmill.curate.stage import StageOutput, reject, run_tasks
 from tokenmill.errors import ConfigError, TokenmillError
-from tokenmill.infra import storage
+from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import atomic_write_text
 from tokenmill.infra.cluster import client_or_new
 
@@ -50,6 +51,8 @@ ROW_BITS = 32
 # Index documents get uids below every input uid, so they sort first and always win a cluster.
 INDEX_UID_BASE = -(1 << 62)
 INDEX_FORMAT = 1
+# Every phase with a checkpoint, in the order they run (fuzzy, then exact's own).
+PHASES = ("hashes", "signatures", "candidates", "verify", "components", "decisions")
 
 
 def make_uid(part: int, rows: np.ndarray) -> np.ndarray:
@@ -551,17 +554,39 @@ def run_dedup(
     else:
         output = Path(output).resolve()
         default_work = output.parent / f".{output.name}.work"
-    work = WorkDir(config.work_dir or default_work, fingerprint)
     started = time.time()
     phase_seconds: dict[str, float] = {}
+    work: WorkDir | None = None
+    running = [""]  # the phase under way, for a fault's one line
+    address: list[str] = []
 
     def timed(name, fn):
         t0 = time.time()
+        running[0] = name
         info = work.phase(name, fn)
         phase_seconds[name] = round(time.time() - t0, 3)
         return info
 
-    with client_or_new(client, scheduler, workers) as dask, _ShuffleChoice(config) as shuffle:
+    def phases_kept() -> str | None:
+        finished = _finished_phases(work)
+        if not finished:
+            return None
+        return f"{phases_text(finished)} {'is' if len(finished) == 1 else 'are'} kept in {work.path}"
+
+    with (
+        faults.reported_faults(
+            lambda: f"curate dedup {running[0]}".rstrip(),
+            str(output),
+            lambda: phases_kept() or "no phase had finished",
+            lambda: address[0] if address else None,
+        ),
+        client_or_new(client, scheduler, workers) as dask,
+        _ShuffleChoice(config) as shuffle,
+    ):
+        address.append(dask.scheduler.address)
+        # Checkpoints only once the cluster answers: an unreachable scheduler leaves no work
+        # directory beside the output.
+        work = WorkDir(config.work_dir or default_work, fingerprint)
         n_workers = max(1, len(dask.scheduler_info(n_workers=-1).get("workers", {})))
         if config.method == "exact":
             info1 = timed(
@@ -685,13 +710,23 @@ def run_dedup(
             client=dask,
             progress=progress,
             finalize=add_dedup_details,
+            what="curate dedup apply",
+            also_kept=phases_kept,
         )
+        running[0] = "index update"
         if config.index:
             _update_index(dask, config, files, work, index_meta, mirror)
 
     if not config.keep_work:
         work.remove()
     return manifest
+
+
+def _finished_phases(work: WorkDir | None) -> list[str]:
+    """The phases whose checkpoints a rerun resumes, in the order they ran."""
+    if work is None or not work.path.is_dir():
+        return []
+    return [phase for phase in PHASES if work.done(phase)]
 
 
 class _ShuffleChoice:

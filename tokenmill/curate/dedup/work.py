@@ -46,6 +46,13 @@ def parquet_files(directory: str | Path) -> list[str]:
     return sorted(str(p) for p in directory.rglob("*.parquet") if not p.name.startswith("."))
 
 
+def phases_text(names: Sequence[str]) -> str:
+    """`the signatures and candidates phases`, `the hashes phase`: for a summary or an error."""
+    if len(names) == 1:
+        return f"the {names[0]} phase"
+    return f"the {', '.join(names[:-1])} and {names[-1]} phases"
+
+
 class WorkDir:
     def __init__(self, path: str | Path, fingerprint: dict[str, Any]):
         self.path = Path(path).resolve()
