@@ -37,14 +37,34 @@ def _chain(error: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def is_disk_full(error: BaseException) -> bool:
-    """Whether `error` (or one it was raised from) is a full disk or an exceeded quota."""
+def is_disk_full(error: BaseException, where: str | os.PathLike | None = None) -> bool:
+    """Whether `error` (or one it was raised from) is a full disk or an exceeded quota. With
+    `where`, the directory being written, a write error also counts when that file system has
+    (almost) no space left: some writers lose the errno on the way (torch's zip writer says
+    only "unexpected pos")."""
     for item in _chain(error):
         if isinstance(item, OSError) and item.errno in DISK_FULL_ERRNOS:
             return True
         if any(message in str(item) for message in DISK_FULL_MESSAGES):
             return True
-    return False
+    return where is not None and not isinstance(error, KeyboardInterrupt) and space_left(where) < NEARLY_FULL_BYTES
+
+
+# A file system with less space than this left after a failed write has run out of it.
+NEARLY_FULL_BYTES = 1 << 20
+
+
+def space_left(where: str | os.PathLike) -> int:
+    """Bytes an unprivileged writer may still use on the file system of `where` (or of its
+    nearest existing parent); a very large number where this cannot be known."""
+    path = os.path.abspath(where)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        stats = os.statvfs(path)
+    except (OSError, AttributeError):
+        return 1 << 62
+    return stats.f_bavail * stats.f_frsize
 
 
 def disk_full_error(

@@ -159,14 +159,15 @@ def _disk_full_is_an_error(run_dir: str | Path, step: int) -> Iterator[None]:
     complete one, which a resumed run starts from (the partial one is never published)."""
     try:
         yield
-    except Exception as error:  # DCP wraps a writer's OSError in its own exception
-        if isinstance(error, TokenmillError) or not faults.is_disk_full(error):
+    except BaseException as error:  # DCP wraps a writer's error in its own, a BaseException
+        root = _paths(run_dir, step)[0]
+        if isinstance(error, TokenmillError | KeyboardInterrupt | SystemExit) or not faults.is_disk_full(
+            error, where=root
+        ):
             raise
         complete = list_checkpoints(run_dir)
         kept = f"the last complete checkpoint {complete[-1]} is kept" if complete else "no checkpoint had completed"
-        raise DiskFullError(
-            f"checkpoint step_{step}", str(_paths(run_dir, step)[0]), kept, "free space and rerun with --resume"
-        ) from error
+        raise DiskFullError(f"checkpoint step_{step}", str(root), kept, "free space and rerun with --resume") from error
 
 
 def save_checkpoint(
