@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import time
 
 import pytest
 from distributed.client import FutureCancelledError
@@ -92,3 +93,25 @@ def test_the_cli_says_a_full_disk_anywhere_in_one_line(monkeypatch, capsys):
         "tokenmill: error: tokenmill inspect: no space left on the device for /data/out/part-0.parquet;"
         " free space and rerun"
     ]
+
+
+def log_a_missed_heartbeat() -> None:
+    """What a worker logs when a heartbeat to a busy scheduler fails (distributed.worker)."""
+    import logging
+
+    try:
+        raise CommClosedError("in <TCP (closed) ConnectionPool.heartbeat_worker local=tcp://127.0.0.1:1>")
+    except CommClosedError:
+        logging.getLogger("distributed.worker").exception("Failed to communicate with scheduler during heartbeat.")
+
+
+@pytest.mark.slow
+def test_the_local_cluster_workers_log_no_traceback_the_command_does_not_report(capfd):
+    from tokenmill.infra.cluster import dask_client
+
+    with dask_client(workers=1) as client:
+        capfd.readouterr()
+        client.run(log_a_missed_heartbeat)
+        time.sleep(0.5)  # the worker's stderr is its own
+        err = capfd.readouterr().err
+    assert "heartbeat" not in err and "Traceback" not in err, err

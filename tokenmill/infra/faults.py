@@ -151,5 +151,5 @@ def reported_faults(
 def partitions_kept(done: int, total: int, directory: str | os.PathLike | None) -> str:
     """What a partitioned run keeps for a rerun, in words."""
     if not done or directory is None:
-        return f"none of {total} partitions had finished"
+        return "its one partition had not finished" if total == 1 else f"none of {total} partitions had finished"
     return f"{done} of {total} partitions are kept in {directory}"
