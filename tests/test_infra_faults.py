@@ -107,11 +107,18 @@ def log_a_missed_heartbeat() -> None:
 
 @pytest.mark.slow
 def test_the_local_cluster_workers_log_no_traceback_the_command_does_not_report(capfd):
-    from tokenmill.infra.cluster import dask_client
+    from distributed import Client
+
+    from tokenmill.infra.cluster import dask_client, external_scheduler
 
     with dask_client(workers=1) as client:
         capfd.readouterr()
         client.run(log_a_missed_heartbeat)
         time.sleep(0.5)  # the worker's stderr is its own
         err = capfd.readouterr().err
+        # A LocalCluster's scheduler ends with the command: once it is closed, a failure is
+        # never taken for a lost scheduler. One given by its address can be lost.
+        assert external_scheduler(client) is None
+        with Client(client.scheduler.address) as by_address:
+            assert external_scheduler(by_address) == client.scheduler.address
     assert "heartbeat" not in err and "Traceback" not in err, err

@@ -37,7 +37,7 @@ from tokenmill.curate.documents import (
 )
 from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import replace_dir
-from tokenmill.infra.cluster import client_or_new
+from tokenmill.infra.cluster import client_or_new, external_scheduler
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +255,7 @@ def run_tasks(
     address: str | None = None
     try:
         with client_or_new(client, scheduler, workers) as dask:
-            address = dask.scheduler.address
+            address = external_scheduler(dask)
             # The work directory only once the cluster answers: an unreachable scheduler leaves
             # nothing beside the output (and an older run's partitions where they are).
             tmp_dir = _work_dir(output, key, remote)

@@ -161,6 +161,15 @@ def _silence_dask_logs() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
+def external_scheduler(client) -> str | None:  # noqa: ANN001 - a distributed.Client
+    """The address of the client's scheduler when it runs apart from this process (given by
+    --scheduler), which can be lost while a command runs; None for a LocalCluster's, which
+    lives and ends with the command (once it is closed, nothing listens at its address)."""
+    if getattr(client, "cluster", None) is not None:
+        return None
+    return client.scheduler.address
+
+
 @contextmanager
 def client_or_new(client=None, scheduler: str | None = None, workers: int | None = None):
     """Use the given client, or open one for the duration of the block."""

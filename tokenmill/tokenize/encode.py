@@ -28,7 +28,7 @@ from tokenmill import __version__
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import atomic_write_text
-from tokenmill.infra.cluster import client_or_new
+from tokenmill.infra.cluster import client_or_new, external_scheduler
 from tokenmill.infra.documents import check_document_columns, resolve_input_files, upstream_manifest
 from tokenmill.tokenize.indexed import IndexedDatasetWriter, bin_path, dtype_for_vocab, idx_path
 from tokenmill.tokenize.tokenizer import eod_id, load_tokenizer, local_tokenizer_path, tokenizer_hash, vocab_size
@@ -321,7 +321,7 @@ def encode_documents(
         "tokenize encode", remote or str(prefix), kept, lambda: address[0] if address else None
     ):
         with client_or_new(client, scheduler, workers) as dask:
-            address.append(dask.scheduler.address)
+            address.append(external_scheduler(dask))
             # The parts directory only once the cluster answers: an unreachable scheduler
             # leaves nothing beside the output.
             parts_dir.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,7 @@ from tokenmill.curate.stage import StageOutput, reject, run_tasks
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import atomic_write_text
-from tokenmill.infra.cluster import client_or_new
+from tokenmill.infra.cluster import client_or_new, external_scheduler
 
 KeepRule = Literal["first", "longest", "quality"]
 ROW_BITS = 32
@@ -583,7 +583,7 @@ def run_dedup(
         client_or_new(client, scheduler, workers) as dask,
         _ShuffleChoice(config) as shuffle,
     ):
-        address.append(dask.scheduler.address)
+        address.append(external_scheduler(dask))
         # Checkpoints only once the cluster answers: an unreachable scheduler leaves no work
         # directory beside the output.
         work = WorkDir(config.work_dir or default_work, fingerprint)
