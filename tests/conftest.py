@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,33 @@ def curate_cli(dask_client):
         return main([*argv, "--scheduler", address, "--no-progress"])
 
     return run
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 48 MiB tmpfs mounted for the test: a real file system that fills up (root only;
+    skipped elsewhere). Fill it with `fill_disk`."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def fill_disk(disk: Path, leave: int) -> Path:
+    """Fill ``disk`` until ``leave`` bytes are free; returns the filler file (unlink it to free them)."""
+    filler = disk / f"filler-{uuid.uuid4().hex}"
+    stats = os.statvfs(disk)
+    with open(filler, "wb") as handle:
+        handle.write(b"\0" * max(0, stats.f_bavail * stats.f_frsize - leave))
+    return filler
+
+
+@pytest.fixture(name="fill_disk")
+def fill_disk_fixture():
+    """`fill_disk(disk, leave)`: fill a `small_disk` until `leave` bytes are free."""
+    return fill_disk

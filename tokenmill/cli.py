@@ -67,6 +67,17 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"tokenmill: error: {error}", file=sys.stderr)
         return error.exit_status
+    except Exception as error:
+        # A full disk anywhere (a command's own writes, a library's, wrapped or not) is one
+        # line too; the commands that write through Dask say which partitions they keep.
+        from tokenmill.infra.faults import disk_full_error, is_disk_full
+
+        if not is_disk_full(error):
+            raise
+        if debug:
+            traceback.print_exc()
+        print(f"tokenmill: error: {disk_full_error(error, f'tokenmill {args.command}')}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as interrupt:
         if debug:
             traceback.print_exc()

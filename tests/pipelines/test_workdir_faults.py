@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import uuid
 from pathlib import Path
 
 import pytest
@@ -97,45 +96,23 @@ def test_two_runs_started_at_once_one_wins_the_other_names_its_pid(recipe, tmp_p
     assert "0 step(s) ran, 4 up to date" in again.stderr
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path):
-    """A 48 MiB tmpfs: a real file system that fills up."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-def fill(disk: Path, leave: int) -> Path:
-    """Fill ``disk`` until ``leave`` bytes are free."""
-    filler = disk / f"filler-{uuid.uuid4().hex}"
-    stats = os.statvfs(disk)
-    with open(filler, "wb") as handle:
-        handle.write(b"\0" * max(0, stats.f_bavail * stats.f_frsize - leave))
-    return filler
-
-
-def test_full_disk_is_a_clear_error_and_leaves_the_previous_outputs(recipe, small_disk):
+def test_full_disk_is_a_clear_error_and_leaves_the_previous_outputs(recipe, small_disk, fill_disk):
     work = small_disk / "work"
     first = run(recipe, work)
     assert first.returncode == 0, first.stderr
     before = snapshot(work)
     assert any(name.startswith("tokenizer/") for name in before)
 
-    filler = fill(small_disk, leave=64 * 1024)  # room for the bookkeeping, not for a stage's output
+    filler = fill_disk(small_disk, leave=64 * 1024)  # room for the bookkeeping, not for a stage's output
     # A changed stage option: normalize and the tokenizer after it must be redone, on a full disk.
     recipe.write_text(
         recipe.read_text().replace("  - stage: normalize\n", "  - stage: normalize\n    options: {whitespace: false}\n")
     )
     full = run(recipe, work)
     assert full.returncode == 1, full.stdout[-2000:] + full.stderr[-2000:]
-    # (The Dask worker logs its failed task as Dask does; tokenmill itself prints one line.)
+    # One line: the Dask worker's log of its failed task is silenced, the command reports it.
     assert "Traceback (most recent call last)" not in full.stderr
+    assert "Compute Failed" not in full.stderr
     errors = [line for line in full.stderr.splitlines() if line.startswith("tokenmill: error:")]
     assert len(errors) == 1 and "curate.wiki.normalize: no space left on the device" in errors[0], full.stderr
     assert "previous outputs are intact" in errors[0]

@@ -22,7 +22,7 @@ import importlib
 import logging
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from types import ModuleType
@@ -273,10 +273,19 @@ def print_summary(manifest: dict[str, Any], output: str) -> None:
     )
     for reason, n in sorted(rejected.items(), key=lambda item: -item[1]):
         log.info(f"  {reason}: {n}")
+    if manifest.get("resumed_phases"):
+        log.info(f"  resumed {phases_text(manifest['resumed_phases'])} from an earlier run")
     if manifest.get("resumed_partitions"):
         log.info(
             f"  resumed {manifest['resumed_partitions']} of {manifest['partitions']} partitions from an earlier run"
         )
+
+
+def phases_text(names: Sequence[str]) -> str:
+    """`the signatures and candidates phases`, `the hashes phase`: for a summary or an error."""
+    if len(names) == 1:
+        return f"the {names[0]} phase"
+    return f"the {', '.join(names[:-1])} and {names[-1]} phases"
 
 
 def _argument(f: dataclasses.Field, meta: dict[str, Any], annotation: Any) -> tuple[str, dict[str, Any]]:

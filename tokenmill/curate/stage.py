@@ -33,9 +33,9 @@ from tokenmill.curate.documents import (
     upstream_manifest,
     write_documents,
 )
-from tokenmill.infra import storage
+from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import replace_dir
-from tokenmill.infra.cluster import client_or_new
+from tokenmill.infra.cluster import client_or_new, external_scheduler
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -227,12 +227,17 @@ def run_tasks(
     workers: int | None = None,
     progress: bool = True,
     finalize: Callable[[dict[str, Any]], None] | None = None,
+    what: str | None = None,
+    also_kept: Callable[[], str | None] | None = None,
 ) -> dict[str, Any]:
     """Run partition tasks on Dask and publish `output` (kept/, rejected/, manifest.json).
 
     `finalize` may add stage-specific entries to the manifest before it is written, so the
     published directory is complete the moment it appears. A rerun after a crash runs only the
-    partitions that the crashed run did not finish (`tokenmill.curate.resume`).
+    partitions that the crashed run did not finish (`tokenmill.curate.resume`). A full disk or
+    a lost scheduler ends the stage with one line naming `what` ran (default `curate NAME`)
+    and what a rerun resumes: the finished partitions, and `also_kept()` (a caller's own
+    checkpoints).
     """
     from distributed import as_completed
 
@@ -247,20 +252,24 @@ def run_tasks(
         storage.remove_stale_temporaries(output)
     else:
         output = Path(output).resolve()
-        output.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir: Any = resume.partial_dir(output, resume.stage_key(stage_name, config, inputs, versions, len(tasks)))
-    if not remote:
-        (tmp_dir / KEPT_DIR).mkdir(parents=True, exist_ok=True)
-        (tmp_dir / REJECTED_DIR).mkdir(parents=True, exist_ok=True)
+    key = resume.stage_key(stage_name, config, inputs, versions, len(tasks))
     started = time.time()
     totals: dict[str, Any] = {"in": 0, "kept": 0, "rejected": Counter(), "stats": Counter()}
-    done = resume.finished_tasks(tmp_dir, len(tasks))
-    for counts in done.values():
-        _add_counts(totals, counts)
-    if done:
-        log.info("%s: resumed %d of %d partitions finished by an earlier run", stage_name, len(done), len(tasks))
+    tmp_dir: Any = None
+    address: str | None = None
     try:
         with client_or_new(client, scheduler, workers) as dask:
+            address = external_scheduler(dask)
+            # The work directory only once the cluster answers: an unreachable scheduler leaves
+            # nothing beside the output (and an older run's partitions where they are).
+            tmp_dir = _work_dir(output, key, remote)
+            done = resume.finished_tasks(tmp_dir, len(tasks))
+            for counts in done.values():
+                _add_counts(totals, counts)
+            if done:
+                log.info(
+                    "%s: resumed %d of %d partitions finished by an earlier run", stage_name, len(done), len(tasks)
+                )
             futures = [
                 dask.submit(
                     _run_task, task, index, str(tmp_dir), key=f"{stage_name}-{uuid.uuid4().hex[:6]}-{index}", pure=False
@@ -304,18 +313,50 @@ def run_tasks(
             # The records stay until the parts are in place: a run killed while copying resumes.
             storage.publish_prefix(tmp_dir, output, MANIFEST_FILE, manifest_text(manifest), private=resume.TASKS_DIR)
         else:
-            resume.remove_records(tmp_dir)
+            # The manifest before the records go: a full disk here keeps the partitions.
             write_manifest(tmp_dir, manifest)
+            resume.remove_records(tmp_dir)
             publish(tmp_dir, output)
-    except BaseException:
+    except BaseException as error:
         # Finished partitions stay for a rerun to resume; a run that finished none leaves nothing.
-        if remote:
+        if tmp_dir is None:
+            pass
+        elif remote:
             if not _remote_records(tmp_dir, len(tasks)):
                 _discard_remote(tmp_dir)
         elif not resume.finished_tasks(tmp_dir, len(tasks)):
             shutil.rmtree(tmp_dir, ignore_errors=True)
+
+        def kept() -> str:
+            # The records left on disk say what a rerun resumes.
+            finished = len(_finished_records(tmp_dir, len(tasks))) if tmp_dir is not None else 0
+            kept_partitions = faults.partitions_kept(finished, len(tasks), tmp_dir if finished else None)
+            return "; ".join(filter(None, (kept_partitions, also_kept() if also_kept else None)))
+
+        fault = faults.as_user_error(error, what or f"curate {stage_name}", str(output), kept, address)
+        if fault is not None:
+            raise fault from error
         raise
     return manifest
+
+
+def _work_dir(output: Any, key: str, remote: bool) -> Any:
+    """The stage's partial directory (a `Path`, or a URL prefix), created on local disk."""
+    if not remote:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = resume.partial_dir(output, key)
+    if not remote:
+        (tmp_dir / KEPT_DIR).mkdir(parents=True, exist_ok=True)
+        (tmp_dir / REJECTED_DIR).mkdir(parents=True, exist_ok=True)
+    return tmp_dir
+
+
+def _finished_records(tmp_dir: Any, n_tasks: int) -> dict[int, Any]:
+    """The partitions recorded as finished (none when the store cannot say)."""
+    try:
+        return resume.finished_tasks(tmp_dir, n_tasks)
+    except Exception:
+        return {}
 
 
 def _remote_records(tmp_prefix: str, n_tasks: int) -> bool:

@@ -38,9 +38,11 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
         except OSError as error:
             raise TokenmillError(f"cannot reach the Dask scheduler at {scheduler}: {error}") from None
         try:
-            yield client
+            with _client_logs_quiet():
+                yield client
         finally:
-            client.close()
+            with _client_logs_quiet():
+                client.close()
         return
     n_workers = workers or default_workers()
     if n_workers < 1:
@@ -56,12 +58,16 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
             threads_per_worker=1,
             processes=True,
             dashboard_address=":0",  # a free port: never collide with another cluster
-            silence_logs=logging.ERROR,
+            # Workers log a failed task ("Compute Failed") or a missed heartbeat with a
+            # traceback; the command reports its own failures in one line, and a heartbeat
+            # missed under load is retried. --debug shows them.
+            silence_logs=logging.ERROR if _debug() else logging.CRITICAL,
         )
     interrupted = False
     try:
         client = Client(cluster)
-        yield client
+        with _client_logs_quiet():
+            yield client
     except BaseException:
         interrupted = True
         raise
@@ -127,9 +133,53 @@ def _sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+def _debug() -> bool:
+    # The CLI sets this for --debug, for the processes a command starts as for itself.
+    return os.environ.get("TOKENMILL_DEBUG") == "1"
+
+
+# The client's loggers that speak of a lost connection (with tracebacks from tornado and
+# asyncio); the command says it in one line instead.
+_CLIENT_LOGGERS = (
+    "distributed.client",
+    "distributed.comm",
+    "distributed.batched",
+    "distributed.core",
+    "tornado",
+    "asyncio",
+)
+
+
+@contextmanager
+def _client_logs_quiet() -> Iterator[None]:
+    """Silence, while a client of an existing scheduler is open, what its loggers say of a lost
+    connection; --debug leaves them."""
+    if _debug():
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in _CLIENT_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
 def _silence_dask_logs() -> None:
     for name in ("distributed", "asyncio", "tornado"):
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def external_scheduler(client) -> str | None:  # noqa: ANN001 - a distributed.Client
+    """The address of the client's scheduler when it runs apart from this process (given by
+    --scheduler), which can be lost while a command runs; None for a LocalCluster's, which
+    lives and ends with the command (once it is closed, nothing listens at its address)."""
+    if getattr(client, "cluster", None) is not None:
+        return None
+    return client.scheduler.address
 
 
 @contextmanager

@@ -9,7 +9,6 @@ again therefore redoes only the unfinished step, from where that step can resume
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -29,8 +28,8 @@ from typing import Any
 import yaml
 
 from tokenmill import __version__
-from tokenmill.errors import TokenmillError
-from tokenmill.infra import storage
+from tokenmill.errors import DiskFullError, TokenmillError
+from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import atomic_dir, atomic_write_text, remove_leftovers
 from tokenmill.pipelines.plan import (
     STATE_DIR,
@@ -661,18 +660,18 @@ def summarise(step: Step, result: dict[str, Any]) -> str:
 @contextmanager
 def _disk_full_is_an_error(what: str, workdir: Path) -> Iterator[None]:
     """A full disk (here or in a Dask worker) as one line: every output is published atomically,
-    so what earlier steps finished is intact and a re-run after freeing space resumes."""
+    so what earlier steps finished is intact and a re-run after freeing space resumes; a stage
+    that met it says which of its partitions are kept (`tokenmill.infra.faults`)."""
+    intact = "finished steps and previous outputs are intact"
+    hint = f"free space under {workdir} and run again to resume"
     try:
         yield
+    except DiskFullError as error:
+        raise DiskFullError(what, error.target, "; ".join(filter(None, (error.kept, intact))), hint) from error
     except OSError as error:
-        # pyarrow's writers raise OSError with the C library's message but no errno.
-        if error.errno not in (errno.ENOSPC, errno.EDQUOT) and os.strerror(errno.ENOSPC) not in str(error):
+        if not faults.is_disk_full(error):
             raise
-        where = f" ({error.filename})" if error.filename else ""
-        raise TokenmillError(
-            f"{what}: no space left on the device{where}; finished steps and previous outputs are intact:"
-            f" free space under {workdir} and run again to resume"
-        ) from None
+        raise DiskFullError(what, error.filename, intact, hint) from error
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,9 +26,9 @@ import numpy as np
 
 from tokenmill import __version__
 from tokenmill.errors import TokenmillError
-from tokenmill.infra import storage
+from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import atomic_write_text
-from tokenmill.infra.cluster import client_or_new
+from tokenmill.infra.cluster import client_or_new, external_scheduler
 from tokenmill.infra.documents import check_document_columns, resolve_input_files, upstream_manifest
 from tokenmill.tokenize.indexed import (
     CHECKSUM_ALGORITHM,
@@ -218,6 +218,52 @@ def encode_partition(partition: EncodePartition, settings: EncodeSettings) -> di
     return {**result, "resumed": False}
 
 
+def _encode_partitions(
+    dask, partitions: list[EncodePartition], settings: EncodeSettings, progress: bool
+) -> dict[int, dict[str, Any]]:
+    """Encode every partition on the cluster; the results by partition index."""
+    from distributed import as_completed
+
+    from tokenmill.progress import progress_bar
+
+    results: dict[int, dict[str, Any]] = {}
+    errors: list[BaseException] = []
+    futures = {
+        dask.submit(
+            encode_partition, partition, settings, pure=False, key=f"encode-{partition.name}-{os.urandom(3).hex()}"
+        ): partition
+        for partition in partitions
+    }
+    with progress_bar(total=len(futures), desc="encode", unit="part", enabled=progress) as bar:
+        tokens = 0
+        # Every partition runs to completion even when one fails, so that a re-run after
+        # fixing the bad input only redoes what failed.
+        for future in as_completed(futures):
+            partition = futures[future]
+            try:
+                results[partition.index] = future.result()
+            except Exception as error:
+                errors.append(error)
+                continue
+            tokens += results[partition.index]["tokens"]
+            bar.update(1)
+            bar.set_postfix(tokens=tokens)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _finished_partitions(partitions: list[EncodePartition], settings: EncodeSettings) -> int:
+    """How many partitions have a complete part shard that a rerun reuses."""
+    parts_dir = Path(settings.parts_dir)
+    finished = 0
+    for partition in partitions:
+        done = _read_part_marker(parts_dir / f"{partition.name}.json")
+        if done and done.get("key") == _part_key(partition, settings) and idx_path(parts_dir / partition.name).exists():
+            finished += 1
+    return finished
+
+
 def work_dir_for(prefix: Path) -> Path:
     return Path(f"{prefix}.parts")
 
@@ -251,10 +297,6 @@ def encode_documents(
     Returns the metadata written to `PREFIX.json`. Re-running after an interruption reuses the
     partitions already written under `PREFIX.parts/`.
     """
-    from distributed import as_completed
-
-    from tokenmill.progress import progress_bar
-
     started = time.time()
     files = resolve_input_files(input)
     tokenizer_source = storage.absolute(tokenizer_path)
@@ -272,54 +314,45 @@ def encode_documents(
             f"--output-prefix {output_prefix} should not carry an extension (PREFIX.bin/.idx/.json are written)"
         )
     parts_dir = work_dir_for(prefix)
-    parts_dir.mkdir(parents=True, exist_ok=True)
     partitions = plan_partitions(files, rows_per_partition)
 
-    results: dict[int, dict[str, Any]] = {}
-    errors: list[BaseException] = []
-    with client_or_new(client, scheduler, workers) as dask:
-        n_workers = len(dask.scheduler_info(n_workers=-1).get("workers", {}))
-        settings = EncodeSettings(
-            str(tokenizer_path),
-            tokenizer_hash(tokenizer_path),
-            eod,
-            dtype.name,
-            str(parts_dir),
-            rust_threads=n_workers <= 1,
-        )
-        futures = {
-            dask.submit(
-                encode_partition, partition, settings, pure=False, key=f"encode-{partition.name}-{os.urandom(3).hex()}"
-            ): partition
-            for partition in partitions
-        }
-        with progress_bar(total=len(futures), desc="encode", unit="part", enabled=progress) as bar:
-            tokens = 0
-            # Every partition runs to completion even when one fails, so that a re-run after
-            # fixing the bad input only redoes what failed.
-            for future in as_completed(futures):
-                partition = futures[future]
-                try:
-                    results[partition.index] = future.result()
-                except Exception as error:
-                    errors.append(error)
-                    continue
-                tokens += results[partition.index]["tokens"]
-                bar.update(1)
-                bar.set_postfix(tokens=tokens)
-    if errors:
-        raise errors[0]
+    address: list[str] = []
+    settings: EncodeSettings | None = None
 
-    merge_started = time.time()
-    writer = IndexedDatasetWriter(prefix, dtype)
-    try:
-        for partition in partitions:
-            writer.add_index(parts_dir / partition.name)
-        documents, total_tokens = len(writer), writer.tokens
-        checksums = writer.seal()
-    except BaseException:
-        writer.abort()
-        raise
+    def kept() -> str:
+        # Asked once encoding has stopped: the part markers say what a rerun reuses.
+        done = _finished_partitions(partitions, settings) if settings is not None else 0
+        return faults.partitions_kept(done, len(partitions), parts_dir if done else None)
+
+    with faults.reported_faults(
+        "tokenize encode", remote or str(prefix), kept, lambda: address[0] if address else None
+    ):
+        with client_or_new(client, scheduler, workers) as dask:
+            address.append(external_scheduler(dask))
+            # The parts directory only once the cluster answers: an unreachable scheduler
+            # leaves nothing beside the output.
+            parts_dir.mkdir(parents=True, exist_ok=True)
+            n_workers = len(dask.scheduler_info(n_workers=-1).get("workers", {}))
+            settings = EncodeSettings(
+                str(tokenizer_path),
+                tokenizer_hash(tokenizer_path),
+                eod,
+                dtype.name,
+                str(parts_dir),
+                rust_threads=n_workers <= 1,
+            )
+            results = _encode_partitions(dask, partitions, settings, progress)
+
+        merge_started = time.time()
+        writer = IndexedDatasetWriter(prefix, dtype)
+        try:
+            for partition in partitions:
+                writer.add_index(parts_dir / partition.name)
+            documents, total_tokens = len(writer), writer.tokens
+            checksums = writer.seal()
+        except BaseException:
+            writer.abort()
+            raise
     rejected: Counter[str] = Counter()
     for result in results.values():
         rejected.update(result["rejected"])

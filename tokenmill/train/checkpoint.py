@@ -30,7 +30,9 @@ import os
 import random
 import shutil
 import warnings
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +41,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from tokenmill.errors import TokenmillError
-from tokenmill.infra import storage
+from tokenmill.errors import DiskFullError, TokenmillError
+from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import atomic_write_text, fsync_dir, remove_leftovers, replace_dir, temp_sibling
 from tokenmill.train.faults import inject
 from tokenmill.train.model import GPT, ModelConfig
@@ -151,6 +153,23 @@ def _publish_and_upload(
         remote.push(final)
 
 
+@contextmanager
+def _disk_full_is_an_error(run_dir: str | Path, step: int) -> Iterator[None]:
+    """A full disk while a checkpoint is written, as one line naming the checkpoint and the last
+    complete one, which a resumed run starts from (the partial one is never published)."""
+    try:
+        yield
+    except BaseException as error:  # DCP wraps a writer's error in its own, a BaseException
+        root = _paths(run_dir, step)[0]
+        if isinstance(error, TokenmillError | KeyboardInterrupt | SystemExit) or not faults.is_disk_full(
+            error, where=root
+        ):
+            raise
+        complete = list_checkpoints(run_dir)
+        kept = f"the last complete checkpoint {complete[-1]} is kept" if complete else "no checkpoint had completed"
+        raise DiskFullError(f"checkpoint step_{step}", str(root), kept, "free space and rerun with --resume") from error
+
+
 def save_checkpoint(
     run_dir: str | Path,
     step: int,
@@ -161,14 +180,15 @@ def save_checkpoint(
 ) -> Path:
     """Save DCP ``state`` + ``meta`` as ``step_<step>`` atomically; prune to the last K; upload
     to ``remote`` (the run's URL), if any."""
-    tmp = _prepare(run_dir, step)
-    with warnings.catch_warnings():  # one process without a process group is intended here
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.save(state, checkpoint_id=str(tmp))
-    _barrier()
-    if _rank() == 0:
-        _publish_and_upload(run_dir, step, meta, keep_last, remote)
-    _barrier()
+    with _disk_full_is_an_error(run_dir, step):
+        tmp = _prepare(run_dir, step)
+        with warnings.catch_warnings():  # one process without a process group is intended here
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.save(state, checkpoint_id=str(tmp))
+        _barrier()
+        if _rank() == 0:
+            _publish_and_upload(run_dir, step, meta, keep_last, remote)
+        _barrier()
     return _paths(run_dir, step)[1]
 
 
@@ -196,15 +216,17 @@ class AsyncCheckpointer:
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         elif self._group is None:
             self._group = dist.new_group(backend="gloo")  # every rank, at the same save
-        tmp = _prepare(run_dir, step)
-        written = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self._group, no_dist=not distributed)
+        with _disk_full_is_an_error(run_dir, step):
+            tmp = _prepare(run_dir, step)
+            written = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self._group, no_dist=not distributed)
         rank = _rank()
 
         def finish() -> None:
-            written.result()  # this rank's files; on rank 0 also .metadata, i.e. every rank's
-            inject("checkpoint", step)
-            if rank == 0:
-                _publish_and_upload(run_dir, step, meta, keep_last, self._remote)
+            with _disk_full_is_an_error(run_dir, step):
+                written.result()  # this rank's files; on rank 0 also .metadata, i.e. every rank's
+                inject("checkpoint", step)
+                if rank == 0:
+                    _publish_and_upload(run_dir, step, meta, keep_last, self._remote)
 
         self._pending = self._executor.submit(finish)
         return _paths(run_dir, step)[1]

@@ -21,12 +21,12 @@ import threading
 import time
 from types import FrameType
 
-from tokenmill.errors import TokenmillError
+from tokenmill.errors import TEMPFAIL_EXIT, TokenmillError
 
 log = logging.getLogger(__name__)
 
 HANG_EXIT = 124  # as timeout(1): the job did not finish in time
-PEER_FAILED_EXIT = 75  # EX_TEMPFAIL: this rank is fine, a peer failed (the agent looks past it)
+PEER_FAILED_EXIT = TEMPFAIL_EXIT  # EX_TEMPFAIL: this rank is fine, a peer failed (the agent looks past it)
 POLL_SECONDS = 1.0
 _TORCH_DISTRIBUTED = os.sep + os.path.join("torch", "distributed") + os.sep
 _TOKENMILL = os.sep + "tokenmill" + os.sep

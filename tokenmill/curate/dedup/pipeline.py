@@ -40,17 +40,20 @@ from tokenmill.curate.dedup.work import (
     write_partitions,
 )
 from tokenmill.curate.documents import check_document_columns, resolve_input_files, upstream_manifest
+from tokenmill.curate.registry import phases_text
 from tokenmill.curate.stage import StageOutput, reject, run_tasks
 from tokenmill.errors import ConfigError, TokenmillError
-from tokenmill.infra import storage
+from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import atomic_write_text
-from tokenmill.infra.cluster import client_or_new
+from tokenmill.infra.cluster import client_or_new, external_scheduler
 
 log = logging.getLogger(__name__)
 
 ROW_BITS = 32
 # Index documents get uids below every input uid, so they sort first and always win a cluster.
 INDEX_UID_BASE = -(1 << 62)
+# Every phase with a checkpoint, in the order they run (fuzzy, then exact's own).
+PHASES = ("hashes", "signatures", "candidates", "verify", "components", "decisions")
 
 
 def make_uid(part: int, rows: np.ndarray) -> np.ndarray:
@@ -534,17 +537,39 @@ def run_dedup(
         if not config.keep_work:
             storage.remove(config.work_dir or default_work)
         return published
-    work = WorkDir(config.work_dir or default_work, fingerprint)
     started = time.time()
     phase_seconds: dict[str, float] = {}
+    work: WorkDir | None = None
+    running = [""]  # the phase under way, for a fault's one line
+    address: list[str] = []
 
     def timed(name, fn):
         t0 = time.time()
+        running[0] = name
         info = work.phase(name, fn)
         phase_seconds[name] = round(time.time() - t0, 3)
         return info
 
-    with client_or_new(client, scheduler, workers) as dask, _ShuffleChoice(config) as shuffle:
+    def phases_kept() -> str | None:
+        finished = _finished_phases(work)
+        if not finished:
+            return None
+        return f"{phases_text(finished)} {'is' if len(finished) == 1 else 'are'} kept in {work.path}"
+
+    with (
+        faults.reported_faults(
+            lambda: f"curate dedup {running[0]}".rstrip(),
+            str(output),
+            lambda: phases_kept() or "no phase had finished",
+            lambda: address[0] if address else None,
+        ),
+        client_or_new(client, scheduler, workers) as dask,
+        _ShuffleChoice(config) as shuffle,
+    ):
+        address.append(external_scheduler(dask))
+        # Checkpoints only once the cluster answers: an unreachable scheduler leaves no work
+        # directory beside the output.
+        work = WorkDir(config.work_dir or default_work, fingerprint)
         n_workers = max(1, len(dask.scheduler_info(n_workers=-1).get("workers", {})))
         if config.method == "exact":
             info1 = timed(
@@ -668,13 +693,23 @@ def run_dedup(
             client=dask,
             progress=progress,
             finalize=add_dedup_details,
+            what="curate dedup apply",
+            also_kept=phases_kept,
         )
+        running[0] = "index update"
         if config.index:
             _update_index(dask, config, files, work, mirror, key, view)
 
     if not config.keep_work:
         work.remove()
     return manifest
+
+
+def _finished_phases(work: WorkDir | None) -> list[str]:
+    """The phases whose checkpoints a rerun resumes, in the order they ran."""
+    if work is None or not work.path.is_dir():
+        return []
+    return [phase for phase in PHASES if work.done(phase)]
 
 
 class _ShuffleChoice:
