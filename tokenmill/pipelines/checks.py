@@ -8,8 +8,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from tokenmill.curate.registry import deprecation, options_model, recipe_stages
+from tokenmill.errors import suggest
 from tokenmill.infra import storage
-from tokenmill.pipelines.recipe import Problems, Recipe, TrainSpec, suggest
+from tokenmill.pipelines.recipe import Problems, Recipe, TrainSpec
 
 
 def _check_path(recipe: Recipe, problems: Problems, loc: tuple[Any, ...], value: str, *, check: bool | str) -> None:

@@ -8,7 +8,6 @@ collected and raised together, so a user fixes a file in one pass.
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -16,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from tokenmill.errors import ConfigError
+from tokenmill.errors import ConfigError, suggest
 from tokenmill.infra import storage
 from tokenmill.infra.slurm import SlurmSpec
 
@@ -216,11 +215,6 @@ def format_loc(loc: tuple[Any, ...] | list[Any]) -> str:
         else:
             out += ("." if out else "") + str(part)
     return out or "(top level)"
-
-
-def suggest(word: str, candidates: list[str] | tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
-    return f" (did you mean `{close[0]}`?)" if close else ""
 
 
 def _line_index(text: str) -> dict[tuple[Any, ...], int]:
