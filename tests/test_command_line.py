@@ -54,7 +54,9 @@ def test_every_command_has_a_description_and_every_option_help() -> None:
                     if not (sub.description or "").strip():
                         missing.append(f"{path} {name}: no description")
                     walk(sub, f"{path} {name}")
-            elif not isinstance(action, argparse._HelpAction) and not (action.help or "").strip():
+            elif not isinstance(action, argparse._HelpAction) and (
+                not (action.help or "").strip() or action.help == argparse.SUPPRESS
+            ):
                 missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}: no help")
 
     walk(build_parser(), "tokenmill")

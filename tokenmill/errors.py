@@ -1,5 +1,8 @@
 """Errors that carry a message meant for the user, shown without a traceback by the CLI."""
 
+import difflib
+from collections.abc import Iterable
+
 # EX_TEMPFAIL (sysexits.h): the command failed because something it depends on went away (a
 # training peer, the Dask scheduler); the same command, rerun once that is back, resumes.
 TEMPFAIL_EXIT = 75
@@ -69,3 +72,12 @@ class SchedulerLostError(TokenmillError):
                 "restart the scheduler and workers and rerun to resume",
             )
         )
+
+
+def suggest(
+    word: object, candidates: Iterable[object], cutoff: float = 0.6, form: str = " (did you mean `{}`?)"
+) -> str:
+    """A "did you mean" hint for a misspelt ``word``: ``form`` filled with the closest of
+    ``candidates``, or "" when none is close enough."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=cutoff)
+    return form.format(close[0]) if close else ""

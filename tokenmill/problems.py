@@ -4,13 +4,14 @@ report their mistakes this way, all of them at once, so a user fixes a file in o
 
 from __future__ import annotations
 
-import difflib
 import re
 import typing
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+
+from tokenmill.errors import suggest
 
 
 def format_loc(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -22,11 +23,6 @@ def format_loc(loc: tuple[Any, ...] | list[Any]) -> str:
         else:
             out += ("." if out else "") + str(part)
     return out or "(top level)"
-
-
-def suggest(word: str, candidates: list[str] | tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
-    return f" (did you mean `{close[0]}`?)" if close else ""
 
 
 def line_index(text: str) -> dict[tuple[Any, ...], int]:

@@ -22,9 +22,8 @@ def _curate_commands() -> dict[str, argparse.ArgumentParser]:
     return commands
 
 
-def test_every_curate_command_has_a_description_and_every_option_help():
-    commands = _curate_commands()
-    # The stages a user meets in the docs are all there (a missing module would hide its stage).
+def test_every_documented_curate_command_is_there():
+    """A missing module would hide its stage (descriptions and option help: test_command_line)."""
     assert {
         "curate ingest",
         "curate normalize",
@@ -35,17 +34,7 @@ def test_every_curate_command_has_a_description_and_every_option_help():
         "curate dedup",
         "curate decontaminate",
         "inspect",
-    } <= set(commands)
-    missing = []
-    for name, parser in sorted(commands.items()):
-        if not (parser.description or "").strip():
-            missing.append(f"{name}: no description")
-        for action in parser._actions:
-            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
-                continue
-            if action.help in (None, argparse.SUPPRESS) or not str(action.help).strip():
-                missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}: no help")
-    assert missing == []
+    } <= set(_curate_commands())
 
 
 def test_help_shows_description_and_option_help_as_typed():

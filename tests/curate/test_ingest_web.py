@@ -277,6 +277,38 @@ def test_every_rejection_and_encoding(tmp_path):
     assert stats["records.response"] == 8
 
 
+def test_brotli_encoding_and_every_html_type_are_kept(tmp_path):
+    """A brotli-encoded response decodes (brotli is a dependency, so it never becomes
+    `warc.undecodable`), and each HTML type the extract stage extracts is kept as HTML."""
+    import brotli
+
+    records = [
+        warc_record(
+            "response",
+            http_response(
+                brotli.compress(page("Brotli squeezed this page.").encode()),
+                Content_Type="text/html; charset=utf-8",
+                Content_Encoding="br",
+            ),
+            "00000000-0000-0000-0000-000000000001",
+        ),
+        warc_record(
+            "response",
+            http_response(page("A page for phones.").encode(), Content_Type="application/vnd.wap.xhtml+xml"),
+            "00000000-0000-0000-0000-000000000002",
+        ),
+    ]
+    path = tmp_path / "made.warc"
+    path.write_bytes(b"".join(records))
+    kept, rejected, _ = run_task(WarcFile(str(path), "made"))
+    assert rejected.empty, rejected[["id", "reason", "raw"]].to_dict("records")
+    assert [("Brotli squeezed this page." in t, "A page for phones." in t) for t in kept["text"]] == [
+        (True, False),
+        (False, True),
+    ]
+    assert kept["content_type"].tolist() == ["text/html", "application/vnd.wap.xhtml+xml"]
+
+
 def test_saved_pages(shared_data, tmp_path):
     pages = tmp_path / "pages"
     pages.mkdir()

@@ -72,7 +72,8 @@ def test_user_errors_are_one_line(tiny_model_dir: Path, tmp_path: Path, capsys) 
     assert "--shots" in capsys.readouterr().err
 
 
-def test_every_option_has_help_and_the_command_a_description() -> None:
+def test_eval_help_shows_its_description_every_option_and_an_example() -> None:
+    """What `tokenmill eval --help` prints (that each option has help: test_command_line)."""
     import argparse
 
     from tokenmill.cli import build_parser
@@ -95,8 +96,6 @@ def test_every_option_has_help_and_the_command_a_description() -> None:
         "bootstrap_iters",
         "threads",
     }
-    for action in options:
-        assert action.help and action.help != argparse.SUPPRESS and len(action.help) > 15, action.dest
     done = run_tokenmill("eval", "--help")
     assert done.returncode == 0
     for action in options:

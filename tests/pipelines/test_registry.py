@@ -12,9 +12,7 @@ import pytest
 
 from tokenmill.curate.dedup import DedupConfig
 from tokenmill.curate.registry import (
-    all_stages,
     cli_stages,
-    option_fields,
     recipe_stage,
     recipe_stages,
 )
@@ -46,12 +44,6 @@ def test_recipe_stages_are_cli_stages_by_the_same_name():
     }
     assert current <= commands
     assert {"exact_dedup", "fuzzy_dedup"} <= set(recipe_stages()) - commands
-
-
-def test_every_option_is_declared_once_with_help():
-    for stage in all_stages().values():
-        for f in option_fields(stage.options):
-            assert f.metadata["option"]["help"].strip(), f"{stage.name}.{f.name}"
 
 
 def test_dedup_options_come_from_dedup_config():

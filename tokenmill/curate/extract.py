@@ -35,7 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tokenmill.curate.html_text import DEFAULT_EXTRACTOR, EXTRACTORS, ExtractorProcess, is_binary, utf8_size_over
+from tokenmill.curate.html_text import (
+    DEFAULT_EXTRACTOR,
+    EXTRACTORS,
+    HTML_TYPES,
+    ExtractorProcess,
+    is_binary,
+    utf8_size_over,
+)
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.errors import ConfigError
@@ -44,8 +51,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 log = logging.getLogger(__name__)
-
-HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", "application/vnd.wap.xhtml+xml"})
 
 REASONS = {
     "extract.empty": "the page has no main text (an index, a login wall, a page of links or scripts only)",

@@ -53,10 +53,6 @@ class FetchOptions:
     progress: bool = option(True, flag="--no-progress", help="hide the progress bar")
 
 
-class _Fatal(Exception):
-    """An error that a retry will not cure."""
-
-
 def _filesystem(base_url: str) -> tuple[Any, str]:
     import fsspec
 

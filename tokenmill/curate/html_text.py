@@ -19,6 +19,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+# The MIME types of HTML pages: what a web archive keeps as a page and `extract` extracts.
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", "application/vnd.wap.xhtml+xml"})
+
 # ---------------------------------------------------------------------------------------------
 # Extractors: html -> main text (None or "" when the page has none). They run in the child.
 

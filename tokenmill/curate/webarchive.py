@@ -26,13 +26,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import brotli
+
+from tokenmill.curate.html_text import HTML_TYPES
 from tokenmill.curate.stage import DocumentBatcher, StageOutput
 from tokenmill.curate.text import decode_replacing
 from tokenmill.infra import storage
 
 # Document columns beyond id, text and source.
 WEB_COLUMNS = ("url", "date", "warc_record_id", "content_type", "charset")
-HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 # A declared charset is looked for in this many leading bytes (HTML's prescan reads 1024;
 # real pages often put a long <head> before it).
 META_PRESCAN_BYTES = 4096
@@ -145,8 +147,6 @@ def _decompress(body: bytes, encoding: str) -> bytes:
         except zlib.error:
             return zlib.decompress(body, -15)  # raw deflate, as some servers send it
     if encoding == "br":
-        import brotli
-
         return brotli.decompress(body)
     raise ValueError(f"unsupported content encoding {encoding!r}")
 

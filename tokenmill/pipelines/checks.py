@@ -8,9 +8,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from tokenmill.curate.registry import deprecation, options_model, recipe_stages
+from tokenmill.errors import suggest
 from tokenmill.infra import storage
 from tokenmill.pipelines.schema import Recipe, TrainSpec
-from tokenmill.problems import Problems, suggest
+from tokenmill.problems import Problems
 
 
 def _check_path(recipe: Recipe, problems: Problems, loc: tuple[Any, ...], value: str, *, check: bool | str) -> None:

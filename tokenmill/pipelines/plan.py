@@ -14,7 +14,6 @@ whose output is still there.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Any
 
 from tokenmill import __version__
 from tokenmill.curate.registry import recipe_stage
-from tokenmill.errors import TokenmillError
+from tokenmill.errors import TokenmillError, suggest
 from tokenmill.infra import storage
 from tokenmill.infra.atomic import read_json
 from tokenmill.pipelines.recipe import Recipe
@@ -338,9 +337,7 @@ def match_steps(steps: list[Step], pattern: str, flag: str) -> set[str]:
     matched = {n for n in names if n == pattern or n.startswith(pattern + ".") or n.split(".")[-1] == pattern}
     if not matched:
         candidates = sorted({*names, *(n.split(".")[0] for n in names), *(n.split(".")[-1] for n in names)})
-        close = difflib.get_close_matches(pattern, candidates, n=1)
-        hint = f" (did you mean `{close[0]}`?)" if close else ""
-        raise TokenmillError(f"{flag} {pattern}: no such step{hint}; steps: {', '.join(names)}")
+        raise TokenmillError(f"{flag} {pattern}: no such step{suggest(pattern, candidates)}; steps: {', '.join(names)}")
     return matched
 
 

@@ -31,6 +31,7 @@ from tokenmill import __version__
 from tokenmill.errors import DiskFullError, TokenmillError
 from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import atomic_dir, atomic_write_text, remove_leftovers
+from tokenmill.infra.lock import PidLock, pid_alive
 from tokenmill.pipelines.plan import (
     STATE_DIR,
     Selection,
@@ -116,38 +117,16 @@ def _remove_leftovers(step: Step) -> None:
         remove_leftovers(step.output)
 
 
-class WorkdirLock:
-    """One run per work directory at a time: two runs would publish over each other. The lock is
-    an flock (released by the kernel however the holder ends); the file holds the holder's pid
-    for the message the other run prints."""
+class WorkdirLock(PidLock):
+    """One run per work directory at a time: two runs would publish over each other."""
 
     def __init__(self, workdir: Path) -> None:
-        self.path = workdir / STATE_DIR / "lock"
-        self.fd: int | None = None
-
-    def __enter__(self) -> WorkdirLock:
-        import fcntl
-
-        # Opened without truncating: the holder's pid must survive a loser's attempt.
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            holder = self.path.read_text().strip() or "unknown"
-            raise TokenmillError(
-                f"another tokenmill run (pid {holder}) is using {self.path.parent.parent};"
-                " wait for it or use another --workdir"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self.fd = fd
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the only descriptor releases the flock
-            self.fd = None
+        super().__init__(
+            workdir / STATE_DIR / "lock",
+            lambda holder: TokenmillError(
+                f"another tokenmill run (pid {holder}) is using {workdir}; wait for it or use another --workdir"
+            ),
+        )
 
 
 def resolve_workdir(path: str | Path) -> str | Path:
@@ -187,7 +166,7 @@ class RemoteWorkdir:
                 self._held = True
                 return
             other = _json_or_none(self.mirror.read(self.LOCK)) or {}
-            if other.get("host") != holder["host"] or _alive(other.get("pid")):
+            if other.get("host") != holder["host"] or pid_alive(other.get("pid")):
                 break
             # Left by a run on this machine that no longer exists (killed): it is safe to take.
             log.warning(f"removing {self.url}/{self.LOCK}, left by pid {other.get('pid')}, which has ended")
@@ -261,16 +240,6 @@ def _json_or_none(data: bytes | None) -> Any:
         return json.loads(data) if data else None
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
-
-
-def _alive(pid: Any) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (TypeError, ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # --------------------------------------------------------------------------------------------

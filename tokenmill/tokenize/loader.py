@@ -95,9 +95,3 @@ class SampleStream:
         rows = np.stack([self.dataset[i] for i in range(start, start + local)])
         self.consumed_samples = end
         return torch.from_numpy(rows.astype(np.int64, copy=False))
-
-    def state_dict(self) -> dict[str, int]:
-        return {"consumed_samples": self.consumed_samples}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.consumed_samples = int(state["consumed_samples"])

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import warnings
 from pathlib import Path
 from typing import Annotated, Any
@@ -40,7 +39,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from tokenmill.errors import ConfigError, YamlSyntaxError
+from tokenmill.errors import ConfigError, YamlSyntaxError, suggest
 from tokenmill.problems import Problems, pydantic_problems
 from tokenmill.train.model import PRESETS, ModelConfig, preset
 
@@ -51,6 +50,8 @@ PP_SCHEDULES = ("1f1b", "gpipe", "interleaved")
 # Errors raised by the validators below carry their full message; pydantic's own are
 # formatted by `tokenmill.problems.pydantic_problems`.
 _OWN = "tokenmill"
+# How a config error suggests the closest valid name.
+_DID_YOU_MEAN = "; did you mean {!r}?"
 
 
 def _fail(message: str) -> PydanticCustomError:
@@ -102,8 +103,7 @@ def _at_least(low: float) -> AfterValidator:
 def _choice(choices: tuple[str, ...]) -> AfterValidator:
     def check(value: str) -> str:
         if value not in choices:
-            hint = difflib.get_close_matches(str(value), choices, n=1)
-            extra = f"; did you mean {hint[0]!r}?" if hint else ""
+            extra = suggest(value, choices, form=_DID_YOU_MEAN)
             raise _fail(f"{value!r} is not one of {', '.join(choices)}{extra}")
         return value
 
@@ -157,8 +157,9 @@ def _model(value: Any) -> ModelConfig:
     overrides = {}
     for key, raw in value.items():
         if key not in _MODEL_FIELDS:
-            hint = difflib.get_close_matches(str(key), [*_MODEL_FIELDS, "preset"], n=1, cutoff=0.5)
-            extra = f"; did you mean {hint[0]!r}?" if hint else f"; valid keys: {', '.join(sorted(_MODEL_FIELDS))}"
+            extra = suggest(key, [*_MODEL_FIELDS, "preset"], 0.5, _DID_YOU_MEAN) or (
+                f"; valid keys: {', '.join(sorted(_MODEL_FIELDS))}"
+            )
             raise _fail(f"unknown model key {key!r}{extra}")
         kind = {"int": int, "float": float, "str": str, "bool": bool}[str(_MODEL_FIELDS[key].type).split(" |")[0]]
         try:
@@ -168,8 +169,7 @@ def _model(value: Any) -> ModelConfig:
     if name is None:
         return ModelConfig(**overrides)
     if name not in PRESETS:
-        hint = difflib.get_close_matches(str(name), list(PRESETS), n=1)
-        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        extra = suggest(name, PRESETS, form=_DID_YOU_MEAN)
         raise _fail(f"unknown preset {name!r}{extra} (presets: {', '.join(PRESETS)})")
     return preset(name, **overrides)
 
@@ -581,8 +581,7 @@ def add_problems(data: Any, problems: Problems, prefix: tuple[Any, ...] = ()) ->
     valid = [*SECTIONS, "model", "out", *FLAT_KEYS]
     for key in nested:
         if key not in SECTIONS and key not in ("model", "out"):
-            hint = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.5)
-            extra = f"; did you mean {hint[0]!r}?" if hint else f"; valid keys: {', '.join(sorted(valid))}"
+            extra = suggest(key, valid, 0.5, _DID_YOU_MEAN) or f"; valid keys: {', '.join(sorted(valid))}"
             problems.add((*prefix, key), f"unknown key {key!r}{extra}")
     if problems.items:
         return None

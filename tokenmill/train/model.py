@@ -194,9 +194,6 @@ class RMSNorm(nn.Module):
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * xf.type_as(x)
 
-    def reset_parameters(self) -> None:
-        nn.init.ones_(self.weight)
-
 
 def rope_cache(head_dim: int, max_seq_len: int, theta: float, device=None) -> torch.Tensor:
     """[max_seq_len, head_dim] cos and sin stacked on dim 0 -> [2, T, head_dim]."""
