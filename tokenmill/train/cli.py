@@ -6,7 +6,6 @@ import argparse
 import logging
 import os
 import sys
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -122,21 +121,20 @@ def run_train(args: argparse.Namespace) -> int:
         # The trainer of a `tokenmill run`: it (and so its workers) ends with the run.
         die_with_parent(expected_parent=env_pid(PIPELINE_PID_ENV))
     config_path, _ = resolve_recipe(args.config, prefix=RECIPE_PREFIX)
+    # Each flag sets its key in the nested config.
     overrides = {
-        "data": args.data,
+        "dataset.path": args.data,
         "out": args.out,
-        "steps": args.steps,
-        "tp": args.tp,
-        "pp": args.pp,
-        "dp": args.dp,
-        "zero": args.zero,
-        "device": args.device,
+        "schedule.steps": args.steps,
+        "parallel.tp": args.tp,
+        "parallel.pp": args.pp,
+        "parallel.dp": args.dp,
+        "parallel.zero": args.zero,
+        "parallel.device": args.device,
     }
     if args.no_progress:
-        overrides["progress"] = False
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", FutureWarning)
-        cfg = load_config(config_path, overrides)
+        overrides["logging.progress"] = False
+    cfg = load_config(config_path, overrides)
     if args.max_restarts is not None:
         cfg.parallel.max_restarts = args.max_restarts
     from tokenmill.infra.slurm import check_slurm_only_options, submit_training
@@ -148,13 +146,6 @@ def run_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         raise ConfigError("--dry-run needs --slurm (it prints the sbatch script)")
 
-    def deprecations() -> None:
-        # Once, from the launcher (not from every rank), when the config has passed its checks:
-        # a config that cannot run gets its one line of error only.
-        if not under_torchrun():
-            for warning in caught:
-                log.warning(str(warning.message))
-
     # Restarts need an agent to restart the ranks: one process then runs under it as well.
     if (cfg.world_size > 1 or cfg.parallel.max_restarts > 0) and not under_torchrun():
         from tokenmill.train.lifecycle import check_run_unlocked
@@ -163,7 +154,6 @@ def run_train(args: argparse.Namespace) -> int:
         # Every mistake that needs no worker is reported here, once, before torchrun starts.
         prepare(cfg, resume=args.resume)
         check_run_unlocked(cfg.run_dir)
-        deprecations()
         return launch_torchrun(
             cfg.world_size,
             _train_argv(args, config_path),
@@ -177,7 +167,6 @@ def run_train(args: argparse.Namespace) -> int:
             )
     from tokenmill.train.loop import train
 
-    deprecations()
     result = train(cfg, resume=restart_resume(cfg, args.resume) if under_torchrun() else args.resume)
     from tokenmill.train.stop import STOPPED_EXIT
 

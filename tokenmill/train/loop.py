@@ -300,7 +300,7 @@ def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, stop: St
     def save() -> Path:
         meta = {
             "model": cfg.model.to_dict(),
-            "train": cfg.to_flat_dict(),  # meta.json keeps its flat format
+            "train": cfg.to_dict(),
             "tokenizer": tokenizer,
             "eod_id": prepared.data.get("eod_id"),
             "consumed_samples": consumed,
