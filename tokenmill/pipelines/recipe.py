@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -102,23 +102,47 @@ class BlendEntry(_Strict):
 
 
 class TrainSpec(_Strict):
-    """The trainer's own config (inline, or a YAML file) and the launch layout."""
+    """The trainer's config (a bundled name, a file, or inline), sections of it written here,
+    and where the run goes."""
 
     config: dict[str, Any] | str = Field(default_factory=dict)
-    steps: int | None = Field(default=None, ge=1)
-    tp: int = Field(default=1, ge=1)
-    pp: int = Field(default=1, ge=1)
-    dp: int = Field(default=1, ge=1)
-    zero: int = 0  # checked with the trainer's layout checks (pipelines/checks.py)
+    # Sections of the trainer's config written in `train:` itself (`parallel: {dp: 2}`), merged
+    # over `config`'s; the trainer's schema checks the result (pipelines/checks.py).
+    model: dict[str, Any] | str | None = None
+    dataset: dict[str, Any] | None = None
+    optimizer: dict[str, Any] | None = None
+    schedule: dict[str, Any] | None = None
+    parallel: dict[str, Any] | None = None
+    checkpoint: dict[str, Any] | None = None
+    logging: dict[str, Any] | None = None
     nnodes: int = Field(default=1, ge=1)
     # What `--dry-run` gives the planner for a cluster-sized recipe (the run itself uses tp*pp*dp).
     gpus: int | None = Field(default=None, ge=1)
     gpu_memory: str | None = None
     extra_args: list[str] = Field(default_factory=list)
 
-    @property
-    def world_size(self) -> int:
-        return self.tp * self.pp * self.dp
+    # The launch keys `train:` had before the layout moved into the trainer's sections: only for
+    # the error that says where they went.
+    MOVED: ClassVar[dict[str, str]] = {
+        "tp": "parallel.tp",
+        "pp": "parallel.pp",
+        "dp": "parallel.dp",
+        "zero": "parallel.zero",
+        "steps": "schedule.steps",
+    }
+    SECTIONS: ClassVar[tuple[str, ...]] = (
+        "model",
+        "dataset",
+        "optimizer",
+        "schedule",
+        "parallel",
+        "checkpoint",
+        "logging",
+    )
+
+    def sections(self) -> dict[str, Any]:
+        """The trainer config sections written in `train:` itself."""
+        return {name: getattr(self, name) for name in self.SECTIONS if getattr(self, name) is not None}
 
 
 class EvalSpec(_Strict):
@@ -187,11 +211,48 @@ class Recipe(_Strict):
         return bundled_recipes(TRAIN_PREFIX).get(self.train.config, path)
 
     def train_config_dict(self) -> dict[str, Any]:
-        """The trainer's config as data (a copy: callers add to it)."""
+        """The trainer's config as data (a copy: callers add to it): `train.config` with the
+        sections written in `train:` merged over it."""
         assert self.train is not None
         if isinstance(self.train.config, str):
-            return yaml.safe_load(self.train_config_file().read_text()) or {}
-        return json.loads(json.dumps(self.train.config))
+            path = self.train_config_file()
+            try:
+                data = yaml.safe_load(path.read_text()) or {}
+            except yaml.YAMLError as error:
+                raise ConfigError(f"{path}: not valid YAML: {error}") from None
+            if not isinstance(data, dict):
+                raise ConfigError(f"{path}: expected a mapping of key: value at the top level")
+        else:
+            data = json.loads(json.dumps(self.train.config))
+        return _merge_sections(data, self.train.sections())
+
+    def train_layout(self) -> dict[str, int]:
+        """The run's tp, pp, dp and zero (the trainer config's `parallel`, checked by
+        pipelines/checks.py), for plans and job scripts; with a config file that is not there
+        (a template checked without its paths), the sections written in `train:`."""
+        assert self.train is not None
+        if isinstance(self.train.config, str) and not self.train_config_file().is_file():
+            data = _merge_sections({}, self.train.sections())
+        else:
+            data = self.train_config_dict()
+        parallel = data.get("parallel") if isinstance(data.get("parallel"), dict) else {}
+        defaults = {"tp": 1, "pp": 1, "dp": 1, "zero": 0}
+        return {key: int(parallel.get(key, default)) for key, default in defaults.items()}
+
+    def train_world_size(self) -> int:
+        layout = self.train_layout()
+        return layout["tp"] * layout["pp"] * layout["dp"]
+
+
+def _merge_sections(data: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:
+    """Sections over config data: a mapping over a mapping key by key, anything else replaces."""
+    out = dict(data)
+    for name, value in json.loads(json.dumps(sections)).items():
+        below = out.get(name)
+        if isinstance(below, str) and name == "model" and isinstance(value, dict):
+            below = {"preset": below}  # `model: tiny` below, overrides of the preset here
+        out[name] = {**below, **value} if isinstance(below, dict) and isinstance(value, dict) else value
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,12 +260,15 @@ class Recipe(_Strict):
 
 
 class RecipeError(ConfigError):
-    """All problems found in a recipe, one per line."""
+    """All problems found in a recipe, one per line (one problem: one line in all)."""
 
     def __init__(self, path: str | Path, problems: list[str]) -> None:
         self.problems = problems
+        if len(problems) == 1:
+            super().__init__(f"{path}: {problems[0]}")
+            return
         lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"{path}: {len(problems)} problem(s) in the recipe:\n{lines}")
+        super().__init__(f"{path}: {len(problems)} problems in the recipe:\n{lines}")
 
 
 def format_loc(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -269,21 +333,25 @@ class Problems:
         self.items.append(f"{where}: {message}")
 
 
-def _model_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The valid keys at `loc` inside the Recipe model (for 'did you mean')."""
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
+    """The model class at `loc` inside `model`, None where there is none."""
     current: Any = model
     for part in loc:
         if isinstance(part, int):
             continue
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
+            return None
         field = current.model_fields.get(part)
         if field is None:
-            return []
+            return None
         current = _inner_model(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [k for k in current.model_fields if k != "base_dir"]
-    return []
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _model_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The valid keys at `loc` inside the Recipe model (for 'did you mean')."""
+    current = _model_at(model, loc)
+    return [k for k in current.model_fields if k != "base_dir"] if current is not None else []
 
 
 def _inner_model(annotation: Any) -> Any:
@@ -308,6 +376,10 @@ def pydantic_problems(
         loc = (*prefix, *loc)
         if item["type"] == "extra_forbidden":
             parent = loc[:-1]
+            moved = getattr(_model_at(model, parent[len(prefix) :]), "MOVED", {}) if model is not None else {}
+            if loc[-1] in moved:
+                problems.add(loc, f"moved; write {format_loc((*parent, *moved[loc[-1]].split('.')))}")
+                continue
             valid = _model_fields(model, parent[len(prefix) :]) if model is not None else []
             problems.add(loc, f"unknown key `{loc[-1]}`{suggest(loc[-1], valid)}")
         elif item["type"] == "missing":

@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
@@ -428,28 +427,17 @@ def _blend(ctx: Context, step: Step) -> dict[str, Any]:
 
 
 def train_config(ctx: Context, step: Step) -> dict[str, Any]:
-    """The trainer's config for this run: the recipe's, plus data, output, tokenizer and layout
-    (the model's vocabulary, when left out, is the shards' tokenizer's, padded by the trainer)."""
-    spec = ctx.recipe.train
-    assert spec is not None
+    """The trainer's config for this run: the recipe's, plus data, output and tokenizer (the
+    model's vocabulary, when left out, is the shards' tokenizer's, padded by the trainer)."""
     from tokenmill.train.config import apply_overrides
 
     tokenizer_dir = ctx.steps[StepRef.tokenizer()].output
     overrides = {
-        "data": str(ctx.steps[StepRef.blend()].output / "blend.json"),
+        "dataset.path": str(ctx.steps[StepRef.blend()].output / "blend.json"),
         "out": str(step.output / "run"),
-        "tokenizer": str(tokenizer_dir / "tokenizer.json"),
-        "tp": spec.tp,
-        "pp": spec.pp,
-        "dp": spec.dp,
-        "zero": spec.zero,
-        "steps": spec.steps or None,
+        "dataset.tokenizer": str(tokenizer_dir / "tokenizer.json"),
     }
-    # Nested sections (old flat keys moved into them): the trainer reads this file.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # reported once, when the recipe was checked
-        config = apply_overrides(ctx.recipe.train_config_dict(), overrides)
-    return config
+    return apply_overrides(ctx.recipe.train_config_dict(), overrides)
 
 
 # How often a run on a work directory URL looks for a new checkpoint of its training step to upload.
@@ -489,7 +477,7 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
 
     # The trainer imports the installed package whatever the cwd holds, and ends with this run.
     env = {
-        **child_env(spec.world_size),
+        **child_env(ctx.recipe.train_world_size()),
         PIPELINE_PID_ENV: str(os.getpid()),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }

@@ -106,7 +106,7 @@ def empty_valid_split(cfg: TrainConfig, prefixes: list[str]) -> str | None:
         if bounds is None or bounds[1] <= bounds[0]:
             return (
                 f"the valid split of {prefix} has no documents ({documents} documents, split "
-                f"{cfg.dataset.split!r}); give it more documents or a larger valid share in `split`"
+                f"{cfg.dataset.split!r}); give it more documents or a larger valid share in `dataset.split`"
             )
     return None
 
