@@ -14,9 +14,9 @@ logging: {interval: 1, eval_interval: 0, tensorboard: true}
 Errors are reported as recipes report them (tokenmill.pipelines.recipe's `Problems`): the key's
 location, its line in the file, and the closest valid key for a typo, all problems at once.
 A key of the old flat config (``lr: 3e-4``) is an error naming its place in the sections
-(``lr: moved; write optimizer.lr``). The cross-field
-checks of the layout (ZeRO stage, pipeline schedule, batch divisibility) live in
-`layout_problems`, the one place both the config and the parallel engine use.
+(``lr: moved; write optimizer.lr``). The cross-field checks of the layout (ZeRO stage, pipeline
+schedule, batch divisibility) live in `layout_problems`, the one place both the config and the
+parallel engine use.
 """
 
 from __future__ import annotations
