@@ -71,21 +71,25 @@ class Problems:
         self.items.append(f"{where}: {message}")
 
 
-def _model_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The valid keys at `loc` inside the Recipe model (for 'did you mean')."""
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
+    """The model class at `loc` inside `model`, None where there is none."""
     current: Any = model
     for part in loc:
         if isinstance(part, int):
             continue
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
+            return None
         field = current.model_fields.get(part)
         if field is None:
-            return []
+            return None
         current = _inner_model(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [k for k in current.model_fields if k != "base_dir"]
-    return []
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _model_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The valid keys at `loc` inside the Recipe model (for 'did you mean')."""
+    current = _model_at(model, loc)
+    return [k for k in current.model_fields if k != "base_dir"] if current is not None else []
 
 
 def _inner_model(annotation: Any) -> Any:
@@ -108,6 +112,10 @@ def pydantic_problems(
         loc = (*prefix, *loc)
         if item["type"] == "extra_forbidden":
             parent = loc[:-1]
+            moved = getattr(_model_at(model, parent[len(prefix) :]), "MOVED", {}) if model is not None else {}
+            if loc[-1] in moved:
+                problems.add(loc, f"moved; write {format_loc((*parent, *moved[loc[-1]].split('.')))}")
+                continue
             valid = _model_fields(model, parent[len(prefix) :]) if model is not None else []
             problems.add(loc, f"unknown key `{loc[-1]}`{suggest(loc[-1], valid)}")
         elif item["type"] == "missing":

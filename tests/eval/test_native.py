@@ -31,7 +31,7 @@ def native_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.05)
     run = tmp_path_factory.mktemp("native") / "run"
-    engine = SingleProcessEngine(model, TrainConfig(model=cfg, device="cpu"))
+    engine = SingleProcessEngine(model, TrainConfig(model=cfg, parallel={"device": "cpu"}))
     checkpoint.save_checkpoint(
         run,
         3,

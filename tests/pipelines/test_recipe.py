@@ -46,6 +46,12 @@ blend:
 """
 
 
+def recipe_tiny() -> dict:
+    import yaml
+
+    return yaml.safe_load((REPO / "tokenmill" / "recipes" / "train-tiny.yaml").read_text())
+
+
 def problems_of(tmp_path: Path, text: str) -> str:
     with pytest.raises(RecipeError) as info:
         load_recipe(write(tmp_path, text))
@@ -129,11 +135,44 @@ def test_train_config_checked_by_the_trainer_schema(tmp_path, corpus):
 
 
 def test_train_layout_checked_by_the_trainer_layout_checks(tmp_path, corpus):
-    # the launch layout and the config's own parallel section get the same check and message
-    message = problems_of(tmp_path, GOOD + "train:\n  config: {model: {preset: tiny}}\n  zero: 5\n")
-    assert "train.zero (line 17): must be 0, 1, 2 or 3, got 5" in message
+    # A section written in `train:` and one inside `train.config` get the same check, each
+    # located at the key that sets the value.
+    message = problems_of(tmp_path, GOOD + "train:\n  config: {model: {preset: tiny}}\n  parallel: {zero: 5}\n")
+    assert message.endswith("train.parallel.zero (line 17): must be 0, 1, 2 or 3, got 5")
     message = problems_of(tmp_path, GOOD + "train:\n  config: {parallel: {zero: 4}}\n")
-    assert "train.config.parallel.zero (line 16): must be 0, 1, 2 or 3, got 4" in message
+    assert message.endswith("train.config.parallel.zero (line 16): must be 0, 1, 2 or 3, got 4")
+    # `train.parallel` is merged over `train.config.parallel`: its value is the one checked.
+    message = problems_of(tmp_path, GOOD + "train:\n  config: {parallel: {zero: 1, dp: 2}}\n  parallel: {zero: 7}\n")
+    assert message.endswith("train.parallel.zero (line 17): must be 0, 1, 2 or 3, got 7")
+
+
+@pytest.mark.parametrize(
+    "train, message",
+    [
+        ("  config: tiny\n  dp: 2\n", "train.dp (line 17): moved; write train.parallel.dp"),
+        ("  config: tiny\n  steps: 20\n", "train.steps (line 17): moved; write train.schedule.steps"),
+        ("  config: {model: tiny, lr: 1.0e-3}\n", "train.config.lr (line 16): moved; write optimizer.lr"),
+    ],
+)
+def test_old_flat_train_key_is_one_line_naming_its_new_place(tmp_path, corpus, capsys, train, message):
+    path = write(tmp_path, GOOD + "train:\n" + train)
+    assert problems_of(tmp_path, GOOD + "train:\n" + train) == f"{path}: {message}"
+    from tokenmill.cli import main
+
+    assert main(["run", str(path), "--dry-run"]) == 1
+    assert capsys.readouterr().err == f"tokenmill: error: {path}: {message}\n"
+
+
+def test_train_sections_merge_over_the_config(tmp_path, corpus):
+    path = write(tmp_path, GOOD + "train:\n  config: tiny\n  parallel: {dp: 2}\n  schedule: {steps: 20}\n")
+    recipe = load_recipe(path)
+    data = recipe.train_config_dict()
+    # The bundled config's other keys stay: only the keys written in `train:` change.
+    assert data["schedule"] == {**recipe_tiny()["schedule"], "steps": 20}
+    assert data["parallel"] == {**recipe_tiny()["parallel"], "dp": 2}
+    assert recipe.train_layout() == {"tp": 1, "pp": 1, "dp": 2, "zero": 0} and recipe.train_world_size() == 2
+    (train,) = [s for s in build_plan(recipe, tmp_path / "work") if s.name == "train"]
+    assert "dp=2" in train.description and "(2 processes)" in train.description
 
 
 def test_selection_from_until_force(tmp_path, corpus):
@@ -185,7 +224,7 @@ def test_demo_recipe_validates_with_and_without_eval_data(tmp_path, shared_data)
     recipe = parse_recipe(
         demo_recipe_text(), origin="demo.yaml", base_dir=tmp_path, overrides=demo_overrides(str(shared_data / "eval"))
     )
-    assert recipe.train.dp == 2 and recipe.eval.tasks and recipe.eval.skip_missing
+    assert recipe.train_layout()["dp"] == 2 and recipe.eval.tasks and recipe.eval.skip_missing
     assert any(c.stage == "decontaminate" for c in recipe.curate)
 
 
@@ -327,7 +366,7 @@ blend:
   - {{source: wiki, weight: 1}}
 train:
   config: tiny
-  dp: 2
+  parallel: {{dp: 2}}
 """)
     recipe = load_recipe(path)
     assert recipe.train_config_file() == bundled_recipes("train-")["tiny"]
@@ -355,7 +394,7 @@ tokenize: {{vocab_size: 300}}
 blend:
   - {{source: wiki, weight: 1}}
 train:
-  dp: 2
+  parallel: {{dp: 2}}
   config:
     model: {{preset: tiny}}
     schedule: {{global_batch_size: 16}}

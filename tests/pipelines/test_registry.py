@@ -16,7 +16,6 @@ from tokenmill.curate.registry import (
     recipe_stage,
     recipe_stages,
 )
-from tokenmill.pipelines.plan import StepRef, build_plan
 from tokenmill.pipelines.recipe import RecipeError, parse_recipe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,7 +29,7 @@ def _recipe(tmp_path: Path, curate: str):
 
 def test_recipe_stages_are_cli_stages_by_the_same_name():
     commands = {s.name for s in cli_stages()}
-    current = {name for name, s in recipe_stages().items() if s.alias_of is None}
+    current = set(recipe_stages())
     assert current == {
         "extract",
         "normalize",
@@ -43,7 +42,6 @@ def test_recipe_stages_are_cli_stages_by_the_same_name():
         "decontaminate",
     }
     assert current <= commands
-    assert {"exact_dedup", "fuzzy_dedup"} <= set(recipe_stages()) - commands
 
 
 def test_dedup_options_come_from_dedup_config():
@@ -56,60 +54,22 @@ def test_dedup_options_come_from_dedup_config():
     recipe_stage("dedup").add_cli(parser.add_subparsers())
     dests = {a.dest for a in parser._subparsers._group_actions[0].choices["dedup"]._actions}
     assert {"method", "threshold", "num_perm", "update_index", "work_dir", "keep_work", "batch_rows"} <= dests
-    # The deprecated spelling takes the options it always took.
-    assert set(recipe_stage("exact_dedup").options_model().model_fields) == {
-        "normalize",
-        "keep",
-        "batch_rows",
-        "partition_rows",
-        "shuffle",
-    }
 
 
-def test_old_dedup_spelling_runs_as_dedup_with_a_warning(tmp_path):
-    old = _recipe(
-        tmp_path,
-        """
-        - stage: exact_dedup
-        - stage: fuzzy_dedup
-          options: {threshold: 0.7}
-    """,
+@pytest.mark.parametrize("old, method", [("exact_dedup", "exact"), ("fuzzy_dedup", "fuzzy")])
+def test_old_dedup_spelling_names_the_new_one(tmp_path, capsys, old, method):
+    with pytest.raises(RecipeError) as info:
+        _recipe(tmp_path, f"- stage: {old}\n")
+    assert str(info.value) == (
+        f"recipe.yaml: curate[0].stage (line 4): stage `{old}` is now `stage: dedup` with"
+        f" `options: {{method: {method}}}` (and `name: {old}` to keep the step's name)"
     )
-    new = _recipe(
-        tmp_path,
-        """
-        - stage: dedup
-          name: exact_dedup
-          options: {method: exact}
-        - stage: dedup
-          name: fuzzy_dedup
-          options: {method: fuzzy, threshold: 0.7}
-    """,
-    )
-    assert any("`exact_dedup` is deprecated" in w and "method: exact" in w for w in old.warnings)
-    assert not new.warnings
-    old_plan, new_plan = build_plan(old, tmp_path / "w"), build_plan(new, tmp_path / "w")
-    assert [(s.name, s.output) for s in old_plan] == [(s.name, s.output) for s in new_plan]
-    # The same stage runs with the same options (the old spelling keeps its fingerprint: the
-    # config records the stage as written, so existing work directories stay fresh).
-    for old_step, new_step in zip(old_plan[1:], new_plan[1:]):
-        old_kind, new_kind = recipe_stage(old_step.config["stage"]), recipe_stage(new_step.config["stage"])
-        assert old_kind.run is new_kind.run
-        assert old_kind.recipe_options(old_step.config["options"]) == new_kind.recipe_options(
-            new_step.config["options"]
-        )
-    assert old_plan[-1].name == StepRef.curate("a", "fuzzy_dedup") == "curate.a.fuzzy_dedup"
+    from tokenmill.cli import main
 
-
-def test_old_spelling_keeps_its_option_set(tmp_path):
-    with pytest.raises(RecipeError, match="unknown option `threshold` for stage exact_dedup"):
-        _recipe(
-            tmp_path,
-            """
-            - stage: exact_dedup
-              options: {threshold: 0.7}
-        """,
-        )
+    (tmp_path / "r.yaml").write_text(f"sources:\n  - {{name: a, path: a.jsonl}}\ncurate:\n  - stage: {old}\n")
+    assert main(["run", str(tmp_path / "r.yaml"), "--dry-run"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("tokenmill: error:") and f"stage `{old}` is now `stage: dedup`" in line
 
 
 def test_pipelines_guess_no_names():

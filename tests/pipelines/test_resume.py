@@ -33,7 +33,9 @@ curate:
   - stage: normalize
   - stage: langid
     options: {{languages: [en], min_score: 0.3}}
-  - stage: exact_dedup
+  - stage: dedup
+    name: exact_dedup
+    options: {{method: exact}}
 tokenize: {{vocab_size: 320}}
 blend:
   - {{source: wiki, weight: 0.7}}
@@ -41,19 +43,12 @@ blend:
 train:
   config:
     model: {{preset: tiny, max_seq_len: 32}}
-    seq_len: 32
-    split: "90,10,0"
-    steps: 16
-    global_batch_size: 4
-    lr: 3.0e-3
-    lr_warmup_steps: 2
-    log_interval: 1
-    eval_interval: 8
-    eval_iters: 1
-    save_interval: 4
-    keep_last: 5
-    precision: fp32
-    tensorboard: false
+    dataset: {{seq_len: 32, split: "90,10,0"}}
+    schedule: {{steps: 16, global_batch_size: 4, warmup_steps: 2}}
+    optimizer: {{lr: 3.0e-3}}
+    parallel: {{precision: fp32}}
+    checkpoint: {{interval: 4, keep_last: 5}}
+    logging: {{interval: 1, eval_interval: 8, eval_iters: 1, tensorboard: false}}
 eval:
   perplexity: true
 """
@@ -242,7 +237,7 @@ def test_killed_runner_takes_its_trainer_and_workers_with_it(tmp_path, shared_da
 
     recipe = tmp_path / "long.yaml"
     text = textwrap.dedent(RECIPE.format(corpus=shared_data / "corpus")).replace("steps: 16", "steps: 2000")
-    recipe.write_text(text.replace("train:\n", "train:\n  dp: 2\n"))
+    recipe.write_text(text.replace("train:\n", "train:\n  parallel: {dp: 2}\n"))
     workdir = tmp_path / "work"
     process = subprocess.Popen(
         _command(recipe, workdir),

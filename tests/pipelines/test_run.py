@@ -37,11 +37,14 @@ curate:
   - stage: filter
     sources: [wiki]
     options: {{disable: [c4, gopher_quality]}}
-  - stage: exact_dedup
+  - stage: dedup
+    name: exact_dedup
     sources: [plays]
-  - stage: fuzzy_dedup
+    options: {{method: exact}}
+  - stage: dedup
+    name: fuzzy_dedup
     sources: [plays]
-    options: {{threshold: 0.7, verify: true}}
+    options: {{method: fuzzy, threshold: 0.7, verify: true}}
   - stage: decontaminate
     sources: [wiki]
     options: {{data_dir: {eval}}}

@@ -22,7 +22,7 @@ from pipeline_outputs import documents
 
 REPO = Path(__file__).resolve().parents[2]
 DAEMONS = ("slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue", "sinfo")
-TRAIN_STEPS = 12  # the recipe's train.config.steps
+TRAIN_STEPS = 12  # the recipe's train.config.schedule.steps
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL"}
 
 RECIPE = """
@@ -42,18 +42,12 @@ blend:
 train:
   config:
     model: {{preset: tiny, max_seq_len: 32}}
-    seq_len: 32
-    split: "90,10,0"
-    steps: 12
-    global_batch_size: 4
-    lr: 3.0e-3
-    lr_warmup_steps: 2
-    log_interval: 1
-    eval_interval: 6
-    eval_iters: 1
-    save_interval: 2
-    precision: fp32
-    tensorboard: false
+    dataset: {{seq_len: 32, split: "90,10,0"}}
+    schedule: {{steps: 12, global_batch_size: 4, warmup_steps: 2}}
+    optimizer: {{lr: 3.0e-3}}
+    parallel: {{precision: fp32}}
+    checkpoint: {{interval: 2}}
+    logging: {{interval: 1, eval_interval: 6, eval_iters: 1, tensorboard: false}}
 """
 
 

@@ -59,28 +59,24 @@ def s3_dask_client(s3_server: str):
 
 @pytest.fixture
 def tiny_train_config():
-    """``make(data, out, **keys)``: a validated config for a few CPU steps of the tiny model."""
+    """``make(data, out, **sections)``: a validated config for a few CPU steps of the tiny model;
+    each keyword is a section (its keys merged over these) or a top-level key."""
     from tokenmill.train.config import TrainConfig
     from tokenmill.train.model import preset
 
-    def make(data: str, out: str, **keys) -> TrainConfig:
-        base = dict(
-            model=preset("tiny", max_seq_len=32),
-            seq_len=32,
-            global_batch_size=4,
-            micro_batch_size=4,
-            lr=3e-3,
-            lr_warmup_steps=1,
-            device="cpu",
-            tensorboard=False,
-            progress=False,
-            log_interval=1,
-            eval_interval=0,
-        )
-        checkpoint = keys.pop("checkpoint", {})
-        cfg = TrainConfig(**{**base, **keys, "data": data, "out": out})
-        for key, value in checkpoint.items():
-            setattr(cfg.checkpoint, key, value)
-        return cfg.validate()
+    def make(data: str, out: str, **sections) -> TrainConfig:
+        base = {
+            "model": preset("tiny", max_seq_len=32),
+            "out": out,
+            "dataset": {"path": data, "seq_len": 32},
+            "schedule": {"global_batch_size": 4, "micro_batch_size": 4, "warmup_steps": 1},
+            "optimizer": {"lr": 3e-3},
+            "parallel": {"device": "cpu"},
+            "logging": {"tensorboard": False, "progress": False, "interval": 1, "eval_interval": 0},
+        }
+        for key, value in sections.items():
+            below = base.get(key)
+            base[key] = {**below, **value} if isinstance(below, dict) and isinstance(value, dict) else value
+        return TrainConfig(**base).validate()
 
     return make

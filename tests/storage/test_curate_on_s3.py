@@ -90,7 +90,7 @@ def test_every_stage_reads_and_writes_a_bucket(bucket, shared_data, s3_dask_clie
     stages = [
         ("normalize", {"detokenize": "wikitext"}),
         ("filter", {}),
-        ("exact_dedup", {}),
+        ("dedup", {"method": "exact"}),
     ]
     for name, options in stages:
         kind = recipe_stage(name)
@@ -104,7 +104,7 @@ def test_every_stage_reads_and_writes_a_bucket(bucket, shared_data, s3_dask_clie
         )
         assert manifest["counts"]["kept"] > 10, (name, manifest["counts"])
         previous = target
-    assert read_manifest(f"{bucket}/curate/exact_dedup")["counts"]["rejected"].get("exact_duplicate", 0) >= 1
+    assert read_manifest(f"{bucket}/curate/dedup")["counts"]["rejected"].get("exact_duplicate", 0) >= 1
 
     # Decontaminate against an eval task that is itself on the bucket and quotes one article.
     quoted = " ".join(sorted(_kept(previous)["text"])[2].split()[:40])

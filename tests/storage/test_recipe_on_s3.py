@@ -39,7 +39,9 @@ RECIPE = (
     format: jsonl
 curate:
   - stage: normalize
-  - stage: exact_dedup
+  - stage: dedup
+    name: exact_dedup
+    options: {{method: exact}}
 """
 )
 
@@ -176,17 +178,12 @@ blend:
 train:
   config:
     model: {{preset: tiny, max_seq_len: 32}}
-    seq_len: 32
-    steps: 200
-    global_batch_size: 4
-    lr: 3.0e-3
-    lr_warmup_steps: 2
-    log_interval: 1
-    eval_interval: 0
-    save_interval: 4
-    keep_last: 3
-    precision: fp32
-    tensorboard: false
+    dataset: {{seq_len: 32}}
+    schedule: {{steps: 200, global_batch_size: 4, warmup_steps: 2}}
+    optimizer: {{lr: 3.0e-3}}
+    parallel: {{precision: fp32}}
+    checkpoint: {{interval: 4, keep_last: 3}}
+    logging: {{interval: 1, eval_interval: 0, tensorboard: false}}
 """
 )
 

@@ -105,7 +105,7 @@ def test_clear_errors(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_run_directory_url_is_written_through_the_cache(s3_server) -> None:
     from tokenmill.train.config import TrainConfig
 
-    cfg = TrainConfig(data="s3://b/shard", out="s3://b/run").validate()
+    cfg = TrainConfig(dataset={"path": "s3://b/shard"}, out="s3://b/run").validate()
     assert cfg.run_dir == storage.cache_dir_for("s3://b/run", "runs")
     assert TrainConfig(out="runs/x").run_dir == Path("runs/x")
 

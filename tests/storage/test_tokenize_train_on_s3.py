@@ -81,7 +81,7 @@ def test_encode_onto_a_bucket_and_train_from_its_cache(
 
     from tokenmill.train.loop import train
 
-    cfg = tiny_train_config(prefix, str(tmp_path / "run"), steps=3)
+    cfg = tiny_train_config(prefix, str(tmp_path / "run"), schedule={"steps": 3})
     result = train(cfg)
     losses = [row["loss"] for row in result.metrics if "loss" in row] if hasattr(result, "metrics") else []
     assert (tmp_path / "run" / "checkpoints").is_dir()

@@ -52,13 +52,9 @@ def config(tiny_train_config, byte_shard):
             str(byte_shard),
             out,
             model=preset("tiny", max_seq_len=32, dropout=0.1),
-            steps=steps,
-            global_batch_size=8,
-            min_lr=3e-4,
-            lr_warmup_steps=2,
-            save_interval=2,
-            keep_last=2,
-            checkpoint=checkpoint,
+            schedule={"steps": steps, "global_batch_size": 8, "warmup_steps": 2},
+            optimizer={"min_lr": 3e-4},
+            checkpoint={"interval": 2, "keep_last": 2, **checkpoint},
         )
 
     return make

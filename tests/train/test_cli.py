@@ -70,9 +70,15 @@ def test_train_tiny_recipe_then_resume_then_export(
 
 def test_cli_errors_are_one_line(shakespeare_shard: Path, tmp_path: Path, capsys) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("model: tiny\nmicro_batch: 4\n")
+    bad.write_text("model: tiny\nschedule: {micro_batch: 4}\n")
     assert main("train", str(bad), "--data", str(shakespeare_shard)) == 1
-    assert "unknown key 'micro_batch'; did you mean 'micro_batch_size'?" in capsys.readouterr().err
+    assert (
+        "schedule.micro_batch: unknown key `micro_batch` (did you mean `micro_batch_size`?)" in capsys.readouterr().err
+    )
+    # A key of the old flat config names its place in the sections, also when a flag sets it.
+    bad.write_text("model: tiny\nsteps: 4\n")
+    assert main("train", str(bad), "--data", str(shakespeare_shard), "--steps", "2") == 1
+    assert capsys.readouterr().err == f"tokenmill: error: {bad}: steps: moved; write schedule.steps\n"
     assert main("train", RECIPE, "--data", str(tmp_path / "nothing"), "--out", str(tmp_path / "r")) == 1
     assert "not found" in capsys.readouterr().err
     assert main("export-hf", str(tmp_path / "nowhere"), str(tmp_path / "hf")) == 1

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tokenmill.errors import ConfigError
-from tokenmill.train.config import load_config
+from tokenmill.train.config import config_from_dict, load_config
 
 RECIPE = Path(__file__).resolve().parents[2] / "tokenmill" / "recipes" / "train-tiny.yaml"
 
@@ -19,9 +19,11 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_recipe_loads_with_overrides() -> None:
-    cfg = load_config(RECIPE, {"steps": 7, "data": "x", "tp": None})
-    assert cfg.steps == 7 and cfg.data == "x" and cfg.model.flavour == "gpt2" and cfg.precision == "fp32"
-    assert (cfg.tp, cfg.pp, cfg.dp, cfg.zero, cfg.pp_schedule, cfg.virtual_stages, cfg.sequence_parallel) == (
+    cfg = load_config(RECIPE, {"schedule.steps": 7, "dataset.path": "x", "parallel.tp": None})
+    assert cfg.schedule.steps == 7 and cfg.dataset.path == "x" and cfg.model.flavour == "gpt2"
+    assert cfg.schedule.global_batch_size == 16 and cfg.parallel.precision == "fp32"
+    p = cfg.parallel
+    assert (p.tp, p.pp, p.dp, p.zero, p.pp_schedule, p.virtual_stages, p.sequence_parallel) == (
         1,
         1,
         1,
@@ -35,20 +37,21 @@ def test_recipe_loads_with_overrides() -> None:
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("global_bach_size: 8\n", "unknown key 'global_bach_size'; did you mean 'global_batch_size'"),
+        ("schedule: {global_bach_size: 8}\n", "schedule.global_bach_size: unknown key"),
+        ("parallell: {tp: 2}\n", "unknown key 'parallell'; did you mean 'parallel'"),
         ("model: {preset: tiny, n_layer: 3}\n", "unknown model key 'n_layer'; did you mean 'n_layers'"),
         ("model: tinny\n", "unknown preset 'tinny'; did you mean 'tiny'"),
-        ("precision: bf61\n", "precision: 'bf61' is not one of fp32, bf16; did you mean 'bf16'"),
-        ("steps: many\n", "steps: expected an integer, got 'many'"),
-        ("lr: fast\n", "lr: expected a number"),
-        ("global_batch_size: 10\nmicro_batch_size: 4\n", "global_batch_size: 10 is not divisible"),
-        ("global_batch_size: 16\nmicro_batch_size: 4\nrampup_batch_size: [6, 4, 100]\n", "multiples of"),
-        ("rampup_batch_size: [8, 4]\n", "expected [start, increment, ramp-up samples]"),
-        ("seq_len: 4096\n", "exceeds the model's max_seq_len"),
-        ("zero: 4\n", "zero: must be 0, 1, 2 or 3"),
+        ("parallel: {precision: bf61}\n", "parallel.precision: 'bf61' is not one of fp32, bf16; did you mean 'bf16'"),
+        ("schedule: {steps: many}\n", "schedule.steps: expected an integer, got 'many'"),
+        ("optimizer: {lr: fast}\n", "optimizer.lr: expected a number"),
+        ("schedule: {global_batch_size: 10, micro_batch_size: 4}\n", "schedule.global_batch_size: 10 is not divisible"),
+        ("schedule: {global_batch_size: 16, micro_batch_size: 4, rampup_batch_size: [6, 4, 100]}\n", "multiples of"),
+        ("schedule: {rampup_batch_size: [8, 4]}\n", "expected [start, increment, ramp-up samples]"),
+        ("dataset: {seq_len: 4096}\n", "exceeds the model's max_seq_len"),
+        ("parallel: {zero: 4}\n", "parallel.zero: must be 0, 1, 2 or 3"),
         ("model: {preset: tiny, hidden: 66}\n", "model.hidden: 66 is not divisible by n_heads"),
         ("- a\n- b\n", "expected a mapping"),
-        ("pp_schedule: interleaved\n", "virtual_stages"),
+        ("parallel: {pp_schedule: interleaved}\n", "parallel.virtual_stages"),
     ],
 )
 def test_config_errors(tmp_path: Path, text: str, message: str) -> None:
@@ -64,5 +67,27 @@ def test_missing_config_file(tmp_path: Path) -> None:
 
 
 def test_yaml_scientific_notation_without_dot(tmp_path: Path) -> None:
-    cfg = load_config(write(tmp_path, "lr: 3e-4\nmin_lr: 3e-5\n"))
-    assert cfg.lr == 3e-4 and cfg.min_lr == 3e-5
+    cfg = load_config(write(tmp_path, "optimizer: {lr: 3e-4, min_lr: 3e-5}\n"))
+    assert cfg.optimizer.lr == 3e-4 and cfg.optimizer.min_lr == 3e-5
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("lr: 3.0e-4\n", "lr: moved; write optimizer.lr"),
+        ("model: tiny\nsteps: 4\n", "steps: moved; write schedule.steps"),
+        ("data: shard\n", "data: moved; write dataset.path"),
+        ("lr_warmup_steps: 2\n", "lr_warmup_steps: moved; write schedule.warmup_steps"),
+        ("save_interval: 5\n", "save_interval: moved; write checkpoint.interval"),
+    ],
+)
+def test_old_flat_key_names_its_new_place(tmp_path: Path, text: str, message: str) -> None:
+    # A flat key is an error even where a command-line flag sets the same nested key.
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), {"schedule.steps": 3})
+    assert str(info.value) == f"{tmp_path / 'c.yaml'}: {message}"
+
+
+def test_nested_config_round_trips() -> None:
+    cfg = load_config(RECIPE)
+    assert config_from_dict(cfg.to_dict()).to_dict() == cfg.to_dict()

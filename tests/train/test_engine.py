@@ -25,9 +25,10 @@ def engine_for(cfg: TrainConfig, state=None) -> SingleProcessEngine:
 @pytest.mark.parametrize("mode", ["full", "selective"])
 def test_activation_checkpointing_gives_the_same_gradients(mode: str) -> None:
     model_cfg = preset("tiny-llama", n_layers=3)
-    plain = engine_for(TrainConfig(model=model_cfg, device="cpu").validate())
+    plain = engine_for(TrainConfig(model=model_cfg, parallel={"device": "cpu"}).validate())
     ckpt = engine_for(
-        TrainConfig(model=model_cfg, device="cpu", activation_checkpointing=mode).validate(), plain.model.state_dict()
+        TrainConfig(model=model_cfg, parallel={"device": "cpu", "activation_checkpointing": mode}).validate(),
+        plain.model.state_dict(),
     )
     tokens = torch.randint(0, 512, (4, 33))
     assert plain.train_step(tokens, 2) == ckpt.train_step(tokens, 2)
@@ -38,9 +39,11 @@ def test_activation_checkpointing_gives_the_same_gradients(mode: str) -> None:
 
 
 def test_bf16_autocast_keeps_fp32_master_weights() -> None:
-    cfg = TrainConfig(model=preset("tiny"), device="cpu", precision="bf16").validate()
+    cfg = TrainConfig(model=preset("tiny"), parallel={"device": "cpu", "precision": "bf16"}).validate()
     engine = engine_for(cfg)
-    fp32 = engine_for(TrainConfig(model=preset("tiny"), device="cpu").validate(), engine.model.state_dict())
+    fp32 = engine_for(
+        TrainConfig(model=preset("tiny"), parallel={"device": "cpu"}).validate(), engine.model.state_dict()
+    )
     tokens = torch.randint(0, 512, (4, 33))
     loss, ref = engine.train_step(tokens, 4), fp32.train_step(tokens, 4)
     assert loss == pytest.approx(ref, rel=2e-2) and loss != ref  # bf16 matmuls, close to fp32
@@ -53,15 +56,11 @@ def test_bf16_autocast_keeps_fp32_master_weights() -> None:
 def test_engine_protocol_and_mfu(shakespeare_shard: Path, tmp_path: Path) -> None:
     cfg = TrainConfig(
         model=preset("tiny", max_seq_len=32),
-        data=str(shakespeare_shard),
         out=str(tmp_path),
-        seq_len=32,
-        steps=2,
-        global_batch_size=4,
-        device="cpu",
-        tensorboard=False,
-        progress=False,
-        peak_tflops=0.1,
+        dataset={"path": str(shakespeare_shard), "seq_len": 32},
+        schedule={"steps": 2, "global_batch_size": 4},
+        parallel={"device": "cpu"},
+        logging={"tensorboard": False, "progress": False, "peak_tflops": 0.1},
     ).validate()
     assert isinstance(engine_for(cfg), Engine)
     train(cfg)

@@ -30,7 +30,7 @@ def make_checkpoint(cfg, run: Path) -> GPT:
     with torch.no_grad():  # move every weight off its init value, so no mapping hides behind 0 or 1
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.05)
-    engine = SingleProcessEngine(model, TrainConfig(model=cfg, device="cpu"))
+    engine = SingleProcessEngine(model, TrainConfig(model=cfg, parallel={"device": "cpu"}))
     save_checkpoint(
         run, 5, engine.state_dict_for_checkpoint(), {"model": cfg.to_dict(), "consumed_samples": 0, "tokenizer": None}
     )

@@ -78,7 +78,7 @@ def test_a_tokenmill_folder_in_the_cwd_does_not_shadow_the_package(shakespeare_s
 
 # A global batch of 18 at micro-batch 9 on dp=2 gives each rank one micro-batch of 9 rows:
 # too few for 2 pipeline stages, and 9 rows do not split in 2.
-ODD_BATCH = "model: tiny\nseq_len: 64\nsteps: 4\nglobal_batch_size: 18\nmicro_batch_size: 9\n"
+ODD_BATCH = "model: tiny\ndataset: {seq_len: 64}\nschedule: {steps: 4, global_batch_size: 18, micro_batch_size: 9}\n"
 
 
 @pytest.mark.parametrize(

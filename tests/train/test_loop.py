@@ -17,33 +17,34 @@ from tokenmill.train.metrics import read_metrics
 from tokenmill.train.model import preset
 
 
-def tiny_config(shard: Path, out: Path, **kw) -> TrainConfig:
-    base = dict(
-        model=preset("tiny", max_seq_len=32),
-        data=str(shard),
-        out=str(out),
-        seq_len=32,
-        steps=6,
-        global_batch_size=8,
-        micro_batch_size=4,
-        lr=3e-3,
-        min_lr=3e-4,
-        lr_warmup_steps=2,
-        device="cpu",
-        tensorboard=False,
-        progress=False,
-        log_interval=1,
-    )
-    base.update(kw)
+def tiny_config(shard: Path, out: Path, **sections) -> TrainConfig:
+    """A few CPU steps of the tiny model; each keyword is a section (its keys merged over these)
+    or a top-level key."""
+    base = {
+        "model": preset("tiny", max_seq_len=32),
+        "out": str(out),
+        "dataset": {"path": str(shard), "seq_len": 32},
+        "schedule": {"steps": 6, "global_batch_size": 8, "micro_batch_size": 4, "warmup_steps": 2},
+        "optimizer": {"lr": 3e-3, "min_lr": 3e-4},
+        "parallel": {"device": "cpu"},
+        "logging": {"interval": 1, "tensorboard": False, "progress": False},
+    }
+    for key, value in sections.items():
+        below = base.get(key)
+        base[key] = {**below, **value} if isinstance(below, dict) and isinstance(value, dict) else value
     return TrainConfig(**base).validate()
 
 
 def test_exact_resume_bitwise(shakespeare_shard: Path, tmp_path: Path) -> None:
     """Stop at step 3 and resume to 7: the same losses, bit for bit, as one run to 7 (with a
     batch ramp-up, gradient accumulation and dropout, so every piece of state matters)."""
-    kw = dict(steps=7, rampup_batch_size=[4, 4, 12], model=preset("tiny", max_seq_len=32, dropout=0.1))
+    kw = dict(schedule={"steps": 7, "rampup_batch_size": [4, 4, 12]}, model=preset("tiny", max_seq_len=32, dropout=0.1))
     full = train(tiny_config(shakespeare_shard, tmp_path / "full", **kw))
-    part = train(tiny_config(shakespeare_shard, tmp_path / "part", **dict(kw, steps=3)))
+    part = train(
+        tiny_config(
+            shakespeare_shard, tmp_path / "part", **dict(kw, schedule={"steps": 3, "rampup_batch_size": [4, 4, 12]})
+        )
+    )
     assert part.step == 3
     resumed = train(tiny_config(shakespeare_shard, tmp_path / "part", **kw), resume=True)
     assert resumed.step == 7 and resumed.consumed_samples == full.consumed_samples
@@ -59,7 +60,14 @@ def test_exact_resume_bitwise(shakespeare_shard: Path, tmp_path: Path) -> None:
 
 def test_checkpoints_keep_last_and_latest(shakespeare_shard: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    result = train(tiny_config(shakespeare_shard, run, save_interval=2, keep_last=2, eval_interval=3, eval_iters=1))
+    result = train(
+        tiny_config(
+            shakespeare_shard,
+            run,
+            checkpoint={"interval": 2, "keep_last": 2},
+            logging={"eval_interval": 3, "eval_iters": 1},
+        )
+    )
     names = [p.name for p in list_checkpoints(run)]
     assert names == ["step_4", "step_6"]
     assert (run / "checkpoints" / "latest").read_text().strip() == "step_6"
@@ -77,18 +85,18 @@ def test_checkpoints_keep_last_and_latest(shakespeare_shard: Path, tmp_path: Pat
 
 def test_corrupted_checkpoint_is_reported_and_previous_still_loads(shakespeare_shard: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    train(tiny_config(shakespeare_shard, run, steps=4, save_interval=2))
+    train(tiny_config(shakespeare_shard, run, schedule={"steps": 4}, checkpoint={"interval": 2}))
     data_file = next((run / "checkpoints" / "step_4").glob("*.distcp"))
     data_file.write_bytes(data_file.read_bytes()[: data_file.stat().st_size // 2])  # truncate
     with pytest.raises(CheckpointError) as info:
-        train(tiny_config(shakespeare_shard, run, steps=6), resume=True)
+        train(tiny_config(shakespeare_shard, run, schedule={"steps": 6}), resume=True)
     message = str(info.value)
     assert "step_4 is truncated or corrupted" in message and "previous checkpoint" in message and "step_2" in message
     with pytest.raises(CheckpointError, match="truncated"):
         load_for_inference(run)
     model, _, meta = load_for_inference(run / "checkpoints" / "step_2")
     assert meta["step"] == 2
-    resumed = train(tiny_config(shakespeare_shard, run, steps=6), resume=run / "checkpoints" / "step_2")
+    resumed = train(tiny_config(shakespeare_shard, run, schedule={"steps": 6}), resume=run / "checkpoints" / "step_2")
     assert resumed.step == 6
 
     # A flipped byte with the right size is caught by the checksum.
@@ -102,7 +110,7 @@ def test_corrupted_checkpoint_is_reported_and_previous_still_loads(shakespeare_s
 
 def test_interrupted_save_leaves_previous_checkpoint(shakespeare_shard: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    train(tiny_config(shakespeare_shard, run, steps=2))
+    train(tiny_config(shakespeare_shard, run, schedule={"steps": 2}))
     # A crash mid-save leaves only a temporary directory, which is never picked up.
     (run / "checkpoints" / ".step_4.tmp").mkdir()
     (run / "checkpoints" / ".step_4.tmp" / "__0_0.distcp").write_bytes(b"partial")
@@ -115,13 +123,18 @@ def test_data_and_vocab_errors(shakespeare_shard: Path, tmp_path: Path) -> None:
     with pytest.raises(TokenmillError, match="not found"):
         train(tiny_config(tmp_path / "missing", tmp_path / "run"))
     with pytest.raises(ConfigError, match="no training data"):
-        train(tiny_config(shakespeare_shard, tmp_path / "run", data=None))
+        train(tiny_config(shakespeare_shard, tmp_path / "run", dataset={"path": None}))
     with pytest.raises(ConfigError, match="model.vocab_size: 100 is smaller than the data's vocabulary"):
         train(tiny_config(shakespeare_shard, tmp_path / "run", model=preset("tiny", vocab_size=100, max_seq_len=32)))
-    train(tiny_config(shakespeare_shard, tmp_path / "run", steps=1))
+    train(tiny_config(shakespeare_shard, tmp_path / "run", schedule={"steps": 1}))
     with pytest.raises(ConfigError, match="differs from the checkpoint"):
         train(
-            tiny_config(shakespeare_shard, tmp_path / "run", steps=2, model=preset("tiny", max_seq_len=32, n_layers=3)),
+            tiny_config(
+                shakespeare_shard,
+                tmp_path / "run",
+                schedule={"steps": 2},
+                model=preset("tiny", max_seq_len=32, n_layers=3),
+            ),
             resume=True,
         )
 
@@ -133,22 +146,24 @@ def test_trains_on_a_blend_file(shakespeare_shard: Path, shared_data: Path, tmp_
     wiki = write_shard(tmp_path / "wiki", [line for line in lines if len(line.strip()) > 20])  # paragraphs
     blend = tmp_path / "blend.yaml"
     blend.write_text(f"- {{prefix: {shakespeare_shard}, weight: 0.7}}\n- {{prefix: {wiki.name}, weight: 0.3}}\n")
-    result = train(tiny_config(blend, tmp_path / "run", steps=3, eval_interval=3))
+    result = train(tiny_config(blend, tmp_path / "run", schedule={"steps": 3}, logging={"eval_interval": 3}))
     assert result.step == 3 and 3 in result.val_losses
     with pytest.raises(TokenmillError, match="not found"):
         blend.write_text(f"- {{prefix: {tmp_path / 'gone'}, weight: 1.0}}\n")
-        train(tiny_config(blend, tmp_path / "run2", steps=1))
+        train(tiny_config(blend, tmp_path / "run2", schedule={"steps": 1}))
 
 
 def test_resume_keeps_one_metrics_row_per_step(shakespeare_shard: Path, tmp_path: Path) -> None:
     """A run logged steps 21..30 past its step-20 checkpoint (then died, leaving half a line);
     resumed from step 20 to 40, metrics.jsonl has each step once, with the re-run values."""
     run = tmp_path / "run"
-    first = train(tiny_config(shakespeare_shard, run, steps=30, save_interval=20, keep_last=3))
+    first = train(
+        tiny_config(shakespeare_shard, run, schedule={"steps": 30}, checkpoint={"interval": 20, "keep_last": 3})
+    )
     with open(run / "metrics.jsonl", "a") as handle:
         handle.write('{"step": 31, "lo')  # a write cut short by SIGKILL
     resumed = train(
-        tiny_config(shakespeare_shard, run, steps=40, save_interval=20, keep_last=3),
+        tiny_config(shakespeare_shard, run, schedule={"steps": 40}, checkpoint={"interval": 20, "keep_last": 3}),
         resume=run / "checkpoints" / "step_20",
     )
     records = read_metrics(run)
@@ -162,13 +177,13 @@ def test_a_run_directory_with_checkpoints_is_continued_only_with_resume(
     shakespeare_shard: Path, tmp_path: Path
 ) -> None:
     run = tmp_path / "run"
-    train(tiny_config(shakespeare_shard, run, steps=4))
+    train(tiny_config(shakespeare_shard, run, schedule={"steps": 4}))
     before = read_metrics(run)
     with pytest.raises(TokenmillError, match=r"already holds a run's checkpoints .*step_4\); rerun with --resume"):
-        train(tiny_config(shakespeare_shard, run, steps=3))  # no --resume
+        train(tiny_config(shakespeare_shard, run, schedule={"steps": 3}))  # no --resume
     assert read_metrics(run) == before and [p.name for p in list_checkpoints(run)] == ["step_4"]
     # The refused run let go of the directory; resumed past its end, there is nothing to do.
-    done = train(tiny_config(shakespeare_shard, run, steps=3), resume=True)
+    done = train(tiny_config(shakespeare_shard, run, schedule={"steps": 3}), resume=True)
     assert (done.step, done.losses, done.checkpoint) == (4, {}, run / "checkpoints" / "step_4")
     assert read_metrics(run) == before
 
@@ -181,9 +196,9 @@ def test_the_run_directory_admits_one_writer(shakespeare_shard: Path, tmp_path: 
         with pytest.raises(
             RunInUseError, match=rf"run is being written by another `tokenmill train` \(pid {os.getpid()}\)"
         ):
-            train(tiny_config(shakespeare_shard, run, steps=1))
+            train(tiny_config(shakespeare_shard, run, schedule={"steps": 1}))
         assert not (run / "metrics.jsonl").exists()
-    assert train(tiny_config(shakespeare_shard, run, steps=1)).step == 1  # released: free again
+    assert train(tiny_config(shakespeare_shard, run, schedule={"steps": 1})).step == 1  # released: free again
 
 
 def test_two_documents_train_without_validation(tmp_path: Path, shared_data: Path) -> None:
@@ -232,13 +247,10 @@ def test_vocabulary_from_the_data_padded_as_megatron(shakespeare_shard: Path, tm
         32768,
     ]
     base = {
-        "seq_len": 32,
-        "steps": 1,
-        "global_batch_size": 8,
-        "device": "cpu",
-        "tensorboard": False,
-        "progress": False,
-        "data": str(shakespeare_shard),
+        "dataset": {"path": str(shakespeare_shard), "seq_len": 32},
+        "schedule": {"steps": 1, "global_batch_size": 8},
+        "parallel": {"device": "cpu"},
+        "logging": {"tensorboard": False, "progress": False},
     }
     result = train(
         config_from_dict(
@@ -247,7 +259,8 @@ def test_vocabulary_from_the_data_padded_as_megatron(shakespeare_shard: Path, tm
     )
     _, model_cfg, _ = load_for_inference(result.run_dir)
     assert model_cfg.vocab_size == 384  # 257 in PREFIX.json, padded to 128
-    cfg = config_from_dict({**base, "model": "tiny", "make_vocab_size_divisible_by": 64, "out": str(tmp_path / "b")})
+    dataset = {**base["dataset"], "make_vocab_size_divisible_by": 64}
+    cfg = config_from_dict({**base, "dataset": dataset, "model": "tiny", "out": str(tmp_path / "b")})
     assert train(cfg.validate()).step == 1 and cfg.model.vocab_size == 320
     explicit = config_from_dict({**base, "model": {"preset": "tiny", "vocab_size": 300}, "out": str(tmp_path / "c")})
     assert train(explicit.validate()).step == 1 and explicit.model.vocab_size == 300  # as given, unpadded

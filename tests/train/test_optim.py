@@ -59,7 +59,13 @@ def test_rampup_matches_megatron_mtnlg() -> None:
 
 def test_schedule_steps_through_rampup() -> None:
     cfg = TrainConfig(
-        global_batch_size=16, micro_batch_size=4, rampup_batch_size=[4, 4, 24], steps=10, lr_warmup_steps=1
+        schedule={
+            "global_batch_size": 16,
+            "micro_batch_size": 4,
+            "rampup_batch_size": [4, 4, 24],
+            "steps": 10,
+            "warmup_steps": 1,
+        }
     ).validate()
     sched = Schedule(cfg)
     consumed, sizes = 0, []
@@ -70,12 +76,12 @@ def test_schedule_steps_through_rampup() -> None:
     assert sizes == [4, 4, 8, 12, 16, 16, 16, 16, 16, 16]
     assert sched.total_samples == sum(sizes)
     assert sched.warmup_samples == 16 and sched.decay_samples == sum(sizes)
-    assert sched.lr(0) == 0.0 and sched.lr(sum(sizes) + 1) == cfg.min_lr
+    assert sched.lr(0) == 0.0 and sched.lr(sum(sizes) + 1) == cfg.optimizer.min_lr
 
 
 def test_gradient_accumulation_equals_one_big_batch() -> None:
     torch.manual_seed(0)
-    cfg = TrainConfig(global_batch_size=8, device="cpu").validate()
+    cfg = TrainConfig(schedule={"global_batch_size": 8}, parallel={"device": "cpu"}).validate()
     a = SingleProcessEngine(GPT(preset("tiny")), cfg)
     b = SingleProcessEngine(GPT(preset("tiny")), cfg)
     b.model.load_state_dict(a.model.state_dict())
@@ -89,7 +95,7 @@ def test_gradient_accumulation_equals_one_big_batch() -> None:
 
 
 def test_weight_decay_only_on_matrices() -> None:
-    engine = SingleProcessEngine(GPT(preset("tiny")), TrainConfig(device="cpu").validate())
+    engine = SingleProcessEngine(GPT(preset("tiny")), TrainConfig(parallel={"device": "cpu"}).validate())
     decay, no_decay = engine.optimizer.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim == 1 for p in no_decay["params"])

@@ -26,7 +26,7 @@ SEQ = 16
 LR = 1e-3
 CLIP = 1.0
 
-# name -> (model overrides, train overrides)
+# name -> (model overrides, parallel section)
 LAYOUTS_2 = {
     "tp2": ({}, {"tp": 2}),
     "tp2_sp_llama": ({"flavour": "llama", "n_kv_heads": 2}, {"tp": 2, "sequence_parallel": True}),
@@ -53,9 +53,9 @@ LAYOUTS_8 = {
 ALL = {**LAYOUTS_2, **LAYOUTS_8}
 
 
-def tiny_config(model_over: dict | None = None, train_over: dict | None = None, seed: int = 7):
+def tiny_config(model_over: dict | None = None, parallel: dict | None = None, seed: int = 7):
     """The small GPT (vocab 128, 2 layers, hidden 64, 4 heads) and training settings every
-    parallel test shares, with overrides for the model and the layout."""
+    parallel test shares, with overrides for the model and the layout (`parallel`)."""
     from tokenmill.train.config import TrainConfig
     from tokenmill.train.model import ModelConfig
 
@@ -72,16 +72,11 @@ def tiny_config(model_over: dict | None = None, train_over: dict | None = None, 
     )
     return TrainConfig(
         model=model,
-        seq_len=SEQ,
-        global_batch_size=GLOBAL_BATCH,
-        micro_batch_size=MICRO_BATCH,
-        lr=LR,
-        min_lr=LR,
-        clip_grad=CLIP,
-        seed=seed,
-        progress=False,
-        tensorboard=False,
-        **(train_over or {}),
+        dataset={"seq_len": SEQ},
+        schedule={"global_batch_size": GLOBAL_BATCH, "micro_batch_size": MICRO_BATCH, "seed": seed},
+        optimizer={"lr": LR, "min_lr": LR, "clip_grad": CLIP},
+        parallel=parallel or {},
+        logging={"progress": False, "tensorboard": False},
     ).validate()
 
 
@@ -99,7 +94,7 @@ def single_process(name: str) -> dict:
     from tokenmill.train.model import GPT
 
     cfg = make_config(name)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.schedule.seed)
     engine = SingleProcessEngine(GPT(cfg.model), cfg, torch.device("cpu"))
     losses, norms = [], []
     for tokens in batches():
@@ -119,7 +114,7 @@ def worker(out: Path, names: list[str]) -> None:
     torch.set_num_threads(1)
     for name in names:
         cfg = make_config(name)
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(cfg.schedule.seed)
         engine = build_parallel_engine(cfg.model, cfg)
         local = GLOBAL_BATCH // engine.dp_size
         losses, norms = [], []

@@ -42,7 +42,7 @@ def worker(out: Path, mode: str, layout: str, source: str | None) -> None:
 
     torch.set_num_threads(1)
     cfg = make_config(layout)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.schedule.seed)
     engine = build_parallel_engine(cfg.model, cfg)
     g = torch.Generator().manual_seed(3)
     data = [torch.randint(0, 128, (GLOBAL_BATCH, SEQ + 1), generator=g) for _ in range(STEPS)]

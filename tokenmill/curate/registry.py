@@ -130,20 +130,11 @@ class Stage:
     from_cli: Callable[[argparse.Namespace, dict[str, Any]], dict[str, Any]] | None = None
     # Lines printed after the summary of a command-line run: report(result, args).
     report: Callable[[dict[str, Any], argparse.Namespace], None] | None = None
-    # A deprecated recipe spelling: the stage it stands for and the options it fixes.
-    alias_of: str | None = None
-    fixed: Mapping[str, Any] = field(default_factory=dict)
-    # Options a deprecated spelling does not take.
-    excluded: tuple[str, ...] = ()
 
     # ---- recipes
 
     def recipe_fields(self) -> list[dataclasses.Field]:
-        return [
-            f
-            for f in option_fields(self.options)
-            if _meta(f)["recipe"] and f.name not in self.fixed and f.name not in self.excluded
-        ]
+        return [f for f in option_fields(self.options) if _meta(f)["recipe"]]
 
     @property
     def path_options(self) -> tuple[str, ...]:
@@ -163,7 +154,7 @@ class Stage:
         model = self.options_model()
         validated = model.model_validate(options)
         given = {k: getattr(validated, k) for k in options if k in model.model_fields}
-        return self.options(**{**self.fixed, **given})
+        return self.options(**given)
 
     # ---- command line
 
@@ -370,31 +361,34 @@ def all_stages() -> dict[str, Stage]:
 
 
 def cli_stages() -> list[Stage]:
-    """The `tokenmill curate` subcommands (deprecated recipe spellings are no commands)."""
-    return [s for s in all_stages().values() if s.alias_of is None]
+    """The `tokenmill curate` subcommands."""
+    return list(all_stages().values())
 
 
 def recipe_stages() -> dict[str, Stage]:
-    """The stages a recipe can name (deprecated spellings included)."""
+    """The stages a recipe can name."""
     return {name: s for name, s in all_stages().items() if s.in_recipes}
 
 
 def recipe_stage(name: str) -> Stage:
     stage = recipe_stages().get(name)
     if stage is None:
-        raise ConfigError(f"unknown stage `{name}`; stages: {', '.join(recipe_stages())}")
+        raise ConfigError(renamed(name) or f"unknown stage `{name}`; stages: {', '.join(recipe_stages())}")
     return stage
 
 
-def deprecation(stage: Stage) -> str | None:
-    """The message for a deprecated recipe spelling, None for a current one."""
-    if stage.alias_of is None:
+# Stage names recipes used before, and what to write instead: only for the error that says so.
+RENAMED: dict[str, str] = {
+    "exact_dedup": "`stage: dedup` with `options: {method: exact}`",
+    "fuzzy_dedup": "`stage: dedup` with `options: {method: fuzzy}`",
+}
+
+
+def renamed(name: str) -> str | None:
+    """The error for a stage name recipes no longer take, None for any other name."""
+    if name not in RENAMED:
         return None
-    fixed = ", ".join(f"{k}: {v}" for k, v in stage.fixed.items())
-    return (
-        f"stage `{stage.name}` is deprecated: write `stage: {stage.alias_of}` with `options: {{{fixed}}}`"
-        f" (and `name: {stage.name}` to keep the step's name)"
-    )
+    return f"stage `{name}` is now {RENAMED[name]} (and `name: {name}` to keep the step's name)"
 
 
 def all_reasons() -> dict[str, str]:

@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tokenmill.curate.registry import deprecation, options_model, recipe_stages
-from tokenmill.errors import suggest
+from tokenmill.curate.registry import options_model, recipe_stages, renamed
+from tokenmill.errors import ConfigError, YamlSyntaxError, suggest
 from tokenmill.infra import storage
-from tokenmill.pipelines.schema import Recipe, TrainSpec
+from tokenmill.pipelines.schema import Recipe
 from tokenmill.problems import Problems
 
 
@@ -52,19 +52,16 @@ def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool | str 
         )
 
     stages = recipe_stages()
-    current = [name for name, s in stages.items() if s.alias_of is None]
     step_names: set[str] = set()
     for i, step in enumerate(recipe.curate):
         kind = stages.get(step.stage)
         if kind is None:
             problems.add(
                 ("curate", i, "stage"),
-                f"unknown stage `{step.stage}`{suggest(step.stage, list(stages))}; stages: {', '.join(current)}",
+                renamed(step.stage)
+                or f"unknown stage `{step.stage}`{suggest(step.stage, list(stages))}; stages: {', '.join(stages)}",
             )
             continue
-        message = deprecation(kind)
-        if message is not None:
-            problems.warn(("curate", i, "stage"), message)
         if step.step_name in step_names:
             problems.add(("curate", i, "name"), f"two curate steps are named `{step.step_name}`; give one a `name:`")
         step_names.add(step.step_name)
@@ -110,13 +107,11 @@ def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool | str 
     if recipe.train is not None:
         if recipe.blend is None:
             problems.add(("train",), "training needs a `blend:` section (which shards to train on)")
-        _check_train_layout(recipe.train, problems)
         config = recipe.train.config
-        if isinstance(config, str):
-            if not recipe.train_config_file().is_file():  # neither a file nor a bundled name
-                _check_path(recipe, problems, ("train", "config"), config, check=check_paths)
+        if isinstance(config, str) and not recipe.train_config_file().is_file():  # neither a file nor a bundled name
+            _check_path(recipe, problems, ("train", "config"), config, check=check_paths)
         else:
-            _check_train_config(config, problems)
+            _check_train_config(recipe, problems)
 
     if recipe.eval is not None:
         if recipe.train is None:
@@ -160,23 +155,33 @@ def _known_tasks() -> list[str]:
     return sorted(TASKS)
 
 
-def _check_train_layout(spec: TrainSpec, problems: Problems) -> None:
-    """The launch layout (`train.tp`, `pp`, `dp`, `zero`) by the trainer's own layout checks,
-    each problem located at the recipe key that sets it."""
-    from tokenmill.train.config import ParallelConfig, layout_problems
+class _TrainProblems:
+    """Places a trainer config problem at the recipe key that set it: a section key written in
+    `train:` itself (`train.parallel.dp`), else inside `train.config`."""
 
-    parallel = ParallelConfig(tp=spec.tp, pp=spec.pp, dp=spec.dp, zero=spec.zero)
-    for loc, message in layout_problems(parallel):
-        key = loc[-1] if loc[-1] in TrainSpec.model_fields else None
-        problems.add(("train", key) if key else ("train",), message)
+    def __init__(self, problems: Problems, written: dict[str, Any]) -> None:
+        self.problems = problems
+        self.written = written
+        self.items: list[str] = []
+
+    def add(self, loc: tuple[Any, ...], message: str) -> None:
+        section = self.written.get(loc[0]) if loc else None
+        here = section is not None and (len(loc) == 1 or not isinstance(section, dict) or loc[1] in section)
+        self.problems.add(("train", *loc) if here else ("train", "config", *loc), message)
+        self.items.append(self.problems.items[-1])
 
 
-def _check_train_config(config: dict[str, Any], problems: Problems) -> None:
-    """Validate the inline trainer config with the trainer's own schema, its problems located
-    under `train.config` with the recipe's lines; flat (old) keys get one deprecation warning."""
-    from tokenmill.train.config import add_problems, deprecation_message, nest
+def _check_train_config(recipe: Recipe, problems: Problems) -> None:
+    """Validate the trainer config (`train.config` with the sections written in `train:`) with
+    the trainer's own schema, its layout included, each problem located at its recipe key."""
+    from tokenmill.train.config import add_problems
 
-    _, renamed = nest(config) if isinstance(config, dict) else ({}, [])
-    if renamed:
-        problems.warn(("train", "config"), deprecation_message(renamed))
-    add_problems(config, problems, ("train", "config"))
+    assert recipe.train is not None
+    try:
+        data = recipe.train_config_dict()
+    except YamlSyntaxError:
+        raise  # one line naming the config file, its line and column
+    except ConfigError as error:  # the config file is no YAML mapping
+        problems.add(("train", "config"), str(error))
+        return
+    add_problems(data, _TrainProblems(problems, recipe.train.sections()))

@@ -48,7 +48,10 @@ def run_eval(ctx: Any, step: Any, spec: Any) -> dict[str, Any]:
         ppl = heldout_perplexity(run_dir)
         if ppl is None:
             skipped.append(
-                {"task": "heldout", "reason": "training logged no val_loss (set eval_interval in train.config)"}
+                {
+                    "task": "heldout",
+                    "reason": "training logged no val_loss (set logging.eval_interval in the training config)",
+                }
             )
         else:
             results.append(ppl)

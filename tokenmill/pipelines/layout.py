@@ -15,17 +15,16 @@ if TYPE_CHECKING:
 def describe_layout(recipe: Recipe) -> list[str]:
     spec = recipe.train
     assert spec is not None
+    layout = recipe.train_layout()
+    tp, pp, zero = layout["tp"], layout["pp"], layout["zero"]
+    world_size = recipe.train_world_size()
     lines = [
-        f"training layout: tp={spec.tp} x pp={spec.pp} x dp={spec.dp} = {spec.world_size} process(es), ZeRO {spec.zero}"
+        f"training layout: tp={tp} x pp={pp} x dp={layout['dp']} = {world_size} process(es), ZeRO {zero}"
         + (f", {spec.nnodes} nodes" if spec.nnodes > 1 else "")
     ]
-    import warnings
+    from tokenmill.train.config import model_config_from, padded_vocab_size
 
-    from tokenmill.train.config import apply_overrides, model_config_from, padded_vocab_size
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # reported when the recipe was checked
-        raw = apply_overrides(recipe.train_config_dict(), {})
+    raw = recipe.train_config_dict()
     dataset, schedule = raw.get("dataset") or {}, raw.get("schedule") or {}
     from tokenmill.train.plan import Hardware, Layout, Shape, bubble_fraction, estimate
 
@@ -35,11 +34,11 @@ def describe_layout(recipe: Recipe) -> list[str]:
     if isinstance(model_spec, dict) and "vocab_size" not in model_spec and recipe.tokenize is not None:
         # What the run will use: the tokenizer's vocabulary padded as the trainer pads it.
         divisible_by = int(dataset.get("make_vocab_size_divisible_by", 128))
-        model_spec = {**model_spec, "vocab_size": padded_vocab_size(recipe.tokenize.vocab_size, divisible_by, spec.tp)}
+        model_spec = {**model_spec, "vocab_size": padded_vocab_size(recipe.tokenize.vocab_size, divisible_by, tp)}
     model = model_config_from(model_spec)
     seq = int(dataset.get("seq_len") or model.max_seq_len)
     global_batch = int(schedule.get("global_batch_size", 8))
-    micro = int(schedule.get("micro_batch_size") or max(1, global_batch // spec.dp))
+    micro = int(schedule.get("micro_batch_size") or max(1, global_batch // layout["dp"]))
     params = model.num_params()
     lines.append(
         f"model: {model.flavour}, {model.n_layers} layers x hidden {model.hidden} x {model.n_heads} heads,"
@@ -49,17 +48,17 @@ def describe_layout(recipe: Recipe) -> list[str]:
     device = str((raw.get("parallel") or {}).get("device", "auto"))
     if _trains_on_cpu(device, spec):
         precision = str((raw.get("parallel") or {}).get("precision", "fp32"))
-        return lines + _cpu_estimate(spec, shape, global_batch, micro, precision)
-    gpus = spec.gpus or spec.world_size
+        return lines + _cpu_estimate(recipe, shape, global_batch, micro, precision)
+    gpus = spec.gpus or world_size
     memory, memory_origin = _gpu_memory(spec.gpu_memory)
     hw = Hardware(gpus=gpus, gpu_memory=memory)
-    dp = gpus // (spec.tp * spec.pp) if spec.gpus else spec.dp
+    dp = gpus // (tp * pp) if spec.gpus else layout["dp"]
     if global_batch % max(1, dp * micro):
         lines.append(
             f"(no memory estimate: global batch {global_batch} is not a multiple of dp {dp} x micro-batch {micro})"
         )
         return lines
-    est = estimate(shape, hw, Layout(spec.tp, spec.pp, dp, spec.zero, micro), global_batch)
+    est = estimate(shape, hw, Layout(tp, pp, dp, zero, micro), global_batch)
     gib = 2**30
     lines.append(
         f"planner estimate on {gpus} GPU(s) of {memory / gib:.0f} GiB{memory_origin} (dp={dp}): per GPU weights"
@@ -69,7 +68,7 @@ def describe_layout(recipe: Recipe) -> list[str]:
         f" total {est.total / gib:.2f} GiB"
     )
     lines.append(
-        f"pipeline: {est.n_micro} micro-batches, bubble {bubble_fraction(spec.pp, est.n_micro):.1%};"
+        f"pipeline: {est.n_micro} micro-batches, bubble {bubble_fraction(pp, est.n_micro):.1%};"
         f" estimated {est.tflops_per_gpu:.0f} TFLOP/s per GPU, {est.iter_time:.1f} s per iteration"
     )
     if est.total > memory * hw.usable_memory:
@@ -109,7 +108,7 @@ def _size(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def _cpu_estimate(spec: TrainSpec, shape: Shape, global_batch: int, micro: int, precision: str) -> list[str]:
+def _cpu_estimate(recipe: Recipe, shape: Shape, global_batch: int, micro: int, precision: str) -> list[str]:
     """Memory per process in host memory for a run on the CPU: no GPU, and no accelerator peak
     FLOP/s to time an iteration against.
 
@@ -118,21 +117,21 @@ def _cpu_estimate(spec: TrainSpec, shape: Shape, global_batch: int, micro: int, 
     AdamW's two fp32 moments (8 bytes), with fp32 activations unless it runs under bf16
     autocast, so the forms are rescaled to that.
     """
+    layout, world_size = recipe.train_layout(), recipe.train_world_size()
+    tp, pp, dp, zero = layout["tp"], layout["pp"], layout["dp"], layout["zero"]
     from tokenmill.train.plan import Hardware, Layout, bubble_fraction, estimate
 
-    if global_batch % max(1, spec.dp * micro):
-        return [
-            f"(no memory estimate: global batch {global_batch} is not a multiple of dp {spec.dp} x micro-batch {micro})"
-        ]
+    if global_batch % max(1, dp * micro):
+        return [f"(no memory estimate: global batch {global_batch} is not a multiple of dp {dp} x micro-batch {micro})"]
     # The memory budget only decides whether recomputation is needed; a CPU run does not recompute.
-    hw = Hardware(gpus=spec.world_size, gpu_memory=2**62)
-    est = estimate(shape, hw, Layout(spec.tp, spec.pp, spec.dp, spec.zero, micro), global_batch)
+    hw = Hardware(gpus=world_size, gpu_memory=2**62)
+    est = estimate(shape, hw, Layout(tp, pp, dp, zero, micro), global_batch)
     weights, grads, optim = est.weights * 2, est.grads * 2, est.optim * 8 / 12
     activations = est.act_full * (1 if precision == "bf16" else 2)
     total = weights + grads + optim + activations
     return [
-        f"memory estimate on the CPU, per process ({spec.world_size} process(es), dp={spec.dp}, {precision}):"
+        f"memory estimate on the CPU, per process ({world_size} process(es), dp={dp}, {precision}):"
         f" weights {_size(weights)}, gradients {_size(grads)}, optimizer {_size(optim)}, activations"
-        f" {_size(activations)}, total {_size(total)}; {_size(total * spec.world_size)} in all",
-        f"pipeline: {est.n_micro} micro-batches, bubble {bubble_fraction(spec.pp, est.n_micro):.1%}",
+        f" {_size(activations)}, total {_size(total)}; {_size(total * world_size)} in all",
+        f"pipeline: {est.n_micro} micro-batches, bubble {bubble_fraction(pp, est.n_micro):.1%}",
     ]

@@ -158,8 +158,7 @@ def build_plan(recipe: Recipe, workdir: Path) -> list[Step]:
                     options[option] = [str(recipe.resolve(v)) if isinstance(v, str) else v for v in options[option]]
             deps = [previous.name]
             inputs = [str(previous.output)]
-            # The stage as written: a deprecated spelling (`exact_dedup`) keeps its fingerprint, and the
-            # runner adds the options it fixes (`method: exact`).
+            # The stage as written, with its options: the step's fingerprint.
             config: dict[str, Any] = {"stage": c.stage, "options": options, "index": i}
             # Files an option names (a blocklist, a rules file, a task directory) are inputs too: an
             # edited list re-runs the step, as an edited raw file re-runs ingest.
@@ -261,6 +260,7 @@ def build_plan(recipe: Recipe, workdir: Path) -> list[Step]:
     if recipe.train is not None:
         train = recipe.train
         train_config = train.config if isinstance(train.config, dict) else {"file": str(recipe.train_config_file())}
+        layout, world_size = recipe.train_layout(), recipe.train_world_size()
         steps.append(
             Step(
                 StepRef.train(),
@@ -268,8 +268,8 @@ def build_plan(recipe: Recipe, workdir: Path) -> list[Step]:
                 [StepRef.blend()],
                 workdir / "train",
                 {"config": train_config, **train.model_dump(exclude={"config", "gpus", "gpu_memory"})},
-                description=f"train under torchrun, tp={train.tp} pp={train.pp} dp={train.dp} zero={train.zero}"
-                f" ({train.world_size} process{'es' if train.world_size > 1 else ''})",
+                description=f"train under torchrun, tp={layout['tp']} pp={layout['pp']} dp={layout['dp']}"
+                f" zero={layout['zero']} ({world_size} process{'es' if world_size > 1 else ''})",
                 inputs=[str(workdir / "blend" / "blend.json")],
             )
         )

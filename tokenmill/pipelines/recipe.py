@@ -23,12 +23,15 @@ from tokenmill.problems import Problems, line_index, pydantic_problems
 
 
 class RecipeError(ConfigError):
-    """All problems found in a recipe, one per line."""
+    """All problems found in a recipe, one per line (one problem: one line in all)."""
 
     def __init__(self, path: str | Path, problems: list[str]) -> None:
         self.problems = problems
+        if len(problems) == 1:
+            super().__init__(f"{path}: {problems[0]}")
+            return
         lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"{path}: {len(problems)} problem(s) in the recipe:\n{lines}")
+        super().__init__(f"{path}: {len(problems)} problems in the recipe:\n{lines}")
 
 
 def load_recipe(path: str | Path, *, check_paths: bool | str = True, base_dir: Path | None = None) -> Recipe:

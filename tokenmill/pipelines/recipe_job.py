@@ -141,7 +141,7 @@ def submit_recipe(
         spec,
         name=recipe.name,
         dask_steps=on_dask,
-        world_size=recipe.train.world_size if trains and recipe.train else None,
+        world_size=recipe.train_world_size() if trains and recipe.train else None,
         nodes=nodes,
         run_args=run_args,
         train_run=train_steps[0].output / "run" if train_steps else None,

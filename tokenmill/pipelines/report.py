@@ -215,11 +215,9 @@ def train_config(recipe: Recipe, workdir: Path) -> dict[str, Any] | None:
             return data
     if recipe.train is None:
         return None
-    from tokenmill.train.config import apply_overrides, config_from_dict
+    from tokenmill.train.config import config_from_dict
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return config_from_dict(apply_overrides(recipe.train_config_dict(), recipe.train.overrides())).to_dict()
+    return config_from_dict(recipe.train_config_dict()).to_dict()
 
 
 def _trained_samples(workdir: Path) -> tuple[int, int] | None:

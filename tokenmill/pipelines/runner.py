@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
@@ -396,24 +395,17 @@ def _blend(ctx: Context, step: Step) -> dict[str, Any]:
 
 
 def train_config(ctx: Context, step: Step) -> dict[str, Any]:
-    """The trainer's config for this run: the recipe's, plus data, output, tokenizer and layout
-    (the model's vocabulary, when left out, is the shards' tokenizer's, padded by the trainer)."""
-    spec = ctx.recipe.train
-    assert spec is not None
+    """The trainer's config for this run: the recipe's, plus data, output and tokenizer (the
+    model's vocabulary, when left out, is the shards' tokenizer's, padded by the trainer)."""
     from tokenmill.train.config import apply_overrides
 
     tokenizer_dir = ctx.steps[StepRef.tokenizer()].output
     overrides = {
-        "data": str(ctx.steps[StepRef.blend()].output / "blend.json"),
+        "dataset.path": str(ctx.steps[StepRef.blend()].output / "blend.json"),
         "out": str(step.output / "run"),
-        "tokenizer": str(tokenizer_dir / "tokenizer.json"),
-        **spec.overrides(),
+        "dataset.tokenizer": str(tokenizer_dir / "tokenizer.json"),
     }
-    # Nested sections (old flat keys moved into them): the trainer reads this file.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # reported once, when the recipe was checked
-        config = apply_overrides(ctx.recipe.train_config_dict(), overrides)
-    return config
+    return apply_overrides(ctx.recipe.train_config_dict(), overrides)
 
 
 def _read_marker(path: Path) -> dict[str, Any]:
@@ -526,7 +518,7 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
 
     # The trainer imports the installed package whatever the cwd holds, and ends with this run.
     env = {
-        **child_env(spec.world_size),
+        **child_env(ctx.recipe.train_world_size()),
         PIPELINE_PID_ENV: str(os.getpid()),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }

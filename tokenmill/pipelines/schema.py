@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from tokenmill.errors import YamlSyntaxError
+from tokenmill.errors import ConfigError, YamlSyntaxError
 from tokenmill.infra import storage
 from tokenmill.infra.slurm import SlurmSpec
 from tokenmill.recipes import TRAIN_PREFIX, bundled_recipes
@@ -98,27 +98,47 @@ class BlendEntry(_Strict):
 
 
 class TrainSpec(_Strict):
-    """The trainer's own config (inline, or a YAML file) and the launch layout."""
+    """The trainer's config (a bundled name, a file, or inline), sections of it written here,
+    and where the run goes."""
 
     config: dict[str, Any] | str = Field(default_factory=dict)
-    steps: int | None = Field(default=None, ge=1)
-    tp: int = Field(default=1, ge=1)
-    pp: int = Field(default=1, ge=1)
-    dp: int = Field(default=1, ge=1)
-    zero: int = 0  # checked with the trainer's layout checks (pipelines/checks.py)
+    # Sections of the trainer's config written in `train:` itself (`parallel: {dp: 2}`), merged
+    # over `config`'s; the trainer's schema checks the result (pipelines/checks.py).
+    model: dict[str, Any] | str | None = None
+    dataset: dict[str, Any] | None = None
+    optimizer: dict[str, Any] | None = None
+    schedule: dict[str, Any] | None = None
+    parallel: dict[str, Any] | None = None
+    checkpoint: dict[str, Any] | None = None
+    logging: dict[str, Any] | None = None
     nnodes: int = Field(default=1, ge=1)
     # What `--dry-run` gives the planner for a cluster-sized recipe (the run itself uses tp*pp*dp).
     gpus: int | None = Field(default=None, ge=1)
     gpu_memory: str | None = None
     extra_args: list[str] = Field(default_factory=list)
 
-    @property
-    def world_size(self) -> int:
-        return self.tp * self.pp * self.dp
+    # The launch keys `train:` had before the layout moved into the trainer's sections: only for
+    # the error that says where they went.
+    MOVED: ClassVar[dict[str, str]] = {
+        "tp": "parallel.tp",
+        "pp": "parallel.pp",
+        "dp": "parallel.dp",
+        "zero": "parallel.zero",
+        "steps": "schedule.steps",
+    }
+    SECTIONS: ClassVar[tuple[str, ...]] = (
+        "model",
+        "dataset",
+        "optimizer",
+        "schedule",
+        "parallel",
+        "checkpoint",
+        "logging",
+    )
 
-    def overrides(self) -> dict[str, Any]:
-        """What this section sets in the trainer's config (flat names, None: the config's)."""
-        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "zero": self.zero, "steps": self.steps or None}
+    def sections(self) -> dict[str, Any]:
+        """The trainer config sections written in `train:` itself."""
+        return {name: getattr(self, name) for name in self.SECTIONS if getattr(self, name) is not None}
 
 
 class EvalSpec(_Strict):
@@ -185,12 +205,45 @@ class Recipe(_Strict):
         return bundled_recipes(TRAIN_PREFIX).get(self.train.config, path)
 
     def train_config_dict(self) -> dict[str, Any]:
-        """The trainer's config as data (a copy: callers add to it)."""
+        """The trainer's config as data (a copy: callers add to it): `train.config` with the
+        sections written in `train:` merged over it."""
         assert self.train is not None
         if isinstance(self.train.config, str):
             path = self.train_config_file()
             try:
-                return yaml.safe_load(path.read_text()) or {}
+                data = yaml.safe_load(path.read_text()) or {}
             except yaml.YAMLError as error:
                 raise YamlSyntaxError(str(path), error) from None
-        return json.loads(json.dumps(self.train.config))
+            if not isinstance(data, dict):
+                raise ConfigError(f"{path}: expected a mapping of key: value at the top level")
+        else:
+            data = json.loads(json.dumps(self.train.config))
+        return _merge_sections(data, self.train.sections())
+
+    def train_layout(self) -> dict[str, int]:
+        """The run's tp, pp, dp and zero (the trainer config's `parallel`, checked by
+        pipelines/checks.py), for plans and job scripts; with a config file that is not there
+        (a template checked without its paths), the sections written in `train:`."""
+        assert self.train is not None
+        if isinstance(self.train.config, str) and not self.train_config_file().is_file():
+            data = _merge_sections({}, self.train.sections())
+        else:
+            data = self.train_config_dict()
+        parallel = data.get("parallel") if isinstance(data.get("parallel"), dict) else {}
+        defaults = {"tp": 1, "pp": 1, "dp": 1, "zero": 0}
+        return {key: int(parallel.get(key, default)) for key, default in defaults.items()}
+
+    def train_world_size(self) -> int:
+        layout = self.train_layout()
+        return layout["tp"] * layout["pp"] * layout["dp"]
+
+
+def _merge_sections(data: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:
+    """Sections over config data: a mapping over a mapping key by key, anything else replaces."""
+    out = dict(data)
+    for name, value in json.loads(json.dumps(sections)).items():
+        below = out.get(name)
+        if isinstance(below, str) and name == "model" and isinstance(value, dict):
+            below = {"preset": below}  # `model: tiny` below, overrides of the preset here
+        out[name] = {**below, **value} if isinstance(below, dict) and isinstance(value, dict) else value
+    return out

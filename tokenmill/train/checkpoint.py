@@ -405,7 +405,7 @@ def read_meta(ckpt: str | Path, verify: bool = True) -> dict[str, Any]:
 
 def _dcp_load(state: dict[str, Any], ckpt: Path) -> None:
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings():  # torch's warning for a load without a process group, as intended
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
             dcp.load(state, checkpoint_id=str(ckpt))
     except Exception as error:  # DCP raises many types for bad files; name the checkpoint

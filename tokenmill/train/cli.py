@@ -6,8 +6,6 @@ import argparse
 import logging
 import os
 import sys
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -122,28 +120,27 @@ def run_train(args: argparse.Namespace) -> int:
         # The trainer of a `tokenmill run`: it (and so its workers) ends with the run.
         die_with_parent(expected_parent=env_pid(PIPELINE_PID_ENV))
     config_path, bundled = resolve_recipe(args.config, prefix=RECIPE_PREFIX)
+    # Each flag sets its key in the nested config.
     overrides = {
-        "data": args.data,
+        "dataset.path": args.data,
         "out": args.out,
-        "steps": args.steps,
-        "tp": args.tp,
-        "pp": args.pp,
-        "dp": args.dp,
-        "zero": args.zero,
-        "device": args.device,
+        "schedule.steps": args.steps,
+        "parallel.tp": args.tp,
+        "parallel.pp": args.pp,
+        "parallel.dp": args.dp,
+        "parallel.zero": args.zero,
+        "parallel.device": args.device,
     }
     if args.no_progress:
-        overrides["progress"] = False
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", FutureWarning)
-        # A bad value given on the command line is named by its flag, not by the file it
-        # overrides (for a bundled config, a file inside the installed package).
-        cfg = load_config(
-            config_path,
-            overrides,
-            flags={"progress": "--no-progress"},
-            name=f"bundled config {args.config!r}" if bundled else None,
-        )
+        overrides["logging.progress"] = False
+    # A bad value given on the command line is named by its flag, not by the file it overrides
+    # (for a bundled config, a file inside the installed package).
+    cfg = load_config(
+        config_path,
+        overrides,
+        flags={"dataset.path": "--data", "logging.progress": "--no-progress"},
+        name=f"bundled config {args.config!r}" if bundled else None,
+    )
     if args.max_restarts is not None:
         cfg.parallel.max_restarts = args.max_restarts
     from tokenmill.train.train_job import submit_training
@@ -155,17 +152,10 @@ def run_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         raise ConfigError("--dry-run needs --slurm (it prints the sbatch script)")
 
-    def deprecations() -> None:
-        # Once, from the launcher (not from every rank), when the config has passed its checks:
-        # a config that cannot run gets its one line of error only.
-        if not under_torchrun():
-            for warning in caught:
-                log.warning(str(warning.message))
-
     if under_torchrun():
-        return _train_rank(args, cfg, deprecations)
+        return _train_rank(args, cfg)
     try:
-        return _train_here(args, cfg, config_path, deprecations)
+        return _train_here(args, cfg, config_path)
     except KeyboardInterrupt:
         # Ctrl-C: a rerun of the same command without --resume would be refused (the run
         # directory holds checkpoints) or start from step 0, so the hint names --resume.
@@ -184,9 +174,7 @@ def _resume_hint(cfg: TrainConfig) -> str:
     return f"rerun with --resume to continue from the latest checkpoint ({latest})"
 
 
-def _train_here(
-    args: argparse.Namespace, cfg: TrainConfig, config_path: str | Path, deprecations: Callable[[], None]
-) -> int:
+def _train_here(args: argparse.Namespace, cfg: TrainConfig, config_path: str | Path) -> int:
     """`tokenmill train` as started by the user: in this process, or as the launcher of torchrun."""
     from tokenmill.train.launch import launch_torchrun
 
@@ -203,7 +191,6 @@ def _train_here(
         if done is not None:
             log.log(*done)
             return 0
-        deprecations()
         return launch_torchrun(
             cfg.world_size,
             _train_argv(args, config_path),
@@ -212,17 +199,15 @@ def _train_here(
         )
     from tokenmill.train.loop import train
 
-    deprecations()
     return _finish(cfg, train(cfg, resume=args.resume))
 
 
-def _train_rank(args: argparse.Namespace, cfg: TrainConfig, deprecations: Callable[[], None]) -> NoReturn:
+def _train_rank(args: argparse.Namespace, cfg: TrainConfig) -> NoReturn:
     """One rank under torchrun (the local launcher's agent, or torchrun in a Slurm job)."""
     from tokenmill.train.loop import train
 
     if int(os.environ["WORLD_SIZE"]) != cfg.world_size:
         raise ConfigError(f"tp x pp x dp = {cfg.world_size} but torchrun started {os.environ['WORLD_SIZE']} processes")
-    deprecations()
     status = _finish(cfg, train(cfg, resume=restart_resume(cfg, args.resume)))
     from tokenmill.train.parallel.mesh import shutdown_distributed
 

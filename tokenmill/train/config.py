@@ -13,17 +13,15 @@ logging: {interval: 1, eval_interval: 0, tensorboard: true}
 
 Errors are reported as recipes report them (tokenmill.problems): the key's
 location, its line in the file, and the closest valid key for a typo, all problems at once.
-Old flat files (``lr: 3e-4``) still load: their keys are moved into the sections (`FLAT_KEYS`)
-with one deprecation message naming the new keys (``lr -> optimizer.lr``). The cross-field
-checks of the layout (ZeRO stage, pipeline schedule, batch divisibility) live in
-`layout_problems`, the one place both the config and the parallel engine use.
+A key of the old flat config (``lr: 3e-4``) is an error naming its place in the sections
+(``lr: moved; write optimizer.lr``). The cross-field checks of the layout (ZeRO stage, pipeline
+schedule, batch divisibility) live in `layout_problems`, the one place both the config and the
+parallel engine use.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -281,49 +279,49 @@ SECTIONS: dict[str, type[_Section]] = {
     "logging": LoggingConfig,
 }
 
-# The flat keys of the old single-level config -> (section, key) in the nested one.
-FLAT_KEYS: dict[str, tuple[str, str]] = {
-    "data": ("dataset", "path"),
-    "split": ("dataset", "split"),
-    "tokenizer": ("dataset", "tokenizer"),
-    "seq_len": ("dataset", "seq_len"),
-    "make_vocab_size_divisible_by": ("dataset", "make_vocab_size_divisible_by"),
-    "lr": ("optimizer", "lr"),
-    "min_lr": ("optimizer", "min_lr"),
-    "weight_decay": ("optimizer", "weight_decay"),
-    "adam_beta1": ("optimizer", "beta1"),
-    "adam_beta2": ("optimizer", "beta2"),
-    "adam_eps": ("optimizer", "eps"),
-    "clip_grad": ("optimizer", "clip_grad"),
-    "steps": ("schedule", "steps"),
-    "global_batch_size": ("schedule", "global_batch_size"),
-    "micro_batch_size": ("schedule", "micro_batch_size"),
-    "rampup_batch_size": ("schedule", "rampup_batch_size"),
-    "lr_decay_style": ("schedule", "decay_style"),
-    "lr_warmup_steps": ("schedule", "warmup_steps"),
-    "lr_warmup_samples": ("schedule", "warmup_samples"),
-    "lr_decay_steps": ("schedule", "decay_steps"),
-    "lr_decay_samples": ("schedule", "decay_samples"),
-    "seed": ("schedule", "seed"),
-    "tp": ("parallel", "tp"),
-    "pp": ("parallel", "pp"),
-    "dp": ("parallel", "dp"),
-    "zero": ("parallel", "zero"),
-    "pp_schedule": ("parallel", "pp_schedule"),
-    "virtual_stages": ("parallel", "virtual_stages"),
-    "sequence_parallel": ("parallel", "sequence_parallel"),
-    "activation_checkpointing": ("parallel", "activation_checkpointing"),
-    "compile": ("parallel", "compile"),
-    "precision": ("parallel", "precision"),
-    "device": ("parallel", "device"),
-    "save_interval": ("checkpoint", "interval"),
-    "keep_last": ("checkpoint", "keep_last"),
-    "log_interval": ("logging", "interval"),
-    "eval_interval": ("logging", "eval_interval"),
-    "eval_iters": ("logging", "eval_iters"),
-    "peak_tflops": ("logging", "peak_tflops"),
-    "tensorboard": ("logging", "tensorboard"),
-    "progress": ("logging", "progress"),
+# The keys of the old flat config and where they live now: only for the error that says so.
+MOVED: dict[str, str] = {
+    "data": "dataset.path",
+    "split": "dataset.split",
+    "tokenizer": "dataset.tokenizer",
+    "seq_len": "dataset.seq_len",
+    "make_vocab_size_divisible_by": "dataset.make_vocab_size_divisible_by",
+    "lr": "optimizer.lr",
+    "min_lr": "optimizer.min_lr",
+    "weight_decay": "optimizer.weight_decay",
+    "adam_beta1": "optimizer.beta1",
+    "adam_beta2": "optimizer.beta2",
+    "adam_eps": "optimizer.eps",
+    "clip_grad": "optimizer.clip_grad",
+    "steps": "schedule.steps",
+    "global_batch_size": "schedule.global_batch_size",
+    "micro_batch_size": "schedule.micro_batch_size",
+    "rampup_batch_size": "schedule.rampup_batch_size",
+    "lr_decay_style": "schedule.decay_style",
+    "lr_warmup_steps": "schedule.warmup_steps",
+    "lr_warmup_samples": "schedule.warmup_samples",
+    "lr_decay_steps": "schedule.decay_steps",
+    "lr_decay_samples": "schedule.decay_samples",
+    "seed": "schedule.seed",
+    "tp": "parallel.tp",
+    "pp": "parallel.pp",
+    "dp": "parallel.dp",
+    "zero": "parallel.zero",
+    "pp_schedule": "parallel.pp_schedule",
+    "virtual_stages": "parallel.virtual_stages",
+    "sequence_parallel": "parallel.sequence_parallel",
+    "activation_checkpointing": "parallel.activation_checkpointing",
+    "compile": "parallel.compile",
+    "precision": "parallel.precision",
+    "device": "parallel.device",
+    "save_interval": "checkpoint.interval",
+    "keep_last": "checkpoint.keep_last",
+    "log_interval": "logging.interval",
+    "eval_interval": "logging.eval_interval",
+    "eval_iters": "logging.eval_iters",
+    "peak_tflops": "logging.peak_tflops",
+    "tensorboard": "logging.tensorboard",
+    "progress": "logging.progress",
 }
 
 
@@ -342,18 +340,6 @@ class TrainConfig(BaseModel):
     # Not a config key: True when the YAML left model.vocab_size out, so the run takes the
     # data's vocabulary (padded) instead of the preset's; resolved by `resolve_vocab_size`.
     _vocab_from_data: bool = PrivateAttr(default=False)
-
-    def __init__(self, **data: Any) -> None:
-        # Python callers may still pass the flat keywords (TrainConfig(lr=1e-3, tp=2)).
-        nested, _ = nest(data)
-        super().__init__(**nested)
-
-    def __getattr__(self, name: str) -> Any:
-        # Read-only aliases of the flat names (cfg.lr is cfg.optimizer.lr), for old callers.
-        where = FLAT_KEYS.get(name)
-        if where is not None and not name.startswith("_"):
-            return getattr(getattr(self, where[0]), where[1])
-        return super().__getattr__(name)  # type: ignore[misc]
 
     @property
     def vocab_from_data(self) -> bool:
@@ -394,12 +380,6 @@ class TrainConfig(BaseModel):
         """The nested config as plain data (what `config_from_dict` reads back)."""
         data = {"model": self.model.to_dict(), "out": self.out}
         data.update({name: getattr(self, name).model_dump() for name in SECTIONS})
-        return data
-
-    def to_flat_dict(self) -> dict[str, Any]:
-        """The old flat form, as checkpoints' meta.json has always recorded it."""
-        data: dict[str, Any] = {"model": self.model.to_dict(), "out": self.out}
-        data.update({flat: getattr(getattr(self, s), k) for flat, (s, k) in FLAT_KEYS.items()})
         return data
 
     def validate(self) -> TrainConfig:  # type: ignore[override]
@@ -529,34 +509,7 @@ def config_problems(cfg: TrainConfig, problems: Problems, prefix: tuple[Any, ...
 
 
 # --------------------------------------------------------------------------------------------
-# Reading: flat (deprecated) or nested data -> TrainConfig, errors located like recipes'
-
-
-def nest(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """Move the old flat keys into their sections. Returns the nested data (a copy) and the
-    renames made (``lr -> optimizer.lr``); nested data comes back unchanged."""
-    out: dict[str, Any] = {}
-    renamed: list[str] = []
-    for key, value in data.items():
-        legacy = key in FLAT_KEYS
-        if not legacy:
-            if key in out and isinstance(out[key], dict) and isinstance(value, dict):
-                out[key] = {**out[key], **value}
-            else:
-                out[key] = copy.deepcopy(value) if isinstance(value, (dict, list)) else value
-            continue
-        section, name = FLAT_KEYS[key]
-        target = out.setdefault(section, {})
-        if isinstance(target, BaseModel):
-            target = out[section] = target.model_dump()
-        if isinstance(target, dict):
-            target[name] = value
-        renamed.append(f"{key} -> {section}.{name}")
-    return out, renamed
-
-
-def deprecation_message(renamed: list[str]) -> str:
-    return "the flat training config is deprecated; write its keys in their sections: " + ", ".join(renamed)
+# Reading: nested data -> TrainConfig, errors located like recipes'
 
 
 class _Errors:
@@ -571,22 +524,22 @@ class _Errors:
 
 def add_problems(data: Any, problems: Problems, prefix: tuple[Any, ...] = ()) -> TrainConfig | None:
     """Validate trainer config data into `problems` (a recipe's `Problems`), the keys located
-    under `prefix`; returns the config when it is valid. Flat keys are read as before, their
-    locations named by the new keys."""
+    under `prefix`; returns the config when it is valid. A key of the old flat config is named
+    with its new place (``lr: moved; write optimizer.lr``)."""
     if not isinstance(data, dict):
         problems.add(prefix, "the training config must be a YAML mapping of key: value (expected a mapping)")
         return None
-    nested, _ = nest(data)
-    # An unknown top-level key is most often a misspelt flat key: suggest among all names.
-    valid = [*SECTIONS, "model", "out", *FLAT_KEYS]
-    for key in nested:
-        if key not in SECTIONS and key not in ("model", "out"):
+    valid = [*SECTIONS, "model", "out"]
+    for key in data:
+        if key in MOVED:
+            problems.add((*prefix, key), f"moved; write {MOVED[key]}")
+        elif key not in valid:
             extra = suggest(key, valid, 0.5, _DID_YOU_MEAN) or f"; valid keys: {', '.join(sorted(valid))}"
             problems.add((*prefix, key), f"unknown key {key!r}{extra}")
     if problems.items:
         return None
     try:
-        cfg = TrainConfig.model_validate(nested)
+        cfg = TrainConfig.model_validate(data)
     except ValidationError as error:
         items = error.errors()
         for item in items:
@@ -594,7 +547,7 @@ def add_problems(data: Any, problems: Problems, prefix: tuple[Any, ...] = ()) ->
                 problems.add((*prefix, *_clean(item["loc"])), item["msg"])
         pydantic_problems(_Errors([i for i in items if i["type"] != _OWN]), problems, TrainConfig, prefix)  # type: ignore[arg-type]
         return None
-    model = nested.get("model")
+    model = data.get("model")
     cfg._vocab_from_data = not (isinstance(model, dict) and "vocab_size" in model) and not isinstance(
         model, ModelConfig
     )
@@ -655,13 +608,9 @@ def _raise(problems: Problems | _FlagProblems, origin: str | None = None) -> Non
 def config_from_dict(
     data: dict[str, Any], *, origin: str | None = None, flags: dict[tuple[str, ...], str] | None = None
 ) -> TrainConfig:
-    """Read a nested (or old flat) config; raise ConfigError listing every problem. `flags`:
-    the keys (as locations, `("schedule", "steps")`) set by command-line flags, and each flag's
-    name, which then names their problems instead of `origin`."""
-    if isinstance(data, dict):
-        _, renamed = nest(data)
-        if renamed:
-            warnings.warn(deprecation_message(renamed), FutureWarning, stacklevel=2)
+    """Read a nested config; raise ConfigError listing every problem. `flags`: the keys (as
+    locations, `("schedule", "steps")`) set by command-line flags, and each flag's name, which
+    then names their problems instead of `origin`."""
     problems = Problems({})
     if flags:
         problems = _FlagProblems(problems, flags)
@@ -672,32 +621,32 @@ def config_from_dict(
 
 
 def override_locations(overrides: dict[str, Any], flags: dict[str, str] | None = None) -> dict[tuple[str, ...], str]:
-    """The location of each override that is set (`steps` -> `("schedule", "steps")`) and the
-    flag that set it: `flags[key]`, by default `--key`."""
+    """The location of each override that is set (`schedule.steps` -> `("schedule", "steps")`)
+    and the flag that set it: `flags[key]`, by default `--` and the key's last part (`--steps`)."""
     out: dict[tuple[str, ...], str] = {}
     for key, value in overrides.items():
         if value is None:
             continue
-        loc = FLAT_KEYS.get(key, (key,))
-        out[tuple(loc)] = (flags or {}).get(key, f"--{key.replace('_', '-')}")
+        default = f"--{key.rpartition('.')[2].replace('_', '-')}"
+        out[tuple(key.split("."))] = (flags or {}).get(key, default)
     return out
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Nested config data with command-line overrides (flat names: `steps`, `tp`, `data`, ...;
-    None values ignored) put in their sections. Old flat data is nested first."""
-    nested, renamed = nest(data)
-    if renamed:
-        warnings.warn(deprecation_message(renamed), FutureWarning, stacklevel=2)
+    """Config data (a copy) with command-line overrides put in place: each key is a top-level
+    key (``out``) or a section's (``parallel.tp``); None values are ignored."""
+    nested = {key: dict(value) if isinstance(value, dict) else value for key, value in data.items()}
     for key, value in overrides.items():
         if value is None:
             continue
-        if key in FLAT_KEYS:
-            section, name = FLAT_KEYS[key]
-            target = nested.get(section)
-            nested[section] = {**(target if isinstance(target, dict) else {}), name: value}
-        else:
-            nested[key] = value
+        section, _, name = key.rpartition(".")
+        if not section:
+            nested[name] = value
+            continue
+        target = nested.get(section)
+        # A section that is not a mapping stays as written, so that its own error is reported.
+        if target is None or isinstance(target, dict):
+            nested[section] = {**(target or {}), name: value}
     return nested
 
 
@@ -742,16 +691,11 @@ def load_config(
         raise YamlSyntaxError(str(path), error) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of key: value at the top level")
-    _, renamed = nest(data)
-    if renamed:
-        warnings.warn(f"{path}: {deprecation_message(renamed)}", FutureWarning, stacklevel=2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        # Problems are named by their key (`path: parallel.tp: ...`), or by the flag that set
-        # it (`--tp: ...`); inside a recipe they also carry the recipe file's line
-        # (tokenmill.pipelines.checks).
-        return config_from_dict(
-            apply_overrides(data, overrides or {}),
-            origin=name or str(path),
-            flags=override_locations(overrides or {}, flags),
-        )
+    # Problems are named by their key (`path: parallel.tp: ...`), or by the flag that set it
+    # (`--tp: ...`); inside a recipe they also carry the recipe file's line
+    # (tokenmill.pipelines.checks).
+    return config_from_dict(
+        apply_overrides(data, overrides or {}),
+        origin=name or str(path),
+        flags=override_locations(overrides or {}, flags),
+    )

@@ -107,7 +107,7 @@ def empty_valid_split(cfg: TrainConfig, prefixes: list[str]) -> str | None:
         if bounds is None or bounds[1] <= bounds[0]:
             return (
                 f"the valid split of {prefix} has no documents ({documents} documents, split "
-                f"{cfg.dataset.split!r}); give it more documents or a larger valid share in `split`"
+                f"{cfg.dataset.split!r}); give it more documents or a larger valid share in `dataset.split`"
             )
     return None
 
@@ -376,7 +376,7 @@ def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, stop: St
     def save() -> Path:
         meta = {
             "model": cfg.model.to_dict(),
-            "train": cfg.to_flat_dict(),  # meta.json keeps its flat format
+            "train": cfg.to_dict(),
             "tokenizer": tokenizer,
             "eod_id": prepared.data.get("eod_id"),
             "consumed_samples": consumed,

@@ -69,21 +69,6 @@ _DESCRIPTION = (
     "shingle sets reaches --threshold with MinHash LSH, clusters them (connected components "
     "on Dask) and keeps one per cluster (reason near_duplicate, with cluster_id and kept_id)."
 )
-_FUZZY_ONLY = (
-    "threshold",
-    "num_perm",
-    "seed",
-    "scheme",
-    "bands",
-    "rows",
-    "ngram",
-    "char_ngram",
-    "shingle",
-    "verify",
-    "all_pairs_limit",
-    "index",
-    "update_index",
-)
 
 STAGES = (
     Stage(
@@ -92,25 +77,5 @@ STAGES = (
         _run,
         help="remove exact and near-duplicate documents (MinHash LSH, datasketch-compatible)",
         description=_DESCRIPTION,
-    ),
-    # The spellings recipes used before `dedup` took `method:`; they still run, with a deprecation warning.
-    Stage(
-        "exact_dedup",
-        DedupConfig,
-        _run,
-        help="exact duplicates by normalized-text hash",
-        description=_DESCRIPTION,
-        alias_of="dedup",
-        fixed={"method": "exact"},
-        excluded=_FUZZY_ONLY,
-    ),
-    Stage(
-        "fuzzy_dedup",
-        DedupConfig,
-        _run,
-        help="near duplicates by MinHash LSH",
-        description=_DESCRIPTION,
-        alias_of="dedup",
-        fixed={"method": "fuzzy"},
     ),
 )
