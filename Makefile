@@ -26,7 +26,7 @@ demo: install
 
 # Every test: the fast ones and those marked slow or distributed.
 test: install
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q --timeout=1200 $(PYTEST_FLAGS) tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q --timeout=1200 --durations=25 $(PYTEST_FLAGS) tests
 
 # ruff, as configured in pyproject.toml: lint, and formatting checked (`ruff format` applies it).
 lint: install
