@@ -29,6 +29,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tokenmill.errors import ConfigError
+from tokenmill.infra import storage
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -202,6 +203,10 @@ class Stage:
             if meta["cli"] is False:
                 continue
             value = getattr(args, f.name)
+            if meta["path"] and value:
+                # Absolute, as the stage's Dask workers (on a cluster, in another working
+                # directory) will read it.
+                value = [storage.absolute(v) for v in value] if isinstance(value, list) else storage.absolute(value)
             values[f.name] = meta["parse"](value) if meta["parse"] is not None and value is not None else value
         if self.from_cli is not None:
             values = self.from_cli(args, values)

@@ -37,7 +37,10 @@ def resolve_input_files(path: str | Path | list[str | Path]) -> list[Path | str]
             raise TokenmillError(
                 f"input {path} is not a Parquet file; raw corpora go through `tokenmill curate ingest` first"
             )
-        return [path]
+        return [path.absolute()]
+    # Absolute: the files are read by Dask workers, whose working directory is not the command's
+    # on a cluster given by --scheduler or DASK_SCHEDULER_ADDRESS.
+    path = path.absolute()
     if (path / KEPT_DIR).is_dir() and (path / MANIFEST_FILE).exists():
         path = path / KEPT_DIR
     files = sorted(
