@@ -17,7 +17,7 @@ import pytest
 from dask_processes import assert_same_stage, cluster, tokenmill, write_partitions, write_web_like_corpus
 
 from tokenmill.cli import main
-from tokenmill.curate.dedup.work import phases_text
+from tokenmill.curate.registry import phases_text
 from tokenmill.errors import TEMPFAIL_EXIT
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]

@@ -162,22 +162,11 @@ def train_classifier(
     started = time.time()
     positive = positive if isinstance(positive, (list, tuple)) else [positive]
     negative = negative if isinstance(negative, (list, tuple)) else [negative]
-    classes = {}
-    for label, inputs in ((LABEL_HQ, positive), (LABEL_LQ, negative)):
-        ids, texts = _read_texts(inputs, max_docs, seed)
-        if not texts:
-            raise TokenmillError(f"no documents with text in {', '.join(map(str, inputs))}")
-        held = np.array([_id_hash(i, seed + 1) % 1_000_000 < holdout * 1_000_000 for i in ids], dtype=bool)
-        lines = [f"{label} {preprocess(t, lowercase)}" for t in texts]
-        classes[label] = (lines, held)
-
-    train_lines = [line for lines, held in classes.values() for line, h in zip(lines, held) if not h]
-    test_items = [(label, line) for label, (lines, held) in classes.items() for line, h in zip(lines, held) if h]
-    if not train_lines:
-        raise TokenmillError("no training documents left after the hold-out split")
-    # fastText reads its file in order; shuffle so that the classes are interleaved
-    rng = np.random.default_rng(seed)
-    train_lines = [train_lines[i] for i in rng.permutation(len(train_lines))]
+    classes = {
+        label: _labelled_lines(label, inputs, holdout, max_docs, seed, lowercase)
+        for label, inputs in ((LABEL_HQ, positive), (LABEL_LQ, negative))
+    }
+    train_lines, test_items = _split(classes, seed)
 
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -202,24 +191,7 @@ def train_classifier(
     with atomic_path(output) as tmp_model:
         model.save_model(str(tmp_model))
 
-    metrics: dict[str, Any] = {"n": len(test_items)}
-    if test_items:
-        scores = predict_hq(model, [line.split(" ", 1)[1] for _, line in test_items])
-        truth = np.array([label == LABEL_HQ for label, _ in test_items])
-        predicted = scores >= 0.5
-        metrics.update(
-            accuracy=float(np.mean(predicted == truth)),
-            hq_recall=float(np.mean(predicted[truth])) if truth.any() else None,
-            lq_recall=float(np.mean(~predicted[~truth])) if (~truth).any() else None,
-            mean_score_hq=float(scores[truth].mean()) if truth.any() else None,
-            mean_score_lq=float(scores[~truth].mean()) if (~truth).any() else None,
-        )
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        fasttext_version = version("fasttext-numpy2")
-    except PackageNotFoundError:  # pragma: no cover
-        fasttext_version = "unknown"
+    metrics = _holdout_metrics(model, test_items)
     metadata = {
         "model": str(output.name),
         "labels": {"positive": LABEL_HQ, "negative": LABEL_LQ},
@@ -247,11 +219,60 @@ def train_classifier(
             "max_docs": max_docs,
             "threads": threads,
         },
-        "versions": {"fasttext-numpy2": fasttext_version},
+        "versions": {"fasttext-numpy2": _fasttext_version()},
         "seconds": round(time.time() - started, 3),
     }
     atomic_write_text(metadata_path(output), json.dumps(metadata, indent=2) + "\n")
     return metadata
+
+
+def _labelled_lines(
+    label: str, inputs: list, holdout: float, max_docs: int | None, seed: int, lowercase: bool
+) -> tuple[list[str], np.ndarray]:
+    """fastText lines (`LABEL text`) of one class, and which of them are held out: chosen by a
+    hash of the document id, so the split does not depend on file order."""
+    ids, texts = _read_texts(inputs, max_docs, seed)
+    if not texts:
+        raise TokenmillError(f"no documents with text in {', '.join(map(str, inputs))}")
+    held = np.array([_id_hash(i, seed + 1) % 1_000_000 < holdout * 1_000_000 for i in ids], dtype=bool)
+    return [f"{label} {preprocess(t, lowercase)}" for t in texts], held
+
+
+def _split(classes: dict[str, tuple[list[str], np.ndarray]], seed: int) -> tuple[list[str], list[tuple[str, str]]]:
+    """The training lines (classes interleaved) and the held-out (label, line) pairs."""
+    train_lines = [line for lines, held in classes.values() for line, h in zip(lines, held) if not h]
+    test_items = [(label, line) for label, (lines, held) in classes.items() for line, h in zip(lines, held) if h]
+    if not train_lines:
+        raise TokenmillError("no training documents left after the hold-out split")
+    # fastText reads its file in order; shuffle so that the classes are interleaved
+    rng = np.random.default_rng(seed)
+    return [train_lines[i] for i in rng.permutation(len(train_lines))], test_items
+
+
+def _holdout_metrics(model, test_items: list[tuple[str, str]]) -> dict[str, Any]:
+    """Accuracy, per-class recall and mean score of the model on the held-out documents."""
+    metrics: dict[str, Any] = {"n": len(test_items)}
+    if test_items:
+        scores = predict_hq(model, [line.split(" ", 1)[1] for _, line in test_items])
+        truth = np.array([label == LABEL_HQ for label, _ in test_items])
+        predicted = scores >= 0.5
+        metrics.update(
+            accuracy=float(np.mean(predicted == truth)),
+            hq_recall=float(np.mean(predicted[truth])) if truth.any() else None,
+            lq_recall=float(np.mean(~predicted[~truth])) if (~truth).any() else None,
+            mean_score_hq=float(scores[truth].mean()) if truth.any() else None,
+            mean_score_lq=float(scores[~truth].mean()) if (~truth).any() else None,
+        )
+    return metrics
+
+
+def _fasttext_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fasttext-numpy2")
+    except PackageNotFoundError:  # pragma: no cover
+        return "unknown"
 
 
 # One loaded model per worker process, keyed by path and modification time.

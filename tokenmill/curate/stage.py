@@ -35,7 +35,7 @@ from tokenmill.curate.documents import (
 )
 from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import replace_dir
-from tokenmill.infra.cluster import client_or_new, external_scheduler
+from tokenmill.infra.cluster import client_or_new, collect, external_scheduler
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -239,10 +239,6 @@ def run_tasks(
     and what a rerun resumes: the finished partitions, and `also_kept()` (a caller's own
     checkpoints).
     """
-    from distributed import as_completed
-
-    from tokenmill.progress import progress_bar
-
     remote = storage.is_url(output)
     versions = {**_library_versions(), **(versions or {})}
     if remote:
@@ -257,19 +253,18 @@ def run_tasks(
     totals: dict[str, Any] = {"in": 0, "kept": 0, "rejected": Counter(), "stats": Counter()}
     tmp_dir: Any = None
     address: str | None = None
+
+    def tally(_future, counts: dict[str, Any]) -> dict[str, int]:
+        _add_counts(totals, counts)
+        return {"kept": totals["kept"], "rejected": sum(totals["rejected"].values())}
+
     try:
         with client_or_new(client, scheduler, workers) as dask:
             address = external_scheduler(dask)
             # The work directory only once the cluster answers: an unreachable scheduler leaves
             # nothing beside the output (and an older run's partitions where they are).
             tmp_dir = _work_dir(output, key, remote)
-            done = resume.finished_tasks(tmp_dir, len(tasks))
-            for counts in done.values():
-                _add_counts(totals, counts)
-            if done:
-                log.info(
-                    "%s: resumed %d of %d partitions finished by an earlier run", stage_name, len(done), len(tasks)
-                )
+            done = _resumed_tasks(stage_name, tmp_dir, len(tasks), totals)
             futures = [
                 dask.submit(
                     _run_task, task, index, str(tmp_dir), key=f"{stage_name}-{uuid.uuid4().hex[:6]}-{index}", pure=False
@@ -278,66 +273,103 @@ def run_tasks(
                 if index not in done
             ]
             n_workers = len(dask.scheduler_info(n_workers=-1).get("workers", {}))
-            with progress_bar(
-                total=len(tasks), initial=len(done), desc=f"{stage_name}", unit="part", enabled=progress
-            ) as bar:
-                for future in as_completed(futures):
-                    _add_counts(totals, future.result())
-                    bar.update(1)
-                    bar.set_postfix(kept=totals["kept"], rejected=sum(totals["rejected"].values()))
-        finished = time.time()
-        manifest = {
-            "stage": stage_name,
-            "config": config,
-            "inputs": inputs,
-            "upstream": {"stage": upstream.get("stage"), "counts": upstream.get("counts")} if upstream else None,
-            "versions": versions,
-            "timings": {
-                "started": started,
-                "finished": finished,
-                "seconds": round(finished - started, 3),
-                "workers": n_workers,
-            },
-            "partitions": len(tasks),
-            "resumed_partitions": len(done),
-            "counts": {
-                "in": totals["in"],
-                "kept": totals["kept"],
-                "rejected": dict(sorted(totals["rejected"].items())),
-            },
-            "stats": dict(sorted(totals["stats"].items())),
-        }
+            collect(
+                futures, tally, total=len(tasks), initial=len(done), desc=stage_name, unit="part", progress=progress
+            )
+        manifest = _stage_manifest(
+            stage_name, config, inputs, upstream, versions, started, n_workers, len(tasks), len(done), totals
+        )
         if finalize is not None:
             finalize(manifest)
-        if remote:
-            # The records stay until the parts are in place: a run killed while copying resumes.
-            storage.publish_prefix(tmp_dir, output, MANIFEST_FILE, manifest_text(manifest), private=resume.TASKS_DIR)
-        else:
-            # The manifest before the records go: a full disk here keeps the partitions.
-            write_manifest(tmp_dir, manifest)
-            resume.remove_records(tmp_dir)
-            publish(tmp_dir, output)
+        _publish_stage(tmp_dir, output, manifest, remote)
     except BaseException as error:
         # Finished partitions stay for a rerun to resume; a run that finished none leaves nothing.
-        if tmp_dir is None:
-            pass
-        elif remote:
-            if not _remote_records(tmp_dir, len(tasks)):
-                _discard_remote(tmp_dir)
-        elif not resume.finished_tasks(tmp_dir, len(tasks)):
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-
-        def kept() -> str:
-            # The records left on disk say what a rerun resumes.
-            finished = len(_finished_records(tmp_dir, len(tasks))) if tmp_dir is not None else 0
-            kept_partitions = faults.partitions_kept(finished, len(tasks), tmp_dir if finished else None)
-            return "; ".join(filter(None, (kept_partitions, also_kept() if also_kept else None)))
-
-        fault = faults.as_user_error(error, what or f"curate {stage_name}", str(output), kept, address)
+        if tmp_dir is not None:
+            _discard_unfinished(tmp_dir, len(tasks), remote)
+        fault = faults.as_user_error(
+            error,
+            what or f"curate {stage_name}",
+            str(output),
+            lambda: _kept_for_rerun(tmp_dir, len(tasks), also_kept),
+            address,
+        )
         if fault is not None:
             raise fault from error
         raise
     return manifest
+
+
+def _stage_manifest(
+    stage_name: str,
+    config: dict[str, Any],
+    inputs: list[str],
+    upstream: dict[str, Any] | None,
+    versions: dict[str, str],
+    started: float,
+    n_workers: int,
+    n_tasks: int,
+    n_resumed: int,
+    totals: dict[str, Any],
+) -> dict[str, Any]:
+    finished = time.time()
+    return {
+        "stage": stage_name,
+        "config": config,
+        "inputs": inputs,
+        "upstream": {"stage": upstream.get("stage"), "counts": upstream.get("counts")} if upstream else None,
+        "versions": versions,
+        "timings": {
+            "started": started,
+            "finished": finished,
+            "seconds": round(finished - started, 3),
+            "workers": n_workers,
+        },
+        "partitions": n_tasks,
+        "resumed_partitions": n_resumed,
+        "counts": {
+            "in": totals["in"],
+            "kept": totals["kept"],
+            "rejected": dict(sorted(totals["rejected"].items())),
+        },
+        "stats": dict(sorted(totals["stats"].items())),
+    }
+
+
+def _resumed_tasks(stage_name: str, tmp_dir: Any, n_tasks: int, totals: dict[str, Any]) -> dict[int, Any]:
+    """The partitions an earlier run finished, their counts added to `totals`."""
+    done = resume.finished_tasks(tmp_dir, n_tasks)
+    for counts in done.values():
+        _add_counts(totals, counts)
+    if done:
+        log.info("%s: resumed %d of %d partitions finished by an earlier run", stage_name, len(done), n_tasks)
+    return done
+
+
+def _publish_stage(tmp_dir: Any, output: Any, manifest: dict[str, Any], remote: bool) -> None:
+    if remote:
+        # The records stay until the parts are in place: a run killed while copying resumes.
+        storage.publish_prefix(tmp_dir, output, MANIFEST_FILE, manifest_text(manifest), private=resume.TASKS_DIR)
+    else:
+        # The manifest before the records go: a full disk here keeps the partitions.
+        write_manifest(tmp_dir, manifest)
+        resume.remove_records(tmp_dir)
+        publish(tmp_dir, output)
+
+
+def _discard_unfinished(tmp_dir: Any, n_tasks: int, remote: bool) -> None:
+    """Remove a failed run's partial directory when it holds no finished partition."""
+    if remote:
+        if not _remote_records(tmp_dir, n_tasks):
+            _discard_remote(tmp_dir)
+    elif not resume.finished_tasks(tmp_dir, n_tasks):
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def _kept_for_rerun(tmp_dir: Any, n_tasks: int, also_kept: Callable[[], str | None] | None) -> str:
+    """What a rerun resumes, in words: the records left on disk, and the caller's own checkpoints."""
+    finished = len(_finished_records(tmp_dir, n_tasks)) if tmp_dir is not None else 0
+    kept_partitions = faults.partitions_kept(finished, n_tasks, tmp_dir if finished else None)
+    return "; ".join(filter(None, (kept_partitions, also_kept() if also_kept else None)))
 
 
 def _work_dir(output: Any, key: str, remote: bool) -> Any:

@@ -7,8 +7,9 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sized
 from contextlib import contextmanager
+from typing import Any
 
 from tokenmill.errors import TokenmillError
 
@@ -190,3 +191,47 @@ def client_or_new(client=None, scheduler: str | None = None, workers: int | None
         return
     with dask_client(scheduler, workers) as new_client:
         yield new_client
+
+
+def collect(
+    futures: Sized,
+    on_result: Callable[[Any, Any], dict[str, Any] | None] | None = None,
+    *,
+    desc: str,
+    unit: str,
+    progress: bool,
+    total: int | None = None,
+    initial: int = 0,
+    keep_going: bool = False,
+) -> None:
+    """Wait for Dask futures in the order they finish, one progress tick each.
+
+    `on_result(future, result)` takes each result; what it returns, if anything, is shown
+    beside the bar. Without `on_result` the results are left for the caller to gather. The
+    first failure ends the wait, or with `keep_going` is raised once every future has finished,
+    so that a rerun after fixing one bad input redoes only what failed.
+    """
+    from distributed import as_completed
+
+    from tokenmill.progress import progress_bar
+
+    errors: list[BaseException] = []
+    total = len(futures) if total is None else total
+    with progress_bar(total=total, initial=initial, desc=desc, unit=unit, enabled=progress) as bar:
+        for future in as_completed(futures):
+            if on_result is None:
+                bar.update(1)
+                continue
+            try:
+                result = future.result()
+            except Exception as error:
+                if not keep_going:
+                    raise
+                errors.append(error)
+                continue
+            postfix = on_result(future, result)
+            bar.update(1)
+            if postfix is not None:
+                bar.set_postfix(**postfix)
+    if errors:
+        raise errors[0]

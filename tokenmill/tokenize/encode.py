@@ -28,7 +28,7 @@ from tokenmill import __version__
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import atomic_write_text
-from tokenmill.infra.cluster import client_or_new, external_scheduler
+from tokenmill.infra.cluster import client_or_new, collect, external_scheduler
 from tokenmill.infra.documents import check_document_columns, resolve_input_files, upstream_manifest
 from tokenmill.tokenize.indexed import (
     CHECKSUM_ALGORITHM,
@@ -222,34 +222,24 @@ def _encode_partitions(
     dask, partitions: list[EncodePartition], settings: EncodeSettings, progress: bool
 ) -> dict[int, dict[str, Any]]:
     """Encode every partition on the cluster; the results by partition index."""
-    from distributed import as_completed
-
-    from tokenmill.progress import progress_bar
-
     results: dict[int, dict[str, Any]] = {}
-    errors: list[BaseException] = []
     futures = {
         dask.submit(
             encode_partition, partition, settings, pure=False, key=f"encode-{partition.name}-{os.urandom(3).hex()}"
         ): partition
         for partition in partitions
     }
-    with progress_bar(total=len(futures), desc="encode", unit="part", enabled=progress) as bar:
-        tokens = 0
-        # Every partition runs to completion even when one fails, so that a re-run after
-        # fixing the bad input only redoes what failed.
-        for future in as_completed(futures):
-            partition = futures[future]
-            try:
-                results[partition.index] = future.result()
-            except Exception as error:
-                errors.append(error)
-                continue
-            tokens += results[partition.index]["tokens"]
-            bar.update(1)
-            bar.set_postfix(tokens=tokens)
-    if errors:
-        raise errors[0]
+    tokens = 0
+
+    def add(future, result: dict[str, Any]) -> dict[str, int]:
+        nonlocal tokens
+        results[futures[future].index] = result
+        tokens += result["tokens"]
+        return {"tokens": tokens}
+
+    # Every partition runs to completion even when one fails, so that a re-run after
+    # fixing the bad input only redoes what failed.
+    collect(futures, add, desc="encode", unit="part", progress=progress, keep_going=True)
     return results
 
 
@@ -305,14 +295,7 @@ def encode_documents(
     n_vocab = vocab_size(tokenizer)
     eod = eod_id(tokenizer, eod_token)
     dtype = dtype_for_vocab(n_vocab)
-    remote = storage.absolute(output_prefix) if storage.is_url(output_prefix) else None
-    # Shards bound for object storage are built in a local staging directory (kept between runs,
-    # so a re-run resumes its finished partitions) and uploaded when complete.
-    prefix = storage.staging_dir(remote) / storage.basename(remote) if remote else Path(output_prefix).resolve()
-    if prefix.name.endswith((".bin", ".idx", ".json")):
-        raise TokenmillError(
-            f"--output-prefix {output_prefix} should not carry an extension (PREFIX.bin/.idx/.json are written)"
-        )
+    remote, prefix = _output_prefix(output_prefix)
     parts_dir = work_dir_for(prefix)
     partitions = plan_partitions(files, rows_per_partition)
 
@@ -344,20 +327,10 @@ def encode_documents(
             results = _encode_partitions(dask, partitions, settings, progress)
 
         merge_started = time.time()
-        writer = IndexedDatasetWriter(prefix, dtype)
-        try:
-            for partition in partitions:
-                writer.add_index(parts_dir / partition.name)
-            documents, total_tokens = len(writer), writer.tokens
-            checksums = writer.seal()
-        except BaseException:
-            writer.abort()
-            raise
-    rejected: Counter[str] = Counter()
-    for result in results.values():
-        rejected.update(result["rejected"])
-    rows = sum(r["rows"] for r in results.values())
+        writer, checksums = _merge_parts(prefix, dtype, partitions, parts_dir)
+    rows, rejected = _counts(results)
     finished = time.time()
+    documents = len(writer)
     metadata = {
         "format": "megatron-mmididx",
         "prefix": remote or str(prefix),
@@ -366,7 +339,7 @@ def encode_documents(
         "eod_id": eod,
         "dtype": dtype.name,
         "documents": documents,
-        "tokens": total_tokens,
+        "tokens": writer.tokens,
         "counts": {"in": rows, "kept": documents, "rejected": dict(sorted(rejected.items()))},
         "partitions": {"total": len(partitions), "resumed": sum(1 for r in results.values() if r["resumed"])},
         # What `tokenmill tokenize inspect --verify` checks the files against.
@@ -386,6 +359,43 @@ def encode_documents(
     publish_shard(writer, json.dumps(metadata, indent=2, default=str) + "\n", url=remote)
     shutil.rmtree(parts_dir, ignore_errors=True)
     return metadata
+
+
+def _output_prefix(output_prefix: str | Path) -> tuple[str | None, Path]:
+    """The shard's URL on object storage (None for local disk) and the local prefix it is built at."""
+    remote = storage.absolute(output_prefix) if storage.is_url(output_prefix) else None
+    # Shards bound for object storage are built in a local staging directory (kept between runs,
+    # so a re-run resumes its finished partitions) and uploaded when complete.
+    prefix = storage.staging_dir(remote) / storage.basename(remote) if remote else Path(output_prefix).resolve()
+    if prefix.name.endswith((".bin", ".idx", ".json")):
+        raise TokenmillError(
+            f"--output-prefix {output_prefix} should not carry an extension (PREFIX.bin/.idx/.json are written)"
+        )
+    return remote, prefix
+
+
+def _counts(results: dict[int, dict[str, Any]]) -> tuple[int, Counter[str]]:
+    """The input rows of all partitions and their rejected documents by reason."""
+    rejected: Counter[str] = Counter()
+    for result in results.values():
+        rejected.update(result["rejected"])
+    return sum(r["rows"] for r in results.values()), rejected
+
+
+def _merge_parts(
+    prefix: Path, dtype: np.dtype, partitions: list[EncodePartition], parts_dir: Path
+) -> tuple[IndexedDatasetWriter, dict[str, str]]:
+    """The part shards joined into one sealed shard at `prefix` (published by `publish_shard`),
+    and its checksums."""
+    writer = IndexedDatasetWriter(prefix, dtype)
+    try:
+        for partition in partitions:
+            writer.add_index(parts_dir / partition.name)
+        checksums = writer.seal()
+    except BaseException:
+        writer.abort()
+        raise
+    return writer, checksums
 
 
 def publish_shard(writer: IndexedDatasetWriter, meta_text: str, url: str | None = None) -> None:

@@ -18,8 +18,8 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from tokenmill.curate.stage import StageOutput, reject, run_tasks
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import atomic_write_text
-from tokenmill.infra.cluster import client_or_new, external_scheduler
+from tokenmill.infra.cluster import client_or_new, collect, external_scheduler
 
 log = logging.getLogger(__name__)
 
@@ -160,18 +160,14 @@ def hash_file(path: str, part: int, out: str, config: DedupConfig) -> dict[str, 
 def _run_per_file(
     client, func, files: list[Path], out: Path, config: DedupConfig, desc: str, progress: bool
 ) -> dict[str, int]:
-    from distributed import as_completed
-
-    from tokenmill.progress import progress_bar
-
     futures = [client.submit(func, str(path), part, str(out), config, pure=False) for part, path in enumerate(files)]
     totals = {"docs": 0, "resumed": 0}
-    with progress_bar(total=len(futures), desc=desc, unit="file", enabled=progress) as bar:
-        for future in as_completed(futures):
-            result = future.result()
-            totals["docs"] += result["docs"]
-            totals["resumed"] += result["resumed"]
-            bar.update(1)
+
+    def add(_future, result: dict[str, int]) -> None:
+        totals["docs"] += result["docs"]
+        totals["resumed"] += result["resumed"]
+
+    collect(futures, add, desc=desc, unit="file", progress=progress)
     return totals
 
 
@@ -496,6 +492,43 @@ def _published_under(view: IndexView, output: str | Path, key: str) -> dict[str,
 # ----------------------------------------------------------------------------- the stage
 
 
+@dataclass
+class _DedupRun:
+    """What the phases of one dedup run share. `phase` (the one under way) and `work` also say,
+    when a fault ends the run, what was running and what a rerun resumes."""
+
+    config: DedupConfig
+    files: list[Path]
+    index_files: list[str]  # the index rows files the run queries (see `index_view`)
+    progress: bool
+    dask: Any = None
+    work: WorkDir | None = None
+    shuffle: _ShuffleChoice | None = None
+    n_workers: int = 1
+    npart: int = 0  # shuffle partitions of the global phases
+    phase: str = ""
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def timed(self, name: str, run: Callable[[Path], dict[str, Any] | None]) -> dict[str, Any]:
+        """Run one phase (or resume it from its checkpoint) and record its seconds."""
+        t0 = time.time()
+        self.phase = name
+        info = self.work.phase(name, run)
+        self.seconds[name] = round(time.time() - t0, 3)
+        return info
+
+    def set_partitions(self, rows: int) -> None:
+        """One shuffle partition per worker, or more so that none holds over `partition_rows` rows."""
+        self.npart = max(self.n_workers, math.ceil(rows / self.config.partition_rows))
+        self.shuffle.set(self.npart == self.n_workers)
+
+    def phases_kept(self) -> str | None:
+        finished = _finished_phases(self.work)
+        if not finished:
+            return None
+        return f"{phases_text(finished)} {'is' if len(finished) == 1 else 'are'} kept in {self.work.path}"
+
+
 def run_dedup(
     input: str | Path | list,
     output: str | Path,
@@ -506,9 +539,12 @@ def run_dedup(
     workers: int | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Deduplicate documents; writes the stage directory `output` and returns its manifest."""
-    import dask.dataframe as dd
+    """Deduplicate documents; writes the stage directory `output` and returns its manifest.
 
+    The method's phases decide which documents to keep (`_exact_phases`, `_fuzzy_phases`),
+    each checkpointed in the work directory; `_apply` writes the stage directory; the index,
+    if any, takes the kept documents last.
+    """
     config = config or DedupConfig()
     files = resolve_input_files(input)
     mirror = index_mirror(config)
@@ -517,192 +553,214 @@ def run_dedup(
     inputs = [storage.fingerprint(p) for p in files]
     key = run_key(config, inputs)
     view = index_view(config, key)
-    index_files = view.files
     fingerprint = {
         "config": asdict(config) | {"work_dir": None, "keep_work": None},
         "inputs": inputs,
         # What the run queries, not the whole index: its own append must not change the
         # fingerprint, or a rerun after a stop at the very end would start afresh.
-        "index": index_files,
+        "index": view.files,
     }
-    if storage.is_url(output):
-        # The phases' checkpoints stay on local disk; only the stage directory goes to the bucket.
-        output = storage.absolute(output)
-        default_work = storage.staging_dir(output) / "dedup.work"
-    else:
-        output = Path(output).resolve()
-        default_work = output.parent / f".{output.name}.work"
+    output, default_work = _output_and_work_dir(output)
     if (published := _published_under(view, output, key)) is not None:
         log.info(f"dedup: {output} and the index already hold this run's result; nothing to redo")
         if not config.keep_work:
             storage.remove(config.work_dir or default_work)
         return published
     started = time.time()
-    phase_seconds: dict[str, float] = {}
-    work: WorkDir | None = None
-    running = [""]  # the phase under way, for a fault's one line
+    run = _DedupRun(config, files, view.files, progress)
     address: list[str] = []
-
-    def timed(name, fn):
-        t0 = time.time()
-        running[0] = name
-        info = work.phase(name, fn)
-        phase_seconds[name] = round(time.time() - t0, 3)
-        return info
-
-    def phases_kept() -> str | None:
-        finished = _finished_phases(work)
-        if not finished:
-            return None
-        return f"{phases_text(finished)} {'is' if len(finished) == 1 else 'are'} kept in {work.path}"
-
     with (
         faults.reported_faults(
-            lambda: f"curate dedup {running[0]}".rstrip(),
+            lambda: f"curate dedup {run.phase}".rstrip(),
             str(output),
-            lambda: phases_kept() or "no phase had finished",
+            lambda: run.phases_kept() or "no phase had finished",
             lambda: address[0] if address else None,
         ),
         client_or_new(client, scheduler, workers) as dask,
         _ShuffleChoice(config) as shuffle,
     ):
         address.append(external_scheduler(dask))
+        run.dask, run.shuffle = dask, shuffle
         # Checkpoints only once the cluster answers: an unreachable scheduler leaves no work
         # directory beside the output.
-        work = WorkDir(config.work_dir or default_work, fingerprint)
-        n_workers = max(1, len(dask.scheduler_info(n_workers=-1).get("workers", {})))
+        run.work = WorkDir(config.work_dir or default_work, fingerprint)
+        run.n_workers = max(1, len(dask.scheduler_info(n_workers=-1).get("workers", {})))
         if config.method == "exact":
-            info1 = timed(
-                "hashes", lambda d: _run_per_file(dask, hash_file, files, d, config, "dedup hashes", progress)
-            )
-            npart = max(n_workers, math.ceil(info1["docs"] / config.partition_rows))
-            shuffle.set(npart == n_workers)
-            hashes = parquet_files(work.dir("hashes")) + index_files
-
-            def decide(directory: Path) -> dict:
-                frame = dd.read_parquet(hashes, columns=["uid", "id", "part", "length", "quality", "h1", "h2"])
-                shuffled = frame.shuffle(on="h1", npartitions=npart)
-                decisions = shuffled.map_partitions(_choose_exact, config.keep, meta=_empty_decisions())
-                written = decisions.map_partitions(_write_decisions_by_part, str(directory), meta=_DECISION_COUNTS)
-                results = compute_with_progress(dask, written, "dedup exact groups", progress)
-                return _decision_counts(results, "in_groups")
-
-            decided = timed("decisions", decide)
-            reason = "exact_duplicate"
-            stats_extra: dict[str, Any] = {
-                "index_documents": sum(pq.ParquetFile(f).metadata.num_rows for f in index_files)
-            }
+            reason, (decided, stats) = "exact_duplicate", _exact_phases(run)
         else:
-            lsh = config.lsh()
-            bands = _band_columns(lsh.bands)
-            info1 = timed(
-                "signatures",
-                lambda d: _run_per_file(dask, signature_file, files, d, config, "dedup signatures", progress),
-            )
-            n_docs = info1["docs"] + sum(pq.ParquetFile(f).metadata.num_rows for f in index_files)
-            # Each document contributes `bands` rows of 16 bytes to the candidate shuffle.
-            npart = max(n_workers, math.ceil(n_docs * lsh.bands / config.partition_rows))
-            shuffle.set(npart == n_workers)
-            sig_files = parquet_files(work.dir("signatures")) + index_files
-
-            def candidates(directory: Path) -> dict:
-                frame = dd.read_parquet(sig_files, columns=["uid", "n_shingles", *bands])
-                long = frame.map_partitions(
-                    lambda df: melt_bands(df[df["n_shingles"] > 0], bands), meta={"key": "int64", "uid": "int64"}
-                )
-                edges = long.shuffle(on="key", npartitions=npart).map_partitions(
-                    bucket_edges, config.all_pairs_limit if config.verify else 2, meta={"u": "int64", "v": "int64"}
-                )
-                unique = edges.shuffle(on="u", npartitions=npart).map_partitions(
-                    lambda df: df.drop_duplicates(ignore_index=True), meta={"u": "int64", "v": "int64"}
-                )
-                return {"edges": write_partitions(dask, unique, directory, "dedup candidates", progress)}
-
-            cand = timed("candidates", candidates)
-            edge_dir = work.dir("candidates")
-            if config.verify:
-
-                def verify(directory: Path) -> dict:
-                    edges = dd.read_parquet(parquet_files(edge_dir), columns=["u", "v"])
-                    sets = dd.read_parquet(sig_files, columns=["uid", "shingles"])
-                    joined = edges.merge(sets.rename(columns={"uid": "u", "shingles": "su"}), on="u", npartitions=npart)
-                    joined = joined.merge(
-                        sets.rename(columns={"uid": "v", "shingles": "sv"}), on="v", npartitions=npart
-                    )
-                    kept = joined.map_partitions(
-                        _jaccard_partition, config.threshold, meta={"u": "int64", "v": "int64", "jaccard": "float64"}
-                    )
-                    return {"verified_edges": write_partitions(dask, kept, directory, "dedup verify", progress)}
-
-                ver = timed("verify", verify)
-                edge_dir = work.dir("verify")
-            else:
-                ver = {}
-            comp = timed(
-                "components",
-                lambda d: connected_components(dask, parquet_files(edge_dir), d, npartitions=npart, progress=progress),
-            )
-
-            def decide(directory: Path) -> dict:
-                labels = dd.read_parquet(parquet_files(work.dir("components") / "final"), columns=["node", "label"])
-                meta = dd.read_parquet(sig_files, columns=["uid", "id", "part", "length", "quality"])
-                members = labels.merge(meta, left_on="node", right_on="uid", npartitions=npart)
-                decisions = members.shuffle(on="label", npartitions=npart).map_partitions(
-                    _choose_clusters, config.keep, meta=_empty_decisions()
-                )
-                written = decisions.map_partitions(_write_decisions_by_part, str(directory), meta=_DECISION_COUNTS)
-                results = compute_with_progress(dask, written, "dedup clusters", progress)
-                return _decision_counts(results, "in_clusters")
-
-            decided = timed("decisions", decide)
-            reason = "near_duplicate"
-            stats_extra = {
-                "bands": lsh.bands,
-                "rows": lsh.rows,
-                "candidate_edges": cand.get("edges"),
-                "verified_edges": ver.get("verified_edges"),
-                "components": comp,
-                "index_documents": n_docs - info1["docs"],
-            }
+            reason, (decided, stats) = "near_duplicate", _fuzzy_phases(run)
         if config.index:
             # Kept because the index holds them under their own id (see `_already_indexed`).
-            stats_extra["already_indexed"] = decided.get("already_indexed", 0)
-        stats_extra["run_key"] = key
-
-        tasks = [
-            ApplyDecisions(str(path), part, str(work.dir("decisions")), reason, config.batch_rows)
-            for part, path in enumerate(files)
-        ]
-        t0 = time.time()
-
-        def add_dedup_details(manifest: dict) -> None:
-            phase_seconds["apply"] = round(time.time() - t0, 3)
-            manifest["timings"]["seconds"] = round(time.time() - started, 3)
-            manifest["timings"]["phases"] = phase_seconds
-            manifest["resumed_phases"] = work.resumed
-            manifest["dedup"] = stats_extra
-
-        manifest = run_tasks(
-            "dedup",
-            asdict(config),
-            tasks,
-            output,
-            inputs=[storage.absolute(p) for p in (input if isinstance(input, (list, tuple)) else [input])],
-            upstream=upstream_manifest(input),
-            versions=_versions(),
-            client=dask,
-            progress=progress,
-            finalize=add_dedup_details,
-            what="curate dedup apply",
-            also_kept=phases_kept,
-        )
-        running[0] = "index update"
+            stats["already_indexed"] = decided.get("already_indexed", 0)
+        stats["run_key"] = key
+        manifest = _apply(run, input, output, reason, stats, started)
+        run.phase = "index update"
         if config.index:
-            _update_index(dask, config, files, work, mirror, key, view)
+            _update_index(dask, config, files, run.work, mirror, key, view)
 
     if not config.keep_work:
-        work.remove()
+        run.work.remove()
     return manifest
+
+
+def _output_and_work_dir(output: str | Path) -> tuple[str | Path, Path]:
+    """The stage directory (absolute) and the default work directory of its phases."""
+    if storage.is_url(output):
+        # The phases' checkpoints stay on local disk; only the stage directory goes to the bucket.
+        output = storage.absolute(output)
+        return output, storage.staging_dir(output) / "dedup.work"
+    output = Path(output).resolve()
+    return output, output.parent / f".{output.name}.work"
+
+
+def _rows_in(files: list[str]) -> int:
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+def _exact_phases(run: _DedupRun) -> tuple[dict[str, Any], dict[str, Any]]:
+    """hashes (per input file) -> decisions (shuffle on the hash). Returns the decisions' counts
+    and the manifest's dedup statistics."""
+    hashed = run.timed(
+        "hashes", lambda d: _run_per_file(run.dask, hash_file, run.files, d, run.config, "dedup hashes", run.progress)
+    )
+    run.set_partitions(hashed["docs"])
+    hashes = parquet_files(run.work.dir("hashes")) + run.index_files
+    decided = run.timed("decisions", lambda d: _exact_decisions(run, hashes, d))
+    return decided, {"index_documents": _rows_in(run.index_files)}
+
+
+def _exact_decisions(run: _DedupRun, hashes: list[str], directory: Path) -> dict[str, Any]:
+    import dask.dataframe as dd
+
+    frame = dd.read_parquet(hashes, columns=["uid", "id", "part", "length", "quality", "h1", "h2"])
+    shuffled = frame.shuffle(on="h1", npartitions=run.npart)
+    decisions = shuffled.map_partitions(_choose_exact, run.config.keep, meta=_empty_decisions())
+    return _write_decisions(run, decisions, directory, "dedup exact groups", "in_groups")
+
+
+def _fuzzy_phases(run: _DedupRun) -> tuple[dict[str, Any], dict[str, Any]]:
+    """signatures (per input file) -> candidates -> [verify] -> components -> decisions.
+    Returns the decisions' counts and the manifest's dedup statistics."""
+    lsh = run.config.lsh()
+    bands = _band_columns(lsh.bands)
+    signed = run.timed(
+        "signatures",
+        lambda d: _run_per_file(run.dask, signature_file, run.files, d, run.config, "dedup signatures", run.progress),
+    )
+    n_docs = signed["docs"] + _rows_in(run.index_files)
+    # Each document contributes `bands` rows of 16 bytes to the candidate shuffle.
+    run.set_partitions(n_docs * lsh.bands)
+    sig_files = parquet_files(run.work.dir("signatures")) + run.index_files
+    cand = run.timed("candidates", lambda d: _candidate_edges(run, sig_files, bands, d))
+    edge_dir = run.work.dir("candidates")
+    ver: dict[str, Any] = {}
+    if run.config.verify:
+        ver = run.timed("verify", lambda d: _verified_edges(run, sig_files, edge_dir, d))
+        edge_dir = run.work.dir("verify")
+    comp = run.timed(
+        "components",
+        lambda d: connected_components(
+            run.dask, parquet_files(edge_dir), d, npartitions=run.npart, progress=run.progress
+        ),
+    )
+    decided = run.timed("decisions", lambda d: _cluster_decisions(run, sig_files, d))
+    return decided, {
+        "bands": lsh.bands,
+        "rows": lsh.rows,
+        "candidate_edges": cand.get("edges"),
+        "verified_edges": ver.get("verified_edges"),
+        "components": comp,
+        "index_documents": n_docs - signed["docs"],
+    }
+
+
+def _candidate_edges(run: _DedupRun, sig_files: list[str], bands: list[str], directory: Path) -> dict[str, int]:
+    """Pairs of documents that share a band key (shuffled on the key), without repeats."""
+    import dask.dataframe as dd
+
+    npart = run.npart
+    frame = dd.read_parquet(sig_files, columns=["uid", "n_shingles", *bands])
+    long = frame.map_partitions(
+        lambda df: melt_bands(df[df["n_shingles"] > 0], bands), meta={"key": "int64", "uid": "int64"}
+    )
+    edges = long.shuffle(on="key", npartitions=npart).map_partitions(
+        bucket_edges, run.config.all_pairs_limit if run.config.verify else 2, meta={"u": "int64", "v": "int64"}
+    )
+    unique = edges.shuffle(on="u", npartitions=npart).map_partitions(
+        lambda df: df.drop_duplicates(ignore_index=True), meta={"u": "int64", "v": "int64"}
+    )
+    return {"edges": write_partitions(run.dask, unique, directory, "dedup candidates", run.progress)}
+
+
+def _verified_edges(run: _DedupRun, sig_files: list[str], edge_dir: Path, directory: Path) -> dict[str, int]:
+    """The candidate pairs whose shingle sets reach the Jaccard threshold."""
+    import dask.dataframe as dd
+
+    npart = run.npart
+    edges = dd.read_parquet(parquet_files(edge_dir), columns=["u", "v"])
+    sets = dd.read_parquet(sig_files, columns=["uid", "shingles"])
+    joined = edges.merge(sets.rename(columns={"uid": "u", "shingles": "su"}), on="u", npartitions=npart)
+    joined = joined.merge(sets.rename(columns={"uid": "v", "shingles": "sv"}), on="v", npartitions=npart)
+    kept = joined.map_partitions(
+        _jaccard_partition, run.config.threshold, meta={"u": "int64", "v": "int64", "jaccard": "float64"}
+    )
+    return {"verified_edges": write_partitions(run.dask, kept, directory, "dedup verify", run.progress)}
+
+
+def _cluster_decisions(run: _DedupRun, sig_files: list[str], directory: Path) -> dict[str, Any]:
+    """One document kept per component (shuffled on the component label)."""
+    import dask.dataframe as dd
+
+    npart = run.npart
+    labels = dd.read_parquet(parquet_files(run.work.dir("components") / "final"), columns=["node", "label"])
+    meta = dd.read_parquet(sig_files, columns=["uid", "id", "part", "length", "quality"])
+    members = labels.merge(meta, left_on="node", right_on="uid", npartitions=npart)
+    decisions = members.shuffle(on="label", npartitions=npart).map_partitions(
+        _choose_clusters, run.config.keep, meta=_empty_decisions()
+    )
+    return _write_decisions(run, decisions, directory, "dedup clusters", "in_clusters")
+
+
+def _write_decisions(run: _DedupRun, decisions, directory: Path, desc: str, counted: str) -> dict[str, Any]:
+    """Write the decisions, one directory per input file, and count them."""
+    written = decisions.map_partitions(_write_decisions_by_part, str(directory), meta=_DECISION_COUNTS)
+    results = compute_with_progress(run.dask, written, desc, run.progress)
+    return _decision_counts(results, counted)
+
+
+def _apply(
+    run: _DedupRun, input: str | Path | list, output: str | Path, reason: str, stats: dict[str, Any], started: float
+) -> dict[str, Any]:
+    """The last phase: each input file split into kept and rejected documents by the decisions,
+    through `run_tasks`, which publishes `output` with the manifest."""
+    config, work = run.config, run.work
+    tasks = [
+        ApplyDecisions(str(path), part, str(work.dir("decisions")), reason, config.batch_rows)
+        for part, path in enumerate(run.files)
+    ]
+    t0 = time.time()
+
+    def add_dedup_details(manifest: dict) -> None:
+        run.seconds["apply"] = round(time.time() - t0, 3)
+        manifest["timings"]["seconds"] = round(time.time() - started, 3)
+        manifest["timings"]["phases"] = run.seconds
+        manifest["resumed_phases"] = work.resumed
+        manifest["dedup"] = stats
+
+    return run_tasks(
+        "dedup",
+        asdict(config),
+        tasks,
+        output,
+        inputs=[storage.absolute(p) for p in (input if isinstance(input, (list, tuple)) else [input])],
+        upstream=upstream_manifest(input),
+        versions=_versions(),
+        client=run.dask,
+        progress=run.progress,
+        finalize=add_dedup_details,
+        what="curate dedup apply",
+        also_kept=run.phases_kept,
+    )
 
 
 def _finished_phases(work: WorkDir | None) -> list[str]:

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tokenmill.infra.atomic import atomic_path, read_json
+from tokenmill.infra.cluster import collect
 
 
 def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: str | Path) -> None:
@@ -97,15 +98,11 @@ PER_FILE_PHASES = {"signatures", "hashes", "components"}
 
 def compute_with_progress(client, collection, desc: str, progress: bool) -> list:
     """Compute a Dask collection's partitions with one progress tick per partition."""
-    from distributed import as_completed, futures_of
-
-    from tokenmill.progress import progress_bar
+    from distributed import futures_of
 
     persisted = client.persist(collection)
     futures = futures_of(persisted)
-    with progress_bar(total=len(futures), desc=desc, unit="part", enabled=progress) as bar:
-        for _ in as_completed(futures):
-            bar.update(1)
+    collect(futures, desc=desc, unit="part", progress=progress)
     return client.gather(futures)
 
 
