@@ -64,10 +64,14 @@ def _command(recipe: Path, workdir: Path, *options: str) -> list[str]:
         "--workdir",
         str(workdir),
         "--no-progress",
-        "--workers",
-        "2",
         *options,
     ]
+
+
+def _own_cluster(command: list[str]) -> list[str]:
+    """A run that is killed takes its own LocalCluster's workers with it: none of its tasks can
+    go on writing on the test session's cluster after the kill."""
+    return [*command, "--workers", "2"]
 
 
 def _env() -> dict[str, str]:
@@ -85,7 +89,7 @@ def run_and_kill(recipe: Path, workdir: Path, *, when_line: str | None = None, w
     """Start a run in its own process group and SIGKILL the whole group (runner, Dask workers,
     trainer) as soon as a step starts (`when_line` printed) or a file appears (`when_path`)."""
     process = subprocess.Popen(
-        _command(recipe, workdir),
+        _own_cluster(_command(recipe, workdir)),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
