@@ -1,8 +1,9 @@
 """The torchrun agent `tokenmill train` starts:
-``python -m tokenmill.train.agent NPROC [--max-restarts N] [--run-dir RUN] -- ARGV...``.
+``python -m tokenmill.train.agent NPROC [--max-restarts N] [--run-dir RUN] -- ARGV...``, ARGV
+being the arguments of `tokenmill train` (see docs/processes.md).
 
 It is torchrun (`torch.distributed.run`, standalone rendezvous, one process per rank running
-``python -m tokenmill.cli ARGV``), whose elastic agent restarts every rank when one fails, up
+``python -m tokenmill.train.worker ARGV``), whose elastic agent restarts every rank when one fails, up
 to ``--max-restarts`` times (each worker then resumes from the run's latest complete
 checkpoint: tokenmill.train.cli). What it adds for a user at a terminal:
 
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--nproc-per-node={args.nproc}",
             f"--max-restarts={args.max_restarts}",
             "-m",
-            "tokenmill.cli",
+            "tokenmill.train.worker",
             *worker_argv,
         ]
     )
