@@ -514,7 +514,6 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
     from tokenmill.infra.slurm import TRAIN_LAUNCHER_ENV
 
     launcher = shlex.split(os.environ.get(TRAIN_LAUNCHER_ENV, "")) or [sys.executable]
-    # `tokenmill train` through the training processes' own entry point (train/worker.py).
     argv = [*launcher, "-m", "tokenmill.train.worker", str(config_path), *spec.extra_args]
     if resume:
         argv.append("--resume")
