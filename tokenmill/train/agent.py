@@ -3,8 +3,8 @@
 being the arguments of `tokenmill train` (see docs/processes.md).
 
 It is torchrun (`torch.distributed.run`, standalone rendezvous, one process per rank running
-``python -m tokenmill.train.worker ARGV``), whose elastic agent restarts every rank when one fails, up
-to ``--max-restarts`` times (each worker then resumes from the run's latest complete
+``python -m tokenmill.train.worker ARGV``), whose elastic agent restarts every rank when one
+fails, up to ``--max-restarts`` times (each worker then resumes from the run's latest complete
 checkpoint: tokenmill.train.cli). What it adds for a user at a terminal:
 
 - it ends with its launcher (`die_with_parent`), and tells its workers its pid so they end

@@ -3,9 +3,9 @@
 `tokenmill train` started by a user with tp*pp*dp > 1 (or with restarts asked for) checks the
 config, the data and the layout itself (so a mistake is one line, before any worker starts),
 then runs `python -m tokenmill.train.agent W --max-restarts N -- CONFIG ...`: torchrun with
-`--standalone --nproc-per-node W --max-restarts N -m tokenmill.train.worker` (see agent.py). Started by torchrun (``LOCAL_RANK``
-set) it just runs, so multi-node users call torchrun themselves with `--nnodes` and the same
-arguments.
+`--standalone --nproc-per-node W --max-restarts N -m tokenmill.train.worker` (see agent.py).
+Started by torchrun (``LOCAL_RANK`` set) it just runs, so multi-node users call torchrun
+themselves with `--nnodes` and the same arguments (docs/processes.md).
 
 The children never import a `tokenmill` folder that happens to be in the working directory
 (PYTHONSAFEPATH: `-m` does not put the cwd on the import path). The agent runs in its own
