@@ -258,7 +258,8 @@ def test_killed_runner_takes_its_trainer_and_workers_with_it(tmp_path, shared_da
             assert time.time() < deadline
             time.sleep(0.2)
         trainers = psutil.Process(process.pid).children(recursive=True)
-        assert len([p for p in trainers if "tokenmill.cli" in " ".join(p.cmdline())]) >= 3  # launcher + 2 workers
+        started = [p for p in trainers if "tokenmill.train.worker" in " ".join(p.cmdline())]
+        assert len(started) >= 3  # launcher + 2 workers
         process.kill()
         process.wait(timeout=30)
         gone, alive = psutil.wait_procs(trainers, timeout=10)

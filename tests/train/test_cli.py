@@ -144,18 +144,6 @@ def test_unknown_recipe_name_lists_the_bundled_ones(tmp_path: Path, monkeypatch,
     assert line.startswith("tokenmill: error:") and "'tinny'" in line and "tiny" in line.split("'tinny'")[1]
 
 
-@pytest.mark.parametrize("flag", ["--tp", "--dp"])
-def test_parallel_flags_reach_the_config(flag: str) -> None:
-    import argparse
-
-    from tokenmill.train.cli import _train_argv, register
-
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
-    args = parser.parse_args(["train", "c.yaml", flag, "2", "--zero", "1", "--resume"])
-    assert _train_argv(args) == ["train", "c.yaml", flag, "2", "--zero", "1", "--resume"]
-
-
 def test_bad_flag_values_are_named_by_the_flag_not_the_bundled_file(shakespeare_shard: Path, tmp_path: Path, capsys):
     data = ["--data", str(shakespeare_shard), "--out", str(tmp_path / "r")]
     assert main("train", RECIPE, *data, "--steps", "0") == 1

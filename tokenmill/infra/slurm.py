@@ -170,8 +170,8 @@ def run_stoppable(command: str, stopped_exit: int) -> list[str]:
 
 
 def torchrun_prefix(nodes: int, nproc_per_node: int) -> str:
-    """`srun ... torchrun ...` up to (not including) `-m tokenmill.cli train ...`: one torchrun
-    agent per node, all meeting at the c10d rendezvous on the first node."""
+    """`srun ... torchrun ...` up to (not including) `-m tokenmill.train.worker CONFIG ...`: one
+    torchrun agent per node, all meeting at the c10d rendezvous on the first node."""
     return (
         f"srun --overlap --nodes={nodes} --ntasks-per-node=1 --cpus-per-task=$CPUS --kill-on-bad-exit=1"
         f" $PYTHON -m torch.distributed.run --nnodes={nodes} --nproc-per-node={nproc_per_node}"

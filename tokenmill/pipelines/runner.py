@@ -506,13 +506,13 @@ def _train(ctx: Context, step: Step) -> dict[str, Any]:
     from tokenmill.infra.slurm import TRAIN_LAUNCHER_ENV
 
     launcher = shlex.split(os.environ.get(TRAIN_LAUNCHER_ENV, "")) or [sys.executable]
-    argv = [*launcher, "-m", "tokenmill.cli", "train", str(config_path), *spec.extra_args]
+    argv = [*launcher, "-m", "tokenmill.train.worker", str(config_path), *spec.extra_args]
     if resume:
         argv.append("--resume")
         log.info(f"  config and data unchanged: {_resume_note(run_dir)}")
     if not ctx.progress:
         argv.append("--no-progress")
-    log.info(f"  $ {' '.join(argv[argv.index('tokenmill.cli') + 1 :])}")
+    log.info(f"  $ train {' '.join(argv[argv.index('tokenmill.train.worker') + 1 :])}")
     from tokenmill.train.launch import child_env
     from tokenmill.train.lifecycle import LAUNCHER_PID_ENV, PIPELINE_PID_ENV
 

@@ -1,9 +1,10 @@
 """The torchrun agent `tokenmill train` starts:
-``python -m tokenmill.train.agent NPROC [--max-restarts N] [--run-dir RUN] -- ARGV...``.
+``python -m tokenmill.train.agent NPROC [--max-restarts N] [--run-dir RUN] -- ARGV...``, ARGV
+being the arguments of `tokenmill train` (see docs/processes.md).
 
 It is torchrun (`torch.distributed.run`, standalone rendezvous, one process per rank running
-``python -m tokenmill.cli ARGV``), whose elastic agent restarts every rank when one fails, up
-to ``--max-restarts`` times (each worker then resumes from the run's latest complete
+``python -m tokenmill.train.worker ARGV``), whose elastic agent restarts every rank when one
+fails, up to ``--max-restarts`` times (each worker then resumes from the run's latest complete
 checkpoint: tokenmill.train.cli). What it adds for a user at a terminal:
 
 - it ends with its launcher (`die_with_parent`), and tells its workers its pid so they end
@@ -86,17 +87,20 @@ def _elastic_agent_class(run_dir: str | None) -> type:
         collateral: set[int] = set()
         stopped = False  # the ranks stopped at a checkpoint on request
 
+        def _rank_pids(self) -> dict[int, int]:
+            """The pids of the current attempt's ranks, by local rank (a worker's ``id`` is its
+            pid under this agent; None before it starts)."""
+            return {w.local_rank: w.id for w in self.get_worker_group().workers if isinstance(w.id, int)}
+
         def _kill_stopped(self, unless_all_alive: bool) -> None:
             """Kill the workers stopped by a signal (SIGSTOP): they cannot act on the SIGTERM
             that ends an attempt, and torchrun would wait its whole shutdown timeout for them.
             With ``unless_all_alive``, only once another worker has ended."""
-            if self._pcontext is None or self._worker_group is None:
-                return
-            states = {local: (pid, process_state(pid)) for local, pid in self._pcontext.pids().items()}
+            states = {local: (pid, process_state(pid)) for local, pid in self._rank_pids().items()}
             stopped = {local: pid for local, (pid, state) in states.items() if state in ("T", "t")}
             if not stopped or (unless_all_alive and not any(st in ("Z", "X", None) for _, st in states.values())):
                 return
-            ranks = {w.local_rank: w.global_rank for w in self._worker_group.workers}
+            ranks = {w.local_rank: w.global_rank for w in self.get_worker_group().workers}
             for local, pid in stopped.items():
                 rank = ranks.get(local, local)
                 log.error("training rank %d (pid %d) is stopped (SIGSTOP or a debugger); killing it", rank, pid)
@@ -115,13 +119,13 @@ def _elastic_agent_class(run_dir: str | None) -> type:
             if all(f.exitcode == STOPPED_EXIT for f in result.failures.values()):
                 # Ranks stopping at a checkpoint on request (stop.py): not a failure to restart
                 # from. The job ends once every rank has written its part and exited.
-                if self._pcontext is not None and any(
-                    process_state(pid) not in ("Z", "X", None) for pid in self._pcontext.pids().values()
-                ):
+                if any(process_state(pid) not in ("Z", "X", None) for pid in self._rank_pids().values()):
                     return RunResult(state=WorkerState.HEALTHY)
                 Agent.stopped = True
                 ranks = {worker.global_rank: None for worker in worker_group.workers}
                 return RunResult(state=WorkerState.SUCCEEDED, return_values=ranks)
+            # torch's count, not one of ours: torch may also take the restarts away (a rank stuck
+            # in uninterruptible sleep), and has no public accessor for it.
             restart = self._remaining_restarts > 0
             total = worker_group.spec.max_restarts
             done = total - self._remaining_restarts + 1
@@ -198,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--nproc-per-node={args.nproc}",
             f"--max-restarts={args.max_restarts}",
             "-m",
-            "tokenmill.cli",
+            "tokenmill.train.worker",
             *worker_argv,
         ]
     )

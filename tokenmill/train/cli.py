@@ -28,15 +28,32 @@ def _bundled_names() -> str:
     return ", ".join(bundled_recipes(RECIPE_PREFIX)) or "none"
 
 
+TRAIN_HELP = "train a GPT model on token shards"
+TRAIN_DESCRIPTION = (
+    "Train on a shard prefix or blend; re-launches itself under torchrun when tp*pp*dp > 1. "
+    "Ctrl-C stops it; SIGUSR1 or SIGTERM (or the file RUN/STOP) makes it write a checkpoint after the "
+    "current step and exit with status 99; run the same command with --resume to continue from the last "
+    "checkpoint."
+)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    train = subparsers.add_parser(
-        "train",
-        help="train a GPT model on token shards",
-        description="Train on a shard prefix or blend; re-launches itself under torchrun when tp*pp*dp > 1. "
-        "Ctrl-C stops it; SIGUSR1 or SIGTERM (or the file RUN/STOP) makes it write a checkpoint after the "
-        "current step and exit with status 99; run the same command with --resume to continue from the last "
-        "checkpoint.",
+    train = subparsers.add_parser("train", help=TRAIN_HELP, description=TRAIN_DESCRIPTION)
+    add_train_arguments(train)
+    train.set_defaults(func=run_train)
+
+    export = subparsers.add_parser(
+        "export-hf",
+        help="export a checkpoint to a Hugging Face model directory",
+        description="Write safetensors + config.json (+ tokenizer) loadable by transformers.",
     )
+    export.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its latest)")
+    export.add_argument("outdir", help="output directory")
+    export.set_defaults(func=run_export)
+
+
+def add_train_arguments(train: argparse.ArgumentParser) -> None:
+    """The arguments of `tokenmill train`, which the ranks' entry point (worker.py) parses too."""
     train.add_argument(
         "config", help=f"training config: a YAML file, or the name of a bundled one ({_bundled_names()})"
     )
@@ -70,16 +87,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
     add_slurm_options(train, dry_run=True)
-    train.set_defaults(func=run_train)
-
-    export = subparsers.add_parser(
-        "export-hf",
-        help="export a checkpoint to a Hugging Face model directory",
-        description="Write safetensors + config.json (+ tokenizer) loadable by transformers.",
-    )
-    export.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its latest)")
-    export.add_argument("outdir", help="output directory")
-    export.set_defaults(func=run_export)
 
 
 def _non_negative(text: str) -> int:
@@ -108,17 +115,57 @@ def restart_resume(cfg: TrainConfig, resume: bool | str) -> bool | str:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from tokenmill.recipes import resolve_recipe
-    from tokenmill.train.config import load_config
+    """`tokenmill train`: one command line, played in one of four roles (docs/processes.md).
+
+    - a rank under torchrun (``LOCAL_RANK`` and ``WORLD_SIZE`` set: started by the launcher's
+      agent, or by torchrun in a Slurm job): `run_rank`;
+    - with ``--slurm``, the submitter of a Slurm job whose ranks run under torchrun:
+      `submit_slurm_job`;
+    - the launcher of the agent and its ranks, when the run needs several processes or restarts:
+      `run_launcher`;
+    - otherwise the whole run in this process: `run_single`.
+
+    A trainer started by `tokenmill run` is a launcher or a single process tied to the run's
+    lifetime (`tie_to_parents`)."""
     from tokenmill.train.launch import under_torchrun
+
+    rank = under_torchrun()
+    tie_to_parents(rank)
+    config_path, cfg = load_train_config(args)
+    check_slurm_only_options(args)
+    if args.slurm:
+        return submit_slurm_job(args, cfg, config_path)
+    if args.dry_run:
+        raise ConfigError("--dry-run needs --slurm (it prints the sbatch script)")
+    if rank:
+        return run_rank(args, cfg)
+    try:
+        if cfg.world_size > 1 or cfg.parallel.max_restarts > 0:  # restarts need an agent too
+            return run_launcher(args, cfg, config_path)
+        return run_single(args, cfg)
+    except KeyboardInterrupt:
+        # Ctrl-C: a rerun of the same command without --resume would be refused (the run
+        # directory holds checkpoints) or start from step 0, so the hint names --resume.
+        raise KeyboardInterrupt(_resume_hint(cfg)) from None
+
+
+def tie_to_parents(rank: bool) -> None:
+    """End this process with the ones it must not outlive: a rank of `tokenmill train`'s own
+    agent ends with the agent and the launcher; the trainer of a `tokenmill run` (and so its
+    ranks) with the run. Ranks of a plain torchrun (a Slurm job) are left to torchrun."""
     from tokenmill.train.lifecycle import AGENT_PID_ENV, LAUNCHER_PID_ENV, PIPELINE_PID_ENV, die_with_parent, env_pid
 
-    if under_torchrun() and env_pid(AGENT_PID_ENV):
-        # A worker of `tokenmill train`: it ends with the agent that started it and the launcher.
+    if rank and env_pid(AGENT_PID_ENV):
         die_with_parent(expected_parent=env_pid(AGENT_PID_ENV), also_watch=env_pid(LAUNCHER_PID_ENV))
-    elif not under_torchrun() and env_pid(PIPELINE_PID_ENV):
-        # The trainer of a `tokenmill run`: it (and so its workers) ends with the run.
+    elif not rank and env_pid(PIPELINE_PID_ENV):
         die_with_parent(expected_parent=env_pid(PIPELINE_PID_ENV))
+
+
+def load_train_config(args: argparse.Namespace) -> tuple[str | Path, TrainConfig]:
+    """The config file, and the config with the command line's overrides."""
+    from tokenmill.recipes import resolve_recipe
+    from tokenmill.train.config import load_config
+
     config_path, bundled = resolve_recipe(args.config, prefix=RECIPE_PREFIX)
     # Each flag sets its key in the nested config.
     overrides = {
@@ -143,67 +190,49 @@ def run_train(args: argparse.Namespace) -> int:
     )
     if args.max_restarts is not None:
         cfg.parallel.max_restarts = args.max_restarts
+    return config_path, cfg
+
+
+def submit_slurm_job(args: argparse.Namespace, cfg: TrainConfig, config_path: str | Path) -> int:
+    """`tokenmill train --slurm`: write (and submit, or print with --dry-run) the job script."""
     from tokenmill.train.train_job import submit_training
 
-    check_slurm_only_options(args)
-    if args.slurm:
-        submit_training(cfg, _train_argv(args, Path(config_path).resolve()), args)
-        return 0
-    if args.dry_run:
-        raise ConfigError("--dry-run needs --slurm (it prints the sbatch script)")
-
-    if under_torchrun():
-        return _train_rank(args, cfg)
-    try:
-        return _train_here(args, cfg, config_path)
-    except KeyboardInterrupt:
-        # Ctrl-C: a rerun of the same command without --resume would be refused (the run
-        # directory holds checkpoints) or start from step 0, so the hint names --resume.
-        raise KeyboardInterrupt(_resume_hint(cfg)) from None
+    submit_training(cfg, worker_argv(args, Path(config_path).resolve()), args)
+    return 0
 
 
-def _resume_hint(cfg: TrainConfig) -> str:
-    from tokenmill.train.loop import latest_checkpoint
-
-    try:
-        latest = latest_checkpoint(cfg)
-    except Exception:  # the hint must not hide the interruption
-        latest = None
-    if latest is None:
-        return "rerun with --resume to continue (there is no checkpoint yet: it starts from step 0)"
-    return f"rerun with --resume to continue from the latest checkpoint ({latest})"
-
-
-def _train_here(args: argparse.Namespace, cfg: TrainConfig, config_path: str | Path) -> int:
-    """`tokenmill train` as started by the user: in this process, or as the launcher of torchrun."""
-    from tokenmill.train.launch import launch_torchrun
-
-    # Restarts need an agent to restart the ranks: one process then runs under it as well.
-    if cfg.world_size > 1 or cfg.parallel.max_restarts > 0:
-        from tokenmill.train.lifecycle import check_run_unlocked
-        from tokenmill.train.loop import nothing_to_do, prepare, refuse_fresh_start
-
-        # Every mistake that needs no worker is reported here, once, before torchrun starts.
-        prepared = prepare(cfg, resume=args.resume)
-        check_run_unlocked(cfg.run_dir)
-        refuse_fresh_start(cfg, args.resume)
-        done = nothing_to_do(cfg, prepared)
-        if done is not None:
-            log.log(*done)
-            return 0
-        return launch_torchrun(
-            cfg.world_size,
-            _train_argv(args, config_path),
-            max_restarts=cfg.parallel.max_restarts,
-            run_dir=str(cfg.run_dir),
-        )
+def run_single(args: argparse.Namespace, cfg: TrainConfig) -> int:
+    """The whole run in this process, on one device."""
     from tokenmill.train.loop import train
 
     return _finish(cfg, train(cfg, resume=args.resume))
 
 
-def _train_rank(args: argparse.Namespace, cfg: TrainConfig) -> NoReturn:
-    """One rank under torchrun (the local launcher's agent, or torchrun in a Slurm job)."""
+def run_launcher(args: argparse.Namespace, cfg: TrainConfig, config_path: str | Path) -> int:
+    """Check everything that needs no rank, once, then start the agent (agent.py) and its
+    ranks (worker.py) and wait for them; their exit status is this process's."""
+    from tokenmill.train.launch import launch_torchrun
+    from tokenmill.train.lifecycle import check_run_unlocked
+    from tokenmill.train.loop import nothing_to_do, prepare, refuse_fresh_start
+
+    # Every mistake that needs no worker is reported here, once, before torchrun starts.
+    prepared = prepare(cfg, resume=args.resume)
+    check_run_unlocked(cfg.run_dir)
+    refuse_fresh_start(cfg, args.resume)
+    done = nothing_to_do(cfg, prepared)
+    if done is not None:
+        log.log(*done)
+        return 0
+    return launch_torchrun(
+        cfg.world_size,
+        worker_argv(args, config_path),
+        max_restarts=cfg.parallel.max_restarts,
+        run_dir=str(cfg.run_dir),
+    )
+
+
+def run_rank(args: argparse.Namespace, cfg: TrainConfig) -> NoReturn:
+    """One rank under torchrun (the launcher's agent, or torchrun in a Slurm job)."""
     from tokenmill.train.loop import train
 
     if int(os.environ["WORLD_SIZE"]) != cfg.world_size:
@@ -220,6 +249,18 @@ def _train_rank(args: argparse.Namespace, cfg: TrainConfig) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+def _resume_hint(cfg: TrainConfig) -> str:
+    from tokenmill.train.loop import latest_checkpoint
+
+    try:
+        latest = latest_checkpoint(cfg)
+    except Exception:  # the hint must not hide the interruption
+        latest = None
+    if latest is None:
+        return "rerun with --resume to continue (there is no checkpoint yet: it starts from step 0)"
+    return f"rerun with --resume to continue from the latest checkpoint ({latest})"
 
 
 def _finish(cfg: TrainConfig, result: TrainResult) -> int:
@@ -241,9 +282,10 @@ def _finish(cfg: TrainConfig, result: TrainResult) -> int:
     return status
 
 
-def _train_argv(args: argparse.Namespace, config: str | Path | None = None) -> list[str]:
-    """The same `train` command line, for each rank under torchrun (``config``: the resolved file)."""
-    argv = ["train", str(config or args.config)]
+def worker_argv(args: argparse.Namespace, config: str | Path | None = None) -> list[str]:
+    """The same `train` arguments for each rank's entry point, ``python -m tokenmill.train.worker
+    ARGV`` (``config``: the resolved file); --slurm and its options are the submitter's alone."""
+    argv = [str(config or args.config)]
     for name in ("data", "out", "steps", "tp", "pp", "dp", "zero", "device"):
         value = getattr(args, name)
         if value is not None:

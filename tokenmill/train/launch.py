@@ -2,10 +2,10 @@
 
 `tokenmill train` started by a user with tp*pp*dp > 1 (or with restarts asked for) checks the
 config, the data and the layout itself (so a mistake is one line, before any worker starts),
-then runs `python -m tokenmill.train.agent W --max-restarts N -- train ...`: torchrun with
-`--standalone --nproc-per-node W --max-restarts N -m tokenmill.cli` (see agent.py). Started by torchrun (``LOCAL_RANK``
-set) it just runs, so multi-node users call torchrun themselves with `--nnodes` and the same
-arguments.
+then runs `python -m tokenmill.train.agent W --max-restarts N -- CONFIG ...`: torchrun with
+`--standalone --nproc-per-node W --max-restarts N -m tokenmill.train.worker` (see agent.py).
+Started by torchrun (``LOCAL_RANK`` set) it just runs, so multi-node users call torchrun
+themselves with `--nnodes` and the same arguments (docs/processes.md).
 
 The children never import a `tokenmill` folder that happens to be in the working directory
 (PYTHONSAFEPATH: `-m` does not put the cwd on the import path). The agent runs in its own
@@ -43,7 +43,7 @@ def child_env(world_size: int) -> dict[str, str]:
 
 
 def launch_torchrun(world_size: int, argv: list[str], max_restarts: int = 0, run_dir: str | None = None) -> int:
-    """Run ``tokenmill <argv>`` in ``world_size`` local processes; return the exit status.
+    """Run ``python -m tokenmill.train.worker <argv>`` in ``world_size`` local processes; return the exit status.
     A failed rank restarts them all, up to ``max_restarts`` times; failures are recorded in
     ``run_dir``.
 

@@ -4,9 +4,10 @@ and submits it).
 Every rank runs under ``srun`` (one task per node) with torchrun's c10d rendezvous on the first
 node of the allocation: tokenmill's own launcher (launch.py) is single-node by design
 (``--standalone``), while torchrun with a shared rendezvous endpoint is what joins the nodes,
-so the script calls it directly; each worker then runs ``tokenmill train`` as usual. Every job
-passes ``--resume`` (a fresh run directory simply starts), and Slurm's warning before the time
-limit makes training stop at a checkpoint (``STOPPED_EXIT``) for the next job of a chain.
+so the script calls it directly; each rank then runs `tokenmill train`'s arguments through the
+ranks' entry point (``python -m tokenmill.train.worker``). Every job passes ``--resume`` (a
+fresh run directory simply starts), and Slurm's warning before the time limit makes training
+stop at a checkpoint (``STOPPED_EXIT``) for the next job of a chain.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def train_script(train_argv: list[str], out: Path, spec: SlurmSpec, *, name: str
         *stop_on_signal(out / STOP_FILE),
         # Every job resumes from the latest checkpoint (a fresh run directory simply starts).
         *run_stoppable(
-            f"{torchrun_prefix(nodes, nproc)} -m tokenmill.cli {argv}"
+            f"{torchrun_prefix(nodes, nproc)} -m tokenmill.train.worker {argv}"
             + ("" if "--resume" in train_argv else " --resume"),
             STOPPED_EXIT,
         ),

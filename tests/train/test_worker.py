@@ -1,0 +1,106 @@
+"""The training processes' entry point, ``python -m tokenmill.train.worker``: small, and ended
+the way `tokenmill train` is (one line, the same exit statuses)."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokenmill.cli import main as tokenmill_main
+from tokenmill.errors import TEMPFAIL_EXIT, TokenmillError
+from tokenmill.train import worker
+from tokenmill.train.cli import register, worker_argv
+from tokenmill.train.stop import STOPPED_EXIT, TrainingStopped
+
+HEAVY_MODULES = ("torch", "pandas", "pyarrow", "dask", "distributed", "numba", "transformers", "datasets")
+
+# Run in a fresh interpreter: the test process has loaded these modules long ago.
+_IMPORT = """
+import json, sys
+import tokenmill.train.worker
+heavy = {m.split(".")[0] for m in sys.modules} & set(%r)
+commands = {m for m in sys.modules if m in ("tokenmill.cli", "tokenmill.curate", "tokenmill.pipelines")}
+print(json.dumps(sorted(heavy | commands)))
+"""
+
+
+def test_the_entry_point_loads_no_heavy_library() -> None:
+    """A rank starts from an entry point that loads none of pandas, pyarrow, Dask or numba,
+    nor the other commands' parsers (not even torch, until the training code does)."""
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", _IMPORT % (HEAVY_MODULES,)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [], f"loaded by tokenmill.train.worker: {done.stdout}"
+
+
+def test_a_mistake_is_the_same_one_line_and_status_as_tokenmill_trains(tmp_path: Path, capsys) -> None:
+    missing = str(tmp_path / "missing.yaml")
+    assert tokenmill_main(["train", missing]) == 1
+    said = capsys.readouterr().err
+    assert said.startswith("tokenmill: error: ") and missing in said and len(said.splitlines()) == 1, said
+    assert worker.main([missing]) == 1
+    assert capsys.readouterr().err == said
+
+
+class _PeerFailed(TokenmillError):
+    exit_status = TEMPFAIL_EXIT
+
+
+def _full_disk() -> RuntimeError:
+    """A library's error raised from the C library's ENOSPC."""
+    error = RuntimeError("checkpoint write failed")
+    error.__cause__ = OSError(errno.ENOSPC, "No space left on device", "/r/ck")
+    return error
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "line"),
+    [
+        (TrainingStopped("training stopped at a checkpoint"), STOPPED_EXIT, "tokenmill: error: training stopped at a checkpoint"),
+        (_PeerFailed("rank 1 went away"), TEMPFAIL_EXIT, "tokenmill: error: rank 1 went away"),
+        (_full_disk(), 1, "tokenmill: error: tokenmill train: no space left on the device for /r/ck; free space and rerun"),
+        (KeyboardInterrupt("rerun with --resume to continue"), 130, "tokenmill: interrupted; rerun with --resume to continue"),
+    ],
+    ids=["stopped", "peer-failed", "disk-full", "ctrl-c"],
+)  # fmt: skip
+def test_what_ends_a_rank_is_one_line_and_its_exit_status(
+    raised: BaseException, status: int, line: str, monkeypatch, capsys
+) -> None:
+    def train(args: argparse.Namespace) -> int:
+        assert args.config == "c.yaml" and args.steps == 3
+        raise raised
+
+    monkeypatch.setattr(worker, "run_train", train)
+    assert worker.main(["c.yaml", "--steps", "3"]) == status
+    assert capsys.readouterr().err.splitlines() == [line]
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch) -> None:
+    def train(args: argparse.Namespace) -> int:
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(worker, "run_train", train)
+    with pytest.raises(ValueError, match="a bug"):
+        worker.main(["c.yaml"])
+
+
+@pytest.mark.parametrize("flag", ["--tp", "--dp"])
+def test_the_ranks_get_the_commands_training_arguments(flag: str) -> None:
+    """The launcher's command line, passed to each rank, parses there to the same arguments;
+    the Slurm options stay with the process that submits."""
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    given = parser.parse_args(["train", "c.yaml", flag, "2", "--zero", "1", "--resume", "--partition", "gpu"])
+    argv = worker_argv(given)
+    assert argv == ["c.yaml", flag, "2", "--zero", "1", "--resume"]
+    ranks = worker.build_parser().parse_args(argv)
+    for name in ("config", "data", "out", "steps", "resume", "tp", "pp", "dp", "zero", "device", "max_restarts"):
+        assert getattr(ranks, name) == getattr(given, name), name
+    assert not ranks.slurm and ranks.partition is None

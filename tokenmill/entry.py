@@ -1,0 +1,72 @@
+"""How a tokenmill process ends: the one place that turns what a command raised into a one-line
+message and an exit status.
+
+Shared by every entry point a user or a launcher starts: the `tokenmill` command (cli.py) and
+the training ranks' own (train/worker.py), so a rank says a mistake, a full disk or a Ctrl-C the
+same way the command does. The exit statuses are the ones docs/processes.md lists: 1 for an
+error, the error's own `exit_status` (99: stopped at a checkpoint on request, 75: a peer or the
+scheduler went away), 130 for Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+
+from tokenmill.errors import TokenmillError
+from tokenmill.infra.faults import disk_full_error, is_disk_full
+from tokenmill.logs import configure_logging
+
+DEBUG_FLAG = "--debug"
+DEBUG_ENV = "TOKENMILL_DEBUG"
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
+
+
+def take_debug_flag(argv: list[str]) -> tuple[bool, list[str]]:
+    """Whether to show tracebacks (``--debug`` anywhere on the line, or ``TOKENMILL_DEBUG=1``),
+    and ``argv`` without the flag. With it, the processes this one starts inherit it through the
+    environment. Configures tokenmill's logging accordingly."""
+    debug = DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV) == "1"
+    if debug:
+        os.environ[DEBUG_ENV] = "1"
+    configure_logging(debug)
+    return debug, [arg for arg in argv if arg != DEBUG_FLAG]
+
+
+def run_reported(command: Callable[[], int | None], what: str, debug: bool = False) -> int:
+    """Run ``command``; return its exit status, or the one line and status of what ended it:
+
+    - a `TokenmillError` (a user's mistake, or a fault said in words): ``tokenmill: error: ...``
+      and the error's ``exit_status``;
+    - a full disk, raised in any shape by anything: ``tokenmill: error: WHAT: no space left ...``
+      and 1;
+    - Ctrl-C: ``tokenmill: interrupted; ...`` (the interruption's own hint, or "rerun to
+      resume") and 130.
+
+    Anything else is a bug and keeps its traceback. ``debug`` prints the traceback behind the
+    line as well."""
+    try:
+        result = command()
+    except TokenmillError as error:
+        if debug:
+            traceback.print_exc()
+        print(f"tokenmill: error: {error}", file=sys.stderr)
+        return error.exit_status
+    except Exception as error:
+        # A full disk anywhere (a command's own writes, a library's, wrapped or not) is one
+        # line too; the commands that write through Dask say which partitions they keep.
+        if not is_disk_full(error):
+            raise
+        if debug:
+            traceback.print_exc()
+        print(f"tokenmill: error: {disk_full_error(error, what)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as interrupt:
+        if debug:
+            traceback.print_exc()
+        # A command may say how to resume (`train`: with --resume); by default a rerun resumes.
+        print(f"tokenmill: interrupted; {str(interrupt) or 'rerun to resume'}", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    return int(result or 0)
