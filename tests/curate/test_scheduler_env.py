@@ -45,3 +45,19 @@ def test_relative_paths_reach_workers_in_another_directory(tmp_path, dask_client
     counts = json.loads((tmp_path / "out" / "manifest.json").read_text())["counts"]
     assert counts["in"] == 2 and counts["kept"] == 1
     assert [reason.startswith("contaminated:") for reason in counts["rejected"]] == [True]
+
+
+def test_ingest_of_relative_files_and_directories_on_a_cluster(tmp_path, dask_client, monkeypatch):
+    """Ingest reads raw files on the workers too: relative inputs, a file and a directory, are
+    read there, not found missing or corrupt."""
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("A first plain text document.\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"text": "A document in JSON lines."}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", dask_client.scheduler.address)
+    argv = ["curate", "ingest", "--input", "notes", "b.jsonl", "--output", "out", "--no-progress"]
+    assert main(argv) == 0
+    counts = json.loads((tmp_path / "out" / "manifest.json").read_text())["counts"]
+    assert counts == {"in": 2, "kept": 2, "rejected": {}}
+    kept = pd.read_parquet(tmp_path / "out" / "kept")
+    assert sorted(kept["text"]) == ["A document in JSON lines.", "A first plain text document.\n"]

@@ -491,8 +491,11 @@ def plan_tasks(paths: list[str | Path], options: IngestOptions) -> list[Any]:
         name = storage.basename(path)
         if not storage.exists(path):
             raise TokenmillError(f"input not found: {path}")
-        if storage.isdir(path):
-            files = storage.list_files(path)
+        # Named as typed in messages; read by Dask workers, whose working directory on a cluster
+        # (--scheduler, DASK_SCHEDULER_ADDRESS) is not this one.
+        where = storage.absolute(path)
+        if storage.isdir(where):
+            files = storage.list_files(where)
             if not files:
                 raise TokenmillError(f"input directory {path} holds no files")
             source = options.source or name
@@ -523,7 +526,7 @@ def plan_tasks(paths: list[str | Path], options: IngestOptions) -> list[Any]:
         source = options.source or name
         prefix = f"{source}:{name}" if shared_source else source
         claim(prefix, path)
-        tasks.extend(_file_tasks(path, prefix, source, fmt, options))
+        tasks.extend(_file_tasks(where, prefix, source, fmt, options))
     if not tasks:
         raise TokenmillError("no input files given")
     web = (webarchive.WarcFile, webarchive.HtmlFiles)
