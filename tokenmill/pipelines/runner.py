@@ -664,25 +664,11 @@ def run_recipe(
     `client`: an existing Dask client for the curation and encoding steps (else one is opened
     from `scheduler`/`workers`, or the recipe's, and closed before training)."""
     started = time.time()
-    workdir = resolve_workdir(workdir or default_workdir(recipe))
-    remote = RemoteWorkdir(str(workdir)) if storage.is_url(workdir) else None
-    if remote is not None:
-        remote.acquire()
-        workdir = remote.local
+    workdir, remote = _open_workdir(workdir or default_workdir(recipe))
     try:
-        if remote is not None:
-            remote.pull()
         steps = build_plan(recipe, workdir)
         selection = select(steps, from_, until, force)
-        workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / STATE_DIR).mkdir(exist_ok=True)
-        lock = WorkdirLock(workdir).__enter__()
-        # The recipe as run, for the report and for whoever opens the directory later (atomic: a
-        # full disk leaves the previous one).
-        with _disk_full_is_an_error("recipe.json", workdir):
-            atomic_write_text(workdir / "recipe.json", recipe.model_dump_json(indent=2) + "\n")
-        if remote is not None:
-            remote.push_files([workdir / "recipe.json"])
+        lock = _lock_workdir(recipe, workdir, remote)
     except BaseException:
         if remote is not None:
             remote.release()  # the lock object outlives the process: never leave it behind
@@ -700,71 +686,131 @@ def run_recipe(
     result = RunResult(workdir)
     try:
         for index, step in enumerate(steps, start=1):
-            tag = f"[{index}/{len(steps)}] {step.name}"
-            fresh = is_fresh(workdir, step)
-            if step.name not in selection.runnable:
-                needed = any(step.name in s.deps for s in steps if s.name in selection.runnable)
-                if fresh:
-                    note = "up to date, not selected"
-                elif read_state(workdir, step) and step.output.exists():
-                    note = "not selected; out of date, its previous output is used"
-                elif needed:
-                    raise TokenmillError(
-                        f"{step.name} has never finished but selected steps need it; run without --from/--until first"
-                    )
-                else:
-                    note = "not selected"
-                log.info(f"{tag}: {note}")
-                result.steps.append(StepResult(step.name, "skipped" if fresh else "not-selected", summary=note))
-                continue
-            if fresh and step.name not in selection.forced:
-                state = read_state(workdir, step) or {}
-                log.info(f"{tag}: up to date, skipped ({state.get('summary', '')})")
-                result.steps.append(StepResult(step.name, "skipped", summary=state.get("summary", "")))
-                continue
-            log.info(f"{tag}: {step.description}")
-            state_path(workdir, step).unlink(missing_ok=True)
-            if remote is not None:
-                remote.forget(step)
-            _remove_leftovers(step)
-            t0 = time.time()
-            with _disk_full_is_an_error(step.name, workdir):
-                outcome = RUNNERS[step.kind](ctx, step)
-            seconds = time.time() - t0
-            summary = summarise(step, outcome)
-            state = {
-                "step": step.name,
-                "fingerprint": step.fingerprint,
-                "finished": time.time(),
-                "seconds": round(seconds, 3),
-                "summary": summary,
-                "version": __version__,
-                "result": outcome,
-            }
-            with _disk_full_is_an_error(step.name, workdir):
-                atomic_write_text(state_path(workdir, step), json.dumps(state, indent=2, default=str) + "\n")
-            if remote is not None:
-                remote.push_step(step)
-            log.info(f"{tag}: done in {seconds:.1f}s: {summary}")
-            result.steps.append(StepResult(step.name, "ran", seconds, summary))
+            result.steps.append(_run_step(ctx, step, f"[{index}/{len(steps)}] {step.name}", selection))
     finally:
         ctx.close_client()
         lock.__exit__()
-        if report:
-            from tokenmill.pipelines.report import write_report
-
-            try:
-                result.report_md, result.report_html = write_report(recipe, workdir, steps)
-            except Exception as error:  # a report must never hide the run's own error
-                log.warning(f"report: could not be written: {error}")
-        if remote is not None:
-            try:
-                remote.push_files([result.report_md, result.report_html])
-            except TokenmillError as error:  # nor must its upload
-                log.warning(f"report: could not be uploaded: {error}")
-            finally:
-                remote.release()
+        _close_run(recipe, workdir, steps, remote, result, report)
     result.seconds = time.time() - started
+    _log_summary(result, remote)
+    return result
+
+
+def _open_workdir(workdir: str | Path) -> tuple[Path, RemoteWorkdir | None]:
+    """The local work directory to run in and, for a URL, the remote one: its lock taken and
+    its local copy brought up to date (the lock released again if that fails)."""
+    workdir = resolve_workdir(workdir)
+    if not storage.is_url(workdir):
+        assert isinstance(workdir, Path)
+        return workdir, None
+    remote = RemoteWorkdir(str(workdir))
+    remote.acquire()
+    try:
+        remote.pull()
+    except BaseException:
+        remote.release()
+        raise
+    return remote.local, remote
+
+
+def _lock_workdir(recipe: Recipe, workdir: Path, remote: RemoteWorkdir | None) -> WorkdirLock:
+    """Take the work directory for this run and record the recipe as run in it."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / STATE_DIR).mkdir(exist_ok=True)
+    lock = WorkdirLock(workdir).__enter__()
+    # The recipe as run, for the report and for whoever opens the directory later (atomic: a
+    # full disk leaves the previous one).
+    with _disk_full_is_an_error("recipe.json", workdir):
+        atomic_write_text(workdir / "recipe.json", recipe.model_dump_json(indent=2) + "\n")
+    if remote is not None:
+        remote.push_files([workdir / "recipe.json"])
+    return lock
+
+
+def _run_step(ctx: Context, step: Step, tag: str, selection: Selection) -> StepResult:
+    """Run `step` if it is selected and out of date (or forced); say why not otherwise."""
+    fresh = is_fresh(ctx.workdir, step)
+    if step.name not in selection.runnable:
+        note = _not_selected(ctx, step, selection, fresh)
+        log.info(f"{tag}: {note}")
+        return StepResult(step.name, "skipped" if fresh else "not-selected", summary=note)
+    if fresh and step.name not in selection.forced:
+        state = read_state(ctx.workdir, step) or {}
+        log.info(f"{tag}: up to date, skipped ({state.get('summary', '')})")
+        return StepResult(step.name, "skipped", summary=state.get("summary", ""))
+    log.info(f"{tag}: {step.description}")
+    result = _execute(ctx, step)
+    log.info(f"{tag}: done in {result.seconds:.1f}s: {result.summary}")
+    return result
+
+
+def _not_selected(ctx: Context, step: Step, selection: Selection, fresh: bool) -> str:
+    """What a step left out by --from/--until is; an error if selected steps need its output
+    and it has none."""
+    if fresh:
+        return "up to date, not selected"
+    if read_state(ctx.workdir, step) and step.output.exists():
+        return "not selected; out of date, its previous output is used"
+    if any(step.name in s.deps for s in ctx.steps.values() if s.name in selection.runnable):
+        raise TokenmillError(
+            f"{step.name} has never finished but selected steps need it; run without --from/--until first"
+        )
+    return "not selected"
+
+
+def _execute(ctx: Context, step: Step) -> StepResult:
+    """Run a step: it stops counting as finished, runs, and records its fingerprint (and, for a
+    remote work directory, publishes its output and then its state)."""
+    workdir, remote = ctx.workdir, ctx.remote
+    state_path(workdir, step).unlink(missing_ok=True)
+    if remote is not None:
+        remote.forget(step)
+    _remove_leftovers(step)
+    t0 = time.time()
+    with _disk_full_is_an_error(step.name, workdir):
+        outcome = RUNNERS[step.kind](ctx, step)
+    seconds = time.time() - t0
+    summary = summarise(step, outcome)
+    state = {
+        "step": step.name,
+        "fingerprint": step.fingerprint,
+        "finished": time.time(),
+        "seconds": round(seconds, 3),
+        "summary": summary,
+        "version": __version__,
+        "result": outcome,
+    }
+    with _disk_full_is_an_error(step.name, workdir):
+        atomic_write_text(state_path(workdir, step), json.dumps(state, indent=2, default=str) + "\n")
+    if remote is not None:
+        remote.push_step(step)
+    return StepResult(step.name, "ran", seconds, summary)
+
+
+def _close_run(
+    recipe: Recipe, workdir: Path, steps: list[Step], remote: RemoteWorkdir | None, result: RunResult, report: bool
+) -> None:
+    """After the run, whatever its end: the report written (and uploaded), the remote lock
+    released. Neither hides the run's own error."""
+    if report:
+        from tokenmill.pipelines.report import write_report
+
+        try:
+            result.report_md, result.report_html = write_report(recipe, workdir, steps)
+        except Exception as error:  # a report must never hide the run's own error
+            log.warning(f"report: could not be written: {error}")
+    if remote is not None:
+        try:
+            remote.push_files([result.report_md, result.report_html])
+        except TokenmillError as error:  # nor must its upload
+            log.warning(f"report: could not be uploaded: {error}")
+        finally:
+            remote.release()
+
+
+def _log_summary(result: RunResult, remote: RemoteWorkdir | None) -> None:
+    """What ran and how long it took, the evaluation's scores (on stdout) and the report."""
+    workdir = result.workdir
     ran = [s for s in result.steps if s.status == "ran"]
     skipped = [s for s in result.steps if s.status == "skipped"]
     log.info("")
@@ -783,7 +829,6 @@ def run_recipe(
         print(markdown_table(json.loads(results_path.read_text())["results"]), end="", flush=True)
     if result.report_html:
         log.info(f"report: {result.report_html} (and {result.report_md.name})")
-    return result
 
 
 def format_plan(
