@@ -21,7 +21,8 @@ import pytest
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import storage
 from tokenmill.pipelines.recipe import load_recipe
-from tokenmill.pipelines.runner import RemoteWorkdir, format_plan, run_recipe
+from tokenmill.pipelines.runner import format_plan, run_recipe
+from tokenmill.pipelines.workdir import RemoteWorkdir
 
 PLAYS = """
 sources:

@@ -20,7 +20,22 @@ def _check_path(recipe: Recipe, problems: Problems, loc: tuple[Any, ...], value:
 
 
 def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool | str = True) -> None:
-    names = [s.name for s in recipe.sources]
+    """Every check across sections, in the recipe's order of sections, into `problems`.
+    `check_paths`: paths must exist (True), only warn (``"warn"``), or are not looked at."""
+    _check_sources(recipe, problems, check_paths)
+    _check_classifiers(recipe, problems)
+    _check_curate(recipe, problems, check_paths)
+    if recipe.tokenize is not None and recipe.tokenize.file:
+        _check_path(recipe, problems, ("tokenize", "file"), recipe.tokenize.file, check=check_paths)
+    if recipe.blend is not None:
+        _check_blend(recipe, problems)
+    if recipe.train is not None:
+        _check_train(recipe, problems, check_paths)
+    if recipe.eval is not None:
+        _check_eval(recipe, problems, check_paths)
+
+
+def _check_sources(recipe: Recipe, problems: Problems, check_paths: bool | str) -> None:
     seen: set[str] = set()
     for i, source in enumerate(recipe.sources):
         if source.name in seen:
@@ -39,6 +54,9 @@ def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool | str 
             except re.error as error:
                 problems.add(("sources", i, "separator"), f"not a valid regular expression: {error}")
 
+
+def _check_classifiers(recipe: Recipe, problems: Problems) -> None:
+    names = [s.name for s in recipe.sources]
     classifier_names = [c.name for c in recipe.classifiers]
     for i, spec in enumerate(recipe.classifiers):
         if classifier_names.count(spec.name) > 1:
@@ -51,6 +69,11 @@ def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool | str 
             problems, ("classifiers", i, "options"), "train-classifier", _classifier_options_model(), spec.options
         )
 
+
+def _check_curate(recipe: Recipe, problems: Problems, check_paths: bool | str) -> None:
+    """Each curation step: a known stage, a unique step name, known sources, options that fit
+    the stage, and the files its options name."""
+    names = [s.name for s in recipe.sources]
     stages = recipe_stages()
     step_names: set[str] = set()
     for i, step in enumerate(recipe.curate):
@@ -68,21 +91,10 @@ def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool | str 
         for j, src in enumerate(step.sources or []):
             if src not in names:
                 problems.add(("curate", i, "sources", j), f"no source named `{src}`{suggest(src, names)}")
-        model = kind.options_model()
         options = dict(step.options)
         if step.stage == "classify":
-            # `classifier: NAME` names a classifier trained in this run instead of a model file.
-            name = options.pop("classifier", None)
-            if name is not None and name not in classifier_names:
-                problems.add(
-                    ("curate", i, "options", "classifier"),
-                    f"no classifier named `{name}`{suggest(str(name), classifier_names)} in `classifiers:`",
-                )
-            if name is None and not options.get("model"):
-                problems.add(("curate", i, "options"), "classify needs `model: PATH` or `classifier: NAME`")
-            if name is not None and options.get("model"):
-                problems.add(("curate", i, "options"), "give `model` or `classifier`, not both")
-        _check_options(problems, ("curate", i, "options"), f"stage {step.stage}", model, options)
+            _check_classify_model(recipe, problems, i, options)
+        _check_options(problems, ("curate", i, "options"), f"stage {step.stage}", kind.options_model(), options)
         for option in kind.input_path_options:
             value = step.options.get(option)
             values = value if isinstance(value, list) else [value]
@@ -90,38 +102,58 @@ def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool | str 
                 if isinstance(v, str):
                     _check_path(recipe, problems, ("curate", i, "options", option), v, check=check_paths)
 
-    if recipe.tokenize is not None and recipe.tokenize.file:
-        _check_path(recipe, problems, ("tokenize", "file"), recipe.tokenize.file, check=check_paths)
 
-    if recipe.blend is not None:
-        if recipe.tokenize is None:
-            problems.add(("blend",), "a blend needs a `tokenize:` section (the shards are made there)")
-        blended: set[str] = set()
-        for i, entry in enumerate(recipe.blend):
-            if entry.source not in names:
-                problems.add(("blend", i, "source"), f"no source named `{entry.source}`{suggest(entry.source, names)}")
-            if entry.source in blended:
-                problems.add(("blend", i, "source"), f"`{entry.source}` appears twice in the blend")
-            blended.add(entry.source)
+def _check_classify_model(recipe: Recipe, problems: Problems, i: int, options: dict[str, Any]) -> None:
+    """`classifier: NAME` names a classifier trained in this run instead of a model file; it is
+    taken out of `options` (the stage's own options are checked next)."""
+    classifier_names = [c.name for c in recipe.classifiers]
+    name = options.pop("classifier", None)
+    if name is not None and name not in classifier_names:
+        problems.add(
+            ("curate", i, "options", "classifier"),
+            f"no classifier named `{name}`{suggest(str(name), classifier_names)} in `classifiers:`",
+        )
+    if name is None and not options.get("model"):
+        problems.add(("curate", i, "options"), "classify needs `model: PATH` or `classifier: NAME`")
+    if name is not None and options.get("model"):
+        problems.add(("curate", i, "options"), "give `model` or `classifier`, not both")
 
-    if recipe.train is not None:
-        if recipe.blend is None:
-            problems.add(("train",), "training needs a `blend:` section (which shards to train on)")
-        config = recipe.train.config
-        if isinstance(config, str) and not recipe.train_config_file().is_file():  # neither a file nor a bundled name
-            _check_path(recipe, problems, ("train", "config"), config, check=check_paths)
-        else:
-            _check_train_config(recipe, problems)
 
-    if recipe.eval is not None:
-        if recipe.train is None:
-            problems.add(("eval",), "evaluation needs a `train:` section (the model to evaluate)")
-        if recipe.eval.data_dir:
-            _check_path(recipe, problems, ("eval", "data_dir"), recipe.eval.data_dir, check=check_paths)
-        known = _known_tasks()
-        for i, task in enumerate(recipe.eval.tasks):
-            if task not in known:
-                problems.add(("eval", "tasks", i), f"unknown task `{task}`{suggest(task, known)}")
+def _check_blend(recipe: Recipe, problems: Problems) -> None:
+    assert recipe.blend is not None
+    names = [s.name for s in recipe.sources]
+    if recipe.tokenize is None:
+        problems.add(("blend",), "a blend needs a `tokenize:` section (the shards are made there)")
+    blended: set[str] = set()
+    for i, entry in enumerate(recipe.blend):
+        if entry.source not in names:
+            problems.add(("blend", i, "source"), f"no source named `{entry.source}`{suggest(entry.source, names)}")
+        if entry.source in blended:
+            problems.add(("blend", i, "source"), f"`{entry.source}` appears twice in the blend")
+        blended.add(entry.source)
+
+
+def _check_train(recipe: Recipe, problems: Problems, check_paths: bool | str) -> None:
+    assert recipe.train is not None
+    if recipe.blend is None:
+        problems.add(("train",), "training needs a `blend:` section (which shards to train on)")
+    config = recipe.train.config
+    if isinstance(config, str) and not recipe.train_config_file().is_file():  # neither a file nor a bundled name
+        _check_path(recipe, problems, ("train", "config"), config, check=check_paths)
+    else:
+        _check_train_config(recipe, problems)
+
+
+def _check_eval(recipe: Recipe, problems: Problems, check_paths: bool | str) -> None:
+    assert recipe.eval is not None
+    if recipe.train is None:
+        problems.add(("eval",), "evaluation needs a `train:` section (the model to evaluate)")
+    if recipe.eval.data_dir:
+        _check_path(recipe, problems, ("eval", "data_dir"), recipe.eval.data_dir, check=check_paths)
+    known = _known_tasks()
+    for i, task in enumerate(recipe.eval.tasks):
+        if task not in known:
+            problems.add(("eval", "tasks", i), f"unknown task `{task}`{suggest(task, known)}")
 
 
 def _check_options(problems: Problems, where: tuple[Any, ...], what: str, model: Any, options: dict[str, Any]) -> None:

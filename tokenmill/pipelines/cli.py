@@ -107,7 +107,7 @@ def _run_recipe(recipe: Any, workdir: str | Path, args: argparse.Namespace) -> i
 
 def _run_command(args: argparse.Namespace) -> int:
     from tokenmill.pipelines.recipe import load_recipe
-    from tokenmill.pipelines.runner import default_workdir, resolve_workdir
+    from tokenmill.pipelines.workdir import default_workdir, resolve_workdir
     from tokenmill.recipes import resolve_recipe
 
     path, bundled = resolve_recipe(args.recipe)

@@ -26,6 +26,7 @@ from tokenmill.errors import TokenmillError, suggest
 from tokenmill.infra import storage
 from tokenmill.infra.atomic import read_json
 from tokenmill.pipelines.recipe import Recipe
+from tokenmill.pipelines.schema import ClassifierSpec, CurateStep, Source
 
 STATE_DIR = ".state"
 
@@ -119,178 +120,211 @@ def curate_steps_for(recipe: Recipe, source: str) -> list[tuple[int, Any]]:
 
 
 def build_plan(recipe: Recipe, workdir: Path) -> list[Step]:
+    """The recipe's steps in dependency order, each with its fingerprint: per source its ingest
+    and curation, the classifiers, tokenization (tokenizer, encode, blend), train, eval."""
+    steps: list[Step] = []
+    final_docs: dict[str, Step] = {}  # source -> its last curation step (its ingest if none)
+    for source in recipe.sources:
+        source_steps = _source_steps(recipe, workdir, source)
+        steps += source_steps
+        final_docs[source.name] = source_steps[-1]
+    steps += [_classifier_step(workdir, spec) for spec in recipe.classifiers]
+    if recipe.tokenize is not None:
+        steps += _tokenize_steps(recipe, workdir, final_docs)
+    if recipe.train is not None:
+        steps.append(_train_step(recipe, workdir))
+    if recipe.eval is not None:
+        steps.append(_eval_step(recipe, workdir))
+    steps = _stable_topological(steps)
+    _set_fingerprints(steps)
+    return steps
+
+
+def _source_steps(recipe: Recipe, workdir: Path, source: Source) -> list[Step]:
+    """A source's ingest step, then its curation steps, each reading the one before."""
+    steps = [_ingest_step(recipe, workdir, source)]
+    for n, (i, c) in enumerate(curate_steps_for(recipe, source.name), start=1):
+        steps.append(_curate_step(recipe, workdir, source.name, steps[-1], n, i, c))
+    return steps
+
+
+def _ingest_step(recipe: Recipe, workdir: Path, source: Source) -> Step:
     from tokenmill.pipelines.pydocs import installation_fingerprint
 
-    steps: list[Step] = []
-    final_docs: dict[str, StepRef] = {}  # source -> name of its last curation step
-    for source in recipe.sources:
-        src_dir = workdir / "curate" / source.name
-        config = source.model_dump(exclude={"path"})
-        if source.format == "python-docs":
-            raw: Any = {"python-docs": installation_fingerprint()}
-            inputs = ["python installation (pydoc topics, stdlib docstrings, package METADATA/LICENSE)"]
-        else:
-            paths = [recipe.resolve(p) for p in source.paths()]
-            raw = [item for p in paths for item in _file_identity(p)]
-            config["paths"] = [str(p) for p in paths]
-            inputs = [str(p) for p in paths]
+    config = source.model_dump(exclude={"path"})
+    if source.format == "python-docs":
+        raw: Any = {"python-docs": installation_fingerprint()}
+        inputs = ["python installation (pydoc topics, stdlib docstrings, package METADATA/LICENSE)"]
+    else:
+        paths = [recipe.resolve(p) for p in source.paths()]
+        raw = [item for p in paths for item in _file_identity(p)]
+        config["paths"] = [str(p) for p in paths]
+        inputs = [str(p) for p in paths]
+    return Step(
+        StepRef.ingest(source.name),
+        "ingest",
+        [],
+        workdir / "curate" / source.name / "00-ingest",
+        {**config, "raw": raw},
+        source=source.name,
+        uses_dask=True,
+        description=f"read {source.format or 'auto'} into Parquet documents",
+        inputs=inputs,
+    )
+
+
+def _curate_step(recipe: Recipe, workdir: Path, source: str, previous: Step, n: int, i: int, c: CurateStep) -> Step:
+    """The `n`th curation step of `source`, the recipe's `curate[i]` (`c`), reading `previous`."""
+    kind = recipe_stage(c.stage)
+    options = dict(c.options)
+    for option in kind.path_options:
+        if isinstance(options.get(option), str):
+            options[option] = str(recipe.resolve(options[option]))
+        elif isinstance(options.get(option), list):
+            options[option] = [str(recipe.resolve(v)) if isinstance(v, str) else v for v in options[option]]
+    deps = [previous.name]
+    inputs = [str(previous.output)]
+    # The stage as written, with its options: the step's fingerprint.
+    config: dict[str, Any] = {"stage": c.stage, "options": options, "index": i}
+    # Files an option names (a blocklist, a rules file, a task directory) are inputs too: an
+    # edited list re-runs the step, as an edited raw file re-runs ingest.
+    files = [
+        item
+        for option in kind.input_path_options
+        for value in (options.get(option) if isinstance(options.get(option), list) else [options.get(option)])
+        if isinstance(value, str)
+        for item in _file_identity(Path(value))
+    ]
+    if files:
+        config["files"] = files
+    if c.stage == "classify" and "classifier" in options:
+        # A classifier trained in this run: a dependency on it; its model file is found in
+        # the work directory at run time, so the fingerprint survives moving the directory.
+        config["classifier"] = name = options.pop("classifier")
+        deps.append(StepRef.classifier(name))
+        inputs.append(str(classifier_model_path(workdir, name)))
+    return Step(
+        StepRef.curate(source, c.step_name),
+        "curate",
+        deps,
+        workdir / "curate" / source / f"{n:02d}-{c.step_name}",
+        config,
+        source=source,
+        uses_dask=True,
+        description=f"{c.stage} {json.dumps(c.options, default=str) if c.options else ''}".strip(),
+        inputs=inputs,
+    )
+
+
+def _classifier_step(workdir: Path, spec: ClassifierSpec) -> Step:
+    sides = [*spec.positive, *spec.negative]
+    return Step(
+        StepRef.classifier(spec.name),
+        "classifier",
+        [StepRef.ingest(s) for s in dict.fromkeys(sides)],
+        workdir / "classifiers" / spec.name,
+        {"positive": spec.positive, "negative": spec.negative, "options": spec.options},
+        description=f"train a fastText quality classifier: {', '.join(spec.positive)} (high quality) against"
+        f" {', '.join(spec.negative)}",
+        inputs=[str(workdir / "curate" / s / "00-ingest") for s in dict.fromkeys(sides)],
+    )
+
+
+def _tokenize_steps(recipe: Recipe, workdir: Path, final_docs: dict[str, Step]) -> list[Step]:
+    """The tokenizer (trained on the blended sources' curated documents, or a given file), one
+    encode step per blended source (every source without a blend), and the blend."""
+    tok = recipe.tokenize
+    assert tok is not None
+    blended = [b.source for b in recipe.blend] if recipe.blend else [s.name for s in recipe.sources]
+    trained_on = [final_docs[s] for s in blended] if not tok.file else []
+    tok_config: dict[str, Any] = tok.model_dump()
+    if tok.file:
+        tok_config["file"] = str(recipe.resolve(tok.file))
+        tok_config["raw"] = _file_identity(recipe.resolve(tok.file))
+    steps = [
+        Step(
+            StepRef.tokenizer(),
+            "tokenizer",
+            [d.name for d in trained_on],
+            workdir / "tokenizer",
+            tok_config,
+            description=f"use {tok.file}" if tok.file else f"train byte-level BPE, vocab {tok.vocab_size}",
+            inputs=[str(d.output) for d in trained_on] or [str(tok_config.get("file"))],
+        )
+    ]
+    for name in blended:
         steps.append(
             Step(
-                StepRef.ingest(source.name),
-                "ingest",
-                [],
-                src_dir / "00-ingest",
-                {**config, "raw": raw},
-                source=source.name,
+                StepRef.encode(name),
+                "encode",
+                [final_docs[name].name, StepRef.tokenizer()],
+                workdir / "shards" / name,
+                {},
+                source=name,
                 uses_dask=True,
-                description=f"read {source.format or 'auto'} into Parquet documents",
-                inputs=inputs,
+                description="encode documents into Megatron .bin/.idx shards",
+                inputs=[str(final_docs[name].output), str(workdir / "tokenizer" / "tokenizer.json")],
             )
         )
-        previous = steps[-1]
-        for n, (i, c) in enumerate(curate_steps_for(recipe, source.name), start=1):
-            kind = recipe_stage(c.stage)
-            options = dict(c.options)
-            for option in kind.path_options:
-                if isinstance(options.get(option), str):
-                    options[option] = str(recipe.resolve(options[option]))
-                elif isinstance(options.get(option), list):
-                    options[option] = [str(recipe.resolve(v)) if isinstance(v, str) else v for v in options[option]]
-            deps = [previous.name]
-            inputs = [str(previous.output)]
-            # The stage as written, with its options: the step's fingerprint.
-            config: dict[str, Any] = {"stage": c.stage, "options": options, "index": i}
-            # Files an option names (a blocklist, a rules file, a task directory) are inputs too: an
-            # edited list re-runs the step, as an edited raw file re-runs ingest.
-            files = [
-                item
-                for option in kind.input_path_options
-                for value in (options.get(option) if isinstance(options.get(option), list) else [options.get(option)])
-                if isinstance(value, str)
-                for item in _file_identity(Path(value))
-            ]
-            if files:
-                config["files"] = files
-            if c.stage == "classify" and "classifier" in options:
-                # A classifier trained in this run: a dependency on it; its model file is found in
-                # the work directory at run time, so the fingerprint survives moving the directory.
-                config["classifier"] = name = options.pop("classifier")
-                deps.append(StepRef.classifier(name))
-                inputs.append(str(classifier_model_path(workdir, name)))
-            step = Step(
-                StepRef.curate(source.name, c.step_name),
-                "curate",
-                deps,
-                src_dir / f"{n:02d}-{c.step_name}",
-                config,
-                source=source.name,
-                uses_dask=True,
-                description=f"{c.stage} {json.dumps(c.options, default=str) if c.options else ''}".strip(),
-                inputs=inputs,
-            )
-            steps.append(step)
-            previous = step
-        final_docs[source.name] = previous.name
+    if recipe.blend:
+        steps.append(_blend_step(recipe, workdir))
+    return steps
 
-    for spec in recipe.classifiers:
-        sides = [*spec.positive, *spec.negative]
-        steps.append(
-            Step(
-                StepRef.classifier(spec.name),
-                "classifier",
-                [StepRef.ingest(s) for s in dict.fromkeys(sides)],
-                workdir / "classifiers" / spec.name,
-                {"positive": spec.positive, "negative": spec.negative, "options": spec.options},
-                description=f"train a fastText quality classifier: {', '.join(spec.positive)} (high quality) against"
-                f" {', '.join(spec.negative)}",
-                inputs=[str(workdir / "curate" / s / "00-ingest") for s in dict.fromkeys(sides)],
-            )
-        )
 
-    by_name = {s.name: s for s in steps}
-    if recipe.tokenize is not None:
-        tok = recipe.tokenize
-        blended = [b.source for b in recipe.blend] if recipe.blend else [s.name for s in recipe.sources]
-        tok_deps = [final_docs[s] for s in blended] if not tok.file else []
-        tok_config: dict[str, Any] = tok.model_dump()
-        if tok.file:
-            tok_config["file"] = str(recipe.resolve(tok.file))
-            tok_config["raw"] = _file_identity(recipe.resolve(tok.file))
-        steps.append(
-            Step(
-                StepRef.tokenizer(),
-                "tokenizer",
-                tok_deps,
-                workdir / "tokenizer",
-                tok_config,
-                description=f"use {tok.file}" if tok.file else f"train byte-level BPE, vocab {tok.vocab_size}",
-                inputs=[str(by_name[d].output) for d in tok_deps] or [str(tok_config.get("file"))],
-            )
-        )
-        for name in blended:
-            steps.append(
-                Step(
-                    StepRef.encode(name),
-                    "encode",
-                    [final_docs[name], StepRef.tokenizer()],
-                    workdir / "shards" / name,
-                    {},
-                    source=name,
-                    uses_dask=True,
-                    description="encode documents into Megatron .bin/.idx shards",
-                    inputs=[str(by_name[final_docs[name]].output), str(workdir / "tokenizer" / "tokenizer.json")],
-                )
-            )
-        if recipe.blend:
-            steps.append(
-                Step(
-                    StepRef.blend(),
-                    "blend",
-                    [StepRef.encode(b.source) for b in recipe.blend],
-                    workdir / "blend",
-                    {"blend": [b.model_dump() for b in recipe.blend]},
-                    description="weights per shard: "
-                    + ", ".join(
-                        f"{b.source}={'w' + str(b.weight) if b.weight is not None else str(b.epochs) + ' epochs'}"
-                        for b in recipe.blend
-                    ),
-                    inputs=[str(workdir / "shards" / b.source) for b in recipe.blend],
-                )
-            )
-    if recipe.train is not None:
-        train = recipe.train
-        train_config = train.config if isinstance(train.config, dict) else {"file": str(recipe.train_config_file())}
-        layout, world_size = recipe.train_layout(), recipe.train_world_size()
-        steps.append(
-            Step(
-                StepRef.train(),
-                "train",
-                [StepRef.blend()],
-                workdir / "train",
-                {"config": train_config, **train.model_dump(exclude={"config", "gpus", "gpu_memory"})},
-                description=f"train under torchrun, tp={layout['tp']} pp={layout['pp']} dp={layout['dp']}"
-                f" zero={layout['zero']} ({world_size} process{'es' if world_size > 1 else ''})",
-                inputs=[str(workdir / "blend" / "blend.json")],
-            )
-        )
-    if recipe.eval is not None:
-        ev = recipe.eval.model_dump()
-        if recipe.eval.data_dir:
-            ev["data_dir"] = str(recipe.resolve(recipe.eval.data_dir))
-        steps.append(
-            Step(
-                StepRef.eval(),
-                "eval",
-                [StepRef.train()],
-                workdir / "eval",
-                ev,
-                description=f"tasks {', '.join(recipe.eval.tasks) or 'none'} x shots {recipe.eval.shots}"
-                + ("; held-out perplexity" if recipe.eval.perplexity else ""),
-                inputs=[str(workdir / "train" / "run")],
-            )
-        )
+def _blend_step(recipe: Recipe, workdir: Path) -> Step:
+    assert recipe.blend
+    return Step(
+        StepRef.blend(),
+        "blend",
+        [StepRef.encode(b.source) for b in recipe.blend],
+        workdir / "blend",
+        {"blend": [b.model_dump() for b in recipe.blend]},
+        description="weights per shard: "
+        + ", ".join(
+            f"{b.source}={'w' + str(b.weight) if b.weight is not None else str(b.epochs) + ' epochs'}"
+            for b in recipe.blend
+        ),
+        inputs=[str(workdir / "shards" / b.source) for b in recipe.blend],
+    )
 
-    steps = _stable_topological(steps)
+
+def _train_step(recipe: Recipe, workdir: Path) -> Step:
+    train = recipe.train
+    assert train is not None
+    train_config = train.config if isinstance(train.config, dict) else {"file": str(recipe.train_config_file())}
+    layout, world_size = recipe.train_layout(), recipe.train_world_size()
+    return Step(
+        StepRef.train(),
+        "train",
+        [StepRef.blend()],
+        workdir / "train",
+        {"config": train_config, **train.model_dump(exclude={"config", "gpus", "gpu_memory"})},
+        description=f"train under torchrun, tp={layout['tp']} pp={layout['pp']} dp={layout['dp']}"
+        f" zero={layout['zero']} ({world_size} process{'es' if world_size > 1 else ''})",
+        inputs=[str(workdir / "blend" / "blend.json")],
+    )
+
+
+def _eval_step(recipe: Recipe, workdir: Path) -> Step:
+    assert recipe.eval is not None
+    ev = recipe.eval.model_dump()
+    if recipe.eval.data_dir:
+        ev["data_dir"] = str(recipe.resolve(recipe.eval.data_dir))
+    return Step(
+        StepRef.eval(),
+        "eval",
+        [StepRef.train()],
+        workdir / "eval",
+        ev,
+        description=f"tasks {', '.join(recipe.eval.tasks) or 'none'} x shots {recipe.eval.shots}"
+        + ("; held-out perplexity" if recipe.eval.perplexity else ""),
+        inputs=[str(workdir / "train" / "run")],
+    )
+
+
+def _set_fingerprints(steps: list[Step]) -> None:
+    """Each step's fingerprint, from its name and config and its dependencies' fingerprints
+    (`steps` in dependency order), so a change upstream reaches every step downstream."""
     fingerprints: dict[str, str] = {}
     for step in steps:
         step.fingerprint = _hash(
@@ -302,7 +336,6 @@ def build_plan(recipe: Recipe, workdir: Path) -> list[Step]:
             }
         )
         fingerprints[step.name] = step.fingerprint
-    return steps
 
 
 def classifier_model_path(workdir: Path, name: str) -> Path:

@@ -12,7 +12,6 @@ import logging
 import math
 import os
 import random
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,22 +24,18 @@ from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import storage
 from tokenmill.infra.atomic import read_json
 from tokenmill.train.checkpoint import (
-    AsyncCheckpointer,
     CheckpointError,
     RemoteRun,
     list_checkpoints,
     load_checkpoint,
     read_meta,
     resolve_checkpoint,
-    rng_state,
-    save_checkpoint,
     set_rng_state,
 )
 from tokenmill.train.config import TrainConfig, resolve_vocab_size
 from tokenmill.train.engine import Engine, SingleProcessEngine
-from tokenmill.train.faults import inject
+from tokenmill.train.hooks import Checkpoints, Faults, Hook, Report, StepEnd, Stop, Throughput, Validation, after_step
 from tokenmill.train.lifecycle import RunLock
-from tokenmill.train.metrics import MetricsLogger, format_record, peak_flops, peak_memory_bytes
 from tokenmill.train.model import GPT
 from tokenmill.train.optim import Schedule
 from tokenmill.train.parallel.engine import build_parallel_engine
@@ -323,153 +318,108 @@ def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine
 
 
 def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, stop: StopRequest) -> TrainResult:
-    run_dir = cfg.run_dir
-    remote = RemoteRun(cfg.out) if cfg.out_is_url else None
-    ckpt_path = prepared.checkpoint
-    tokenizer = cfg.dataset.tokenizer or prepared.data["tokenizer"]
+    """The loop: forward and backward, clip, optimizer step; the rest hangs off it as hooks."""
     schedule = Schedule(cfg)
-
     seed_everything(cfg.schedule.seed)
     engine = engine or build_engine(cfg)
-    step, consumed = 0, 0
-    if ckpt_path is not None:
-        meta = read_meta(ckpt_path)  # verifies sizes and checksums first
-        if meta.get("model") != cfg.model.to_dict():
-            diff = {
-                k: (v, meta.get("model", {}).get(k))
-                for k, v in cfg.model.to_dict().items()
-                if meta.get("model", {}).get(k) != v
-            }
-            raise ConfigError(
-                f"model: the config's model differs from the checkpoint's ({ckpt_path / 'meta.json'}): "
-                + ", ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in diff.items())
-            )
-        state = engine.state_dict_for_checkpoint()
-        load_checkpoint(ckpt_path, state, verify=False)
-        engine.load_state_dict_from_checkpoint(state)
-        step, consumed = int(meta["step"]), int(meta["consumed_samples"])
-        if "rng" in meta:
-            set_rng_state(meta["rng"])
-        if engine.is_logging_rank:
-            log.info(f"resuming from step {step} ({checkpoint_location(cfg, ckpt_path)})")
+    start, consumed = _resume(cfg, prepared, engine)
+    stream, valid_batches = _open_data(cfg, prepared, engine, schedule, consumed)
+    validation = Validation(cfg, engine, valid_batches)
+    checkpoints = Checkpoints(
+        cfg, engine, _checkpoint_meta(cfg, prepared), start_step=start, resumed=prepared.checkpoint is not None
+    )
+    stopping = Stop(stop, engine)
+    report = Report(cfg, engine, start)
+    _write_config(cfg, engine)
+    # In the order they run after each step: the metrics row is made, validated and written;
+    # then the checkpoint, the stop request and the injected fault, which may end the process.
+    hooks: list[Hook] = [Throughput(cfg, engine), validation, report, checkpoints, stopping, Faults()]
+    step, losses = start, {}
+    try:
+        while step < cfg.schedule.steps:
+            batch_size, lr = schedule.batch_size(consumed), schedule.lr(consumed)
+            tokens = stream.next_global_batch(batch_size)
+            if step == start:
+                _check_tokens(tokens, cfg)  # the first batch this process reads
+            loss = engine.train_step(tokens, cfg.local_micro_batch_size)  # forward and backward
+            grad_norm = engine.clip_grad_norm(cfg.optimizer.clip_grad)
+            engine.optimizer_step(lr)
+            step, consumed = step + 1, consumed + batch_size
+            losses[step] = loss
+            if not math.isfinite(loss):
+                raise TokenmillError(f"loss is {loss} at step {step}; lower lr or enable clip_grad")
+            end = StepEnd(step, loss, lr, grad_norm, batch_size, consumed, last=step == cfg.schedule.steps)
+            if after_step(hooks, end).stop is not None:
+                break
+        for hook in hooks:
+            hook.finish(step, consumed)
+    finally:
+        for hook in reversed(hooks):
+            hook.close()
+    return TrainResult(
+        run_dir=cfg.run_dir,
+        step=step,
+        consumed_samples=consumed,
+        losses=losses,
+        val_losses=validation.losses,
+        checkpoint=checkpoints.latest,
+        stopped=stopping.reason,
+    )
 
+
+def _write_config(cfg: TrainConfig, engine: Engine) -> None:
+    """The run's config as trained, beside its metrics and checkpoints."""
+    if engine.is_logging_rank:
+        cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        (cfg.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def _resume(cfg: TrainConfig, prepared: Prepared, engine: Engine) -> tuple[int, int]:
+    """(step, consumed samples) to start from: the checkpoint's, loaded into the engine, with its
+    RNG states; (0, 0) for a fresh run."""
+    ckpt_path = prepared.checkpoint
+    if ckpt_path is None:
+        return 0, 0
+    meta = read_meta(ckpt_path)  # verifies sizes and checksums first
+    if meta.get("model") != cfg.model.to_dict():
+        diff = {
+            k: (v, meta.get("model", {}).get(k))
+            for k, v in cfg.model.to_dict().items()
+            if meta.get("model", {}).get(k) != v
+        }
+        raise ConfigError(
+            f"model: the config's model differs from the checkpoint's ({ckpt_path / 'meta.json'}): "
+            + ", ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in diff.items())
+        )
+    state = engine.state_dict_for_checkpoint()
+    load_checkpoint(ckpt_path, state, verify=False)
+    engine.load_state_dict_from_checkpoint(state)
+    if "rng" in meta:
+        set_rng_state(meta["rng"])
+    if engine.is_logging_rank:
+        log.info(f"resuming from step {int(meta['step'])} ({checkpoint_location(cfg, ckpt_path)})")
+    return int(meta["step"]), int(meta["consumed_samples"])
+
+
+def _open_data(
+    cfg: TrainConfig, prepared: Prepared, engine: Engine, schedule: Schedule, consumed: int
+) -> tuple[Any, list[torch.Tensor]]:
+    """The training stream, positioned at ``consumed``, and the validation batches (none when
+    the valid split is empty, which the logging rank warns about)."""
     dp_rank, dp_size = getattr(engine, "dp_rank", 0), getattr(engine, "dp_size", cfg.parallel.dp)
     if prepared.no_validation and engine.is_logging_rank:
         log.warning("no validation: %s", prepared.no_validation)
-    stream, valid_batches = build_streams(
-        cfg, schedule, dp_rank, dp_size, consumed, validate=prepared.no_validation is None
-    )
-    # Starting at step k (0 for a fresh run), rows logged after k by an earlier attempt are
-    # about to be re-run: drop them so metrics.jsonl keeps one row per step.
-    logger = MetricsLogger(
-        run_dir, enabled=engine.is_logging_rank, tensorboard=cfg.logging.tensorboard, start_step=step
-    )
-    if engine.is_logging_rank:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    peak = peak_flops(engine.device, cfg.logging.peak_tflops)
-    flops_per_token = cfg.model.flops_per_token(cfg.sequence_length)
-    mbs = cfg.local_micro_batch_size
-    result = TrainResult(run_dir=run_dir, step=step, consumed_samples=consumed)
-    checkpointer = AsyncCheckpointer(remote) if cfg.checkpoint.async_save else None
+    return build_streams(cfg, schedule, dp_rank, dp_size, consumed, validate=prepared.no_validation is None)
 
-    def save() -> Path:
-        meta = {
-            "model": cfg.model.to_dict(),
-            "train": cfg.to_dict(),
-            "tokenizer": tokenizer,
-            "eod_id": prepared.data.get("eod_id"),
-            "consumed_samples": consumed,
-            "rng": rng_state(),
-        }
-        state = engine.state_dict_for_checkpoint()
-        if checkpointer is not None:
-            return checkpointer.save(run_dir, step, state, meta, keep_last=cfg.checkpoint.keep_last)
-        return save_checkpoint(run_dir, step, state, meta, keep_last=cfg.checkpoint.keep_last, remote=remote)
 
-    bar = None
-    if engine.is_logging_rank and cfg.logging.progress:
-        from tokenmill.progress import progress_bar
-
-        bar = progress_bar(total=cfg.schedule.steps, initial=step, desc="train", unit="step", dynamic_ncols=True)
-    log_tokens, log_time = 0, time.perf_counter()
-    saved_at = None
-    try:
-        while step < cfg.schedule.steps:
-            batch_size = schedule.batch_size(consumed)
-            lr = schedule.lr(consumed)
-            tokens = stream.next_global_batch(batch_size)
-            if step == 0 or ckpt_path is not None and step == result.step:
-                _check_tokens(tokens, cfg)
-            loss = engine.train_step(tokens, mbs)
-            grad_norm = engine.clip_grad_norm(cfg.optimizer.clip_grad)
-            engine.optimizer_step(lr)
-            consumed += batch_size
-            step += 1
-            log_tokens += batch_size * cfg.sequence_length
-            result.losses[step] = loss
-            if not math.isfinite(loss):
-                raise TokenmillError(f"loss is {loss} at step {step}; lower lr or enable clip_grad")
-
-            record: dict[str, Any] | None = None
-            if step % cfg.logging.interval == 0 or step == cfg.schedule.steps:
-                if engine.device.type == "cuda":
-                    torch.cuda.synchronize(engine.device)
-                now = time.perf_counter()
-                tokens_per_s = log_tokens / max(now - log_time, 1e-9)
-                log_tokens, log_time = 0, now
-                record = {
-                    "step": step,
-                    "loss": loss,
-                    "lr": lr,
-                    "grad_norm": grad_norm,
-                    "batch_size": batch_size,
-                    "consumed_samples": consumed,
-                    "tokens_per_s": tokens_per_s,
-                    "mfu": flops_per_token * tokens_per_s / (peak * cfg.world_size) if peak else None,
-                    "memory_gib": peak_memory_bytes(engine.device) / 2**30,
-                }
-            if (
-                cfg.logging.eval_interval
-                and (step % cfg.logging.eval_interval == 0 or step == cfg.schedule.steps)
-                and valid_batches
-            ):
-                val = sum(engine.eval_loss(b) for b in valid_batches) / len(valid_batches)
-                result.val_losses[step] = val
-                record = record or {"step": step, "loss": loss}
-                record["val_loss"] = val
-                record["val_ppl"] = math.exp(min(val, 50.0))
-            if record is not None:
-                logger.log(record)
-                if bar is not None and not bar.disable:
-                    bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
-                    bar.write(format_record(record))
-                elif engine.is_logging_rank:  # no bar (not a terminal, or --no-progress): plain lines
-                    print(format_record(record), flush=True)
-            if bar is not None:
-                bar.update(1)
-            if cfg.checkpoint.interval and step % cfg.checkpoint.interval == 0 and step != cfg.schedule.steps:
-                result.checkpoint, saved_at = save(), step
-            if checkpointer is not None:
-                checkpointer.poll()  # a failed background write stops the run here
-            if step < cfg.schedule.steps and stop.agreed(engine.device):
-                result.stopped = stop.reason
-                break
-            inject("step", step)
-        if saved_at != step and (step > result.step or ckpt_path is None):
-            result.checkpoint = save()
-        if checkpointer is not None:
-            checkpointer.wait()  # the run ends with its last checkpoint published
-        if result.stopped and engine.is_logging_rank:
-            stop.clear_file()
-    finally:
-        if checkpointer is not None:
-            checkpointer.close()
-        if bar is not None:
-            bar.close()
-        logger.close()
-    result.step, result.consumed_samples = step, consumed
-    return result
+def _checkpoint_meta(cfg: TrainConfig, prepared: Prepared) -> dict[str, Any]:
+    """The fields of every checkpoint's meta.json that stay the same all run."""
+    return {
+        "model": cfg.model.to_dict(),
+        "train": cfg.to_dict(),
+        "tokenizer": cfg.dataset.tokenizer or prepared.data["tokenizer"],
+        "eod_id": prepared.data.get("eod_id"),
+    }
 
 
 def _check_tokens(tokens: torch.Tensor, cfg: TrainConfig) -> None:
