@@ -2,6 +2,11 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/eval.py [--limit 100] [--batch-size 16] [--threads 1]
         [--out bench/results/eval.txt]
+    .venv/bin/python bench/eval.py --threads auto --load 2 --out bench/results/eval_loaded.txt
+
+`--load N` runs N busy processes beside the measurement, as on a shared machine; with
+`--threads auto` each tool takes the threads it takes by default: ours the cores free now
+(`tokenmill eval`'s default, tokenmill/infra/cpu.py), the harness torch's (one per core).
 
 Model: a randomly initialised GPT-2 (transformers; no weights can be downloaded here) with a
 byte-level BPE trained on the shared WikiText-2 + Shakespeare text, both saved to a local
@@ -23,6 +28,7 @@ import contextlib  # noqa: E402
 import io  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
+import subprocess
 import sys
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -107,11 +113,32 @@ def run_harness(lm, task_manager, task_name: str, shots: int, limit: int) -> tup
     return seconds, {k.split(",")[0]: v for k, v in res.items() if "," in k and "stderr" not in k}
 
 
+@contextlib.contextmanager
+def busy_processes(n: int):
+    """`n` processes spinning on a core each, until the block ends; waits (up to 90 s) for the
+    1-minute load average to show them, since that is what a default thread count reads."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        deadline = time.monotonic() + 90
+        while n and os.getloadavg()[0] < n - 0.5 and time.monotonic() < deadline:
+            time.sleep(2)
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--threads",
+        default="1",
+        help="torch threads for both tools, or 'auto': each tool's default (ours: the cores free now; the harness: one per core)",
+    )
+    parser.add_argument("--load", type=int, default=0, help="busy processes running beside the measurement")
     parser.add_argument("--repeat", type=int, default=2, help="best of N alternating runs (the machine is shared)")
     parser.add_argument("--vocab", type=int, default=16384)
     parser.add_argument("--hidden", type=int, default=384)
@@ -123,7 +150,20 @@ def main() -> int:
 
     import torch
 
-    torch.set_num_threads(args.threads)
+    from tokenmill.infra.cpu import free_cores
+
+    harness_default = torch.get_num_threads()
+    with busy_processes(args.load):
+        if args.threads == "auto":
+            ours_threads, harness_threads = free_cores(), harness_default
+        else:
+            ours_threads = harness_threads = int(args.threads)
+        return measure(args, ours_threads, harness_threads)
+
+
+def measure(args: argparse.Namespace, ours_threads: int, harness_threads: int) -> int:
+    import torch
+
     logging.disable(logging.WARNING)
     from harness_ref import write_reference_tasks
     from lm_eval.models.huggingface import HFLM
@@ -151,7 +191,8 @@ def main() -> int:
     n_params = sum(p.numel() for p in ours_model.model.parameters())
     lines = [
         f"model: random GPT-2, hidden {args.hidden}, {args.layers} layers, vocab {ours_model.model.config.vocab_size}, "
-        f"{n_params / 1e6:.1f}M params, float32, CPU, {args.threads} thread(s); batch size {args.batch_size}; "
+        f"{n_params / 1e6:.1f}M params, float32, CPU, threads: ours {ours_threads}, lm-eval {harness_threads};"
+        f" {args.load} busy process(es) beside; batch size {args.batch_size}; "
         f"first {args.limit} docs; best of {args.repeat} alternating runs",
         f"{'task':<16}{'shots':>5}{'ours ex/s':>11}{'lm-eval ex/s':>14}{'ratio':>7}  scores (ours | lm-eval)",
     ]
@@ -160,8 +201,10 @@ def main() -> int:
     for name, shots in CASES:
         t_ours = t_theirs = float("inf")
         for _ in range(args.repeat):  # alternate the tools so that load changes hit both alike
+            torch.set_num_threads(ours_threads)
             t, s_ours, n = run_ours(ours_model, name, shots, args.limit, args.batch_size)
             t_ours = min(t_ours, t)
+            torch.set_num_threads(harness_threads)
             t, s_theirs = run_harness(lm, task_manager, name, shots, args.limit)
             t_theirs = min(t_theirs, t)
         total_ours += t_ours
