@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import importlib
 import logging
+import os
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -204,9 +205,11 @@ class Stage:
                 continue
             value = getattr(args, f.name)
             if meta["path"] and value:
-                # Absolute, as the stage's Dask workers (on a cluster, in another working
-                # directory) will read it.
-                value = [storage.absolute(v) for v in value] if isinstance(value, list) else storage.absolute(value)
+                value = (
+                    [_for_workers(v, meta["path"]) for v in value]
+                    if isinstance(value, list)
+                    else _for_workers(value, meta["path"])
+                )
             values[f.name] = meta["parse"](value) if meta["parse"] is not None and value is not None else value
         if self.from_cli is not None:
             values = self.from_cli(args, values)
@@ -223,6 +226,16 @@ class Stage:
         if self.report is not None:
             self.report(result, args)
         return 0
+
+
+def _for_workers(value: Any, kind: bool | str) -> Any:
+    """A path option's value as the stage's Dask workers (on a cluster, in another working
+    directory) must read it: a local file or directory made absolute, and so is a location the
+    stage creates ("state"). Anything else (a URL, a `NAME=PATH` spec the stage parses) is left
+    as typed."""
+    if isinstance(value, str) and (kind == "state" or os.path.exists(value)):
+        return storage.absolute(value)
+    return value
 
 
 # --------------------------------------------------------------------------------------------
