@@ -40,6 +40,17 @@ def kill_scheduler_when(processes, ready, timeout: float = 300) -> threading.Thr
     return thread
 
 
+def rerun_on_a_restarted_cluster(tmp_path, argv: list[str], capfd) -> str:
+    """The same command on a new scheduler and worker, as the error line says; its messages."""
+    restarted = cluster(tmp_path / "dask-again", workers=1)
+    try:
+        capfd.readouterr()
+        tokenmill(*argv, "--scheduler", restarted.address)
+        return capfd.readouterr().err
+    finally:
+        restarted.close()
+
+
 def test_a_lost_scheduler_is_one_line_and_the_rerun_resumes(tmp_path, shared_data, capfd):
     source = write_partitions(shared_data, tmp_path / "in", n=N_PARTITIONS, docs=500)
     output, expected = tmp_path / "out", tmp_path / "expected"
@@ -75,13 +86,7 @@ def test_a_lost_scheduler_is_one_line_and_the_rerun_resumes(tmp_path, shared_dat
     assert said and 0 < int(said.group(1)) <= finished, line
     assert not output.exists()
 
-    restarted = cluster(tmp_path / "dask-again", workers=1)
-    try:
-        capfd.readouterr()
-        tokenmill(*argv, "--scheduler", restarted.address)
-        assert f"resumed {finished} of {N_PARTITIONS} partitions" in capfd.readouterr().err
-    finally:
-        restarted.close()
+    assert f"resumed {finished} of {N_PARTITIONS} partitions" in rerun_on_a_restarted_cluster(tmp_path, argv, capfd)
     manifest = assert_same_stage(output, expected)
     assert manifest["resumed_partitions"] == finished
     assert not list(tmp_path.glob(".out.partial-*"))
@@ -117,13 +122,7 @@ def test_a_scheduler_lost_during_dedup_names_the_phase_and_the_rerun_resumes_it(
     )
     assert not output.exists()
 
-    restarted = cluster(tmp_path / "dask-again", workers=1)
-    try:
-        capfd.readouterr()
-        tokenmill(*argv, "--scheduler", restarted.address)
-        assert f"resumed {phases_text(phases)} from an earlier run" in capfd.readouterr().err
-    finally:
-        restarted.close()
+    assert f"resumed {phases_text(phases)} from an earlier run" in rerun_on_a_restarted_cluster(tmp_path, argv, capfd)
     manifest = assert_same_stage(output, expected)
     assert manifest["resumed_phases"] == phases
     assert not work.exists()
