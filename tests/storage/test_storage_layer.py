@@ -77,9 +77,31 @@ def test_local_paths_stay_plain(tmp_path: Path) -> None:
     storage.write_text(tmp_path / "a" / "b.txt", "local")
     assert storage.read_text(tmp_path / "a" / "b.txt") == "local"
     assert storage.local_input(tmp_path / "a" / "b.txt") == tmp_path / "a" / "b.txt"
-    assert storage.join(tmp_path, "x") == tmp_path / "x"
+    assert storage.join(tmp_path, "x") == str(tmp_path / "x")
     assert storage.join("s3://b/p/", "x", "y") == "s3://b/p/x/y"
     assert storage.absolute("file://" + str(tmp_path)) == str(tmp_path.resolve())
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_location_works_the_same_on_disk_and_in_a_bucket(where: str, request: pytest.FixtureRequest) -> None:
+    root = str(request.getfixturevalue("tmp_path")) if where == "local" else request.getfixturevalue("bucket")
+    place = storage.Location(root + "/").join("stage")
+    assert place.is_local == (where == "local") and place.name == "stage" and place.parent.path == root
+    place.write_text("{}", "manifest.json")
+    with place.open("kept/a.txt", "wb") as handle:
+        handle.write(b"alpha")
+    assert place.isdir() and place.isfile("manifest.json") and not place.exists("missing")
+    assert [rel for _, rel in place.list()] == ["kept/a.txt", "manifest.json"]
+    assert place.get("kept/a.txt").read_bytes() == b"alpha"  # the file itself, or a cached copy
+    storage.write_text(place.join(".stage.tmp-1-x").path + "/part", "half")
+    assert [storage.basename(p) for p in place.glob(".stage.tmp-*")] == [".stage.tmp-1-x"]
+    place.remove()
+    assert not place.exists()
+    if where == "local":
+        assert place.local_path == Path(root) / "stage"
+    else:
+        with pytest.raises(TokenmillError, match="not on local disk"):
+            place.local_path
 
 
 def test_clear_errors(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -377,10 +377,11 @@ def _work_dir(output: Any, key: str, remote: bool) -> Any:
     if not remote:
         output.parent.mkdir(parents=True, exist_ok=True)
     tmp_dir = resume.partial_dir(output, key)
-    if not remote:
-        (tmp_dir / KEPT_DIR).mkdir(parents=True, exist_ok=True)
-        (tmp_dir / REJECTED_DIR).mkdir(parents=True, exist_ok=True)
-    return tmp_dir
+    if remote:
+        return tmp_dir
+    (Path(tmp_dir) / KEPT_DIR).mkdir(parents=True, exist_ok=True)
+    (Path(tmp_dir) / REJECTED_DIR).mkdir(parents=True, exist_ok=True)
+    return Path(tmp_dir)
 
 
 def _finished_records(tmp_dir: Any, n_tasks: int) -> dict[int, Any]:

@@ -64,21 +64,21 @@ def absolute(path: str | os.PathLike) -> str:
     return str(path).rstrip("/") if is_url(path) else str(local_path(path).resolve())
 
 
-def join(base: str | os.PathLike, *parts: str) -> str | Path:
-    """``base/part/...``: a URL string for a URL, a `Path` otherwise."""
+def join(base: str | os.PathLike, *parts: str) -> str:
+    """``base/part/...``: a URL for a URL, a local path otherwise (a string either way)."""
     if is_url(base):
         return posixpath.join(str(base).rstrip("/"), *parts)
-    return Path(base).joinpath(*parts)
+    return str(local_path(base).joinpath(*parts))
 
 
 def basename(path: str | os.PathLike) -> str:
     return posixpath.basename(str(path).rstrip("/")) if is_url(path) else local_path(path).name
 
 
-def parent(path: str | os.PathLike) -> str | Path:
+def parent(path: str | os.PathLike) -> str:
     if is_url(path):
         return posixpath.dirname(str(path).rstrip("/"))
-    return local_path(path).parent
+    return str(local_path(path).parent)
 
 
 def filesystem(url: str) -> tuple[Any, str]:
@@ -326,6 +326,143 @@ def parquet_file(path: str | os.PathLike):
         raise TokenmillError(f"cannot read Parquet file {path}: {error}") from None
 
 
+def glob(directory: str | os.PathLike, pattern: str) -> list[str]:
+    """The entries directly in `directory` whose names match `pattern` (``.NAME.tmp-*``), as
+    paths or URLs, sorted; none for a directory that does not exist."""
+    if not is_url(directory):
+        return sorted(str(p) for p in local_path(directory).glob(pattern))
+    fs, inner = filesystem(str(directory))
+    protocol = str(directory).split("://", 1)[0]
+    with storage_errors(directory, "list"):
+        return sorted(f"{protocol}://{name}" for name in fs.glob(f"{inner.rstrip('/')}/{pattern}"))
+
+
+def read_parquet(path: str | os.PathLike, columns: list[str] | None = None):
+    """A whole Parquet file as a `pyarrow.Table` (a URL is read by range requests)."""
+    import pyarrow.parquet as pq
+
+    if is_url(path):
+        return parquet_file(path).read(columns=columns)
+    return pq.read_table(local_path(path), columns=columns)
+
+
+def parquet_dataset(files: list[str]):
+    """A `pyarrow.dataset.Dataset` over Parquet files, all local or all on one store."""
+    import pyarrow.dataset as ds
+
+    if not files or not is_url(files[0]):
+        return ds.dataset([str(local_path(f)) for f in files], format="parquet")
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    fs, _ = filesystem(files[0])
+    inner = [filesystem(name)[1] for name in files]
+    return ds.dataset(inner, format="parquet", filesystem=PyFileSystem(FSSpecHandler(fs)))
+
+
+class Location:
+    """A place to read and write: a local path, or a URL that fsspec opens. Code that is given a
+    stage, shard, index or run directory asks its `Location` rather than the spelling of the
+    path; local disk is a case of it (`is_local`, `local_path`) that keeps the plain `os` path.
+
+    ``Location(path).absolute()`` is the form recorded in manifests; `join` and `parent` give
+    further locations; the file operations are this module's functions applied to it."""
+
+    def __init__(self, path: str | os.PathLike | Location) -> None:
+        text = path.path if isinstance(path, Location) else str(path)
+        self.is_local = not is_url(text)
+        # A URL keeps its spelling, less a trailing slash; a local path its `Path` form.
+        self.path = str(local_path(text)) if self.is_local else text.rstrip("/")
+
+    def __str__(self) -> str:
+        return self.path
+
+    def __repr__(self) -> str:
+        return f"Location({self.path!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Location) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    @property
+    def local_path(self) -> Path:
+        """The path on local disk; a URL has none."""
+        if not self.is_local:
+            raise TokenmillError(f"{self.path} is on object storage, not on local disk")
+        return Path(self.path)
+
+    @property
+    def name(self) -> str:
+        return basename(self.path)
+
+    def absolute(self) -> Location:
+        return Location(absolute(self.path))
+
+    def native(self) -> str | Path:
+        """What code that opens local files directly takes: the absolute `Path`, or the URL."""
+        return self.local_path.resolve() if self.is_local else self.path
+
+    def join(self, *parts: str) -> Location:
+        return Location(join(self.path, *parts))
+
+    @property
+    def parent(self) -> Location:
+        return Location(parent(self.path))
+
+    def exists(self, name: str = "") -> bool:
+        return exists(self._at(name))
+
+    def isdir(self, name: str = "") -> bool:
+        return isdir(self._at(name))
+
+    def isfile(self, name: str = "") -> bool:
+        return isfile(self._at(name))
+
+    def list(self, suffix: str | None = None) -> list[tuple[str, str]]:
+        return list_files(self.path, suffix)
+
+    def glob(self, pattern: str) -> list[str]:
+        return glob(self.path, pattern)
+
+    def open(self, name: str = "", mode: str = "rb"):
+        """A file here for reading (``rb``) or writing (``wb``: a context manager that publishes
+        the file whole when it closes)."""
+        if mode == "wb":
+            return open_output(self._at(name))
+        if mode != "rb":
+            raise ValueError(f"mode {mode!r}: a Location opens files as 'rb' or 'wb'")
+        return open_input(self._at(name))
+
+    def read_text(self, name: str = "") -> str:
+        return read_text(self._at(name))
+
+    def write_text(self, text: str, name: str = "") -> None:
+        write_text(self._at(name), text)
+
+    def remove(self, name: str = "") -> None:
+        remove(self._at(name))
+
+    def put(self, local: str | os.PathLike, name: str = "") -> None:
+        """Copy a local file here (a local copy is atomic; an upload is visible once complete)."""
+        target = self._at(name)
+        if is_url(target):
+            upload(local, target)
+        elif Path(local).resolve() != local_path(target).resolve():
+            write_bytes(target, Path(local).read_bytes())
+
+    def get(self, name: str = "") -> Path:
+        """A local file holding this file's bytes: the file itself, or a copy in the cache."""
+        return local_input(self._at(name))
+
+    def working_copy(self, kind: str) -> Path:
+        """Where work on this directory happens on local disk (see `working_copy`)."""
+        return working_copy(self.path, kind)
+
+    def _at(self, name: str) -> str:
+        return join(self.path, name) if name else self.path
+
+
 # ---- publication of a directory on object storage -------------------------------------------
 
 
@@ -342,14 +479,10 @@ def remove_stale_temporaries(target: str | os.PathLike) -> int:
 
         remove_leftovers(local_path(target))
         return 0
-    fs, inner = filesystem(str(parent(target)))
-    protocol = str(target).split("://", 1)[0]
-    pattern = f"{inner.rstrip('/')}/.{basename(target)}.tmp-*"
-    with storage_errors(target, "list"):
-        stale = fs.glob(pattern)
-        for name in stale:
-            log.info("removing %s://%s, left by an interrupted run", protocol, name)
-            fs.rm(name, recursive=True)
+    stale = glob(parent(target), f".{basename(target)}.tmp-*")
+    for name in stale:
+        log.info("removing %s, left by an interrupted run", name)
+        remove(name)
     return len(stale)
 
 
@@ -396,34 +529,17 @@ def cache_dir_for(url: str, kind: str) -> Path:
     return cache_root() / kind / key
 
 
-def cached_file(url: str, directory: Path | None = None) -> Path:
-    """A local copy of the file at `url`, downloaded once and reused while the object's etag
-    and size stay the same. The download is atomic (a temporary file renamed), and a lock
-    keeps concurrent processes (training ranks) from downloading the same file twice."""
-    fs, inner = filesystem(url)
-    with storage_errors(url, "read"):
-        info = fs.info(inner)
-    if info.get("type") == "directory":
-        raise TokenmillError(f"{url} is a directory, not a file")
-    version = {"url": url, "size": int(info.get("size") or 0), "version": _version(info)}
-    directory = directory or cache_dir_for(url, "files")
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / basename(url)
-    stamp = directory / f".{target.name}.source.json"
-    with open(directory / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.is_file() and stamp.is_file() and json.loads(stamp.read_text()) == version:
-            return target
-        from tokenmill.infra.atomic import atomic_path, atomic_write_text
-
-        log.info("downloading %s to %s", url, target)
-        with storage_errors(url, "download"), atomic_path(target) as tmp:
-            fs.get_file(inner, str(tmp))
-            got = tmp.stat().st_size
-            if got != version["size"]:
-                raise TokenmillError(f"download of {url} is incomplete ({got} of {version['size']} bytes)")
-        atomic_write_text(stamp, json.dumps(version))
-    return target
+def cached_file(url: str) -> Path:
+    """A local copy of the file at `url`, downloaded once and reused while the object stays the
+    same (see `Mirror.pull`: atomic, and one download however many processes ask at once)."""
+    url = absolute(url)
+    mirror = Mirror(parent(url), "files")
+    if not mirror.pull([basename(url)]):
+        with storage_errors(url, "read"):
+            if mirror._fs.isdir(mirror.remote(basename(url))):
+                raise TokenmillError(f"{url} is a directory, not a file")
+        raise TokenmillError(f"cannot read {url}: not found")
+    return mirror.local / basename(url)
 
 
 def local_input(path: str | os.PathLike) -> Path:
@@ -431,10 +547,13 @@ def local_input(path: str | os.PathLike) -> Path:
     return cached_file(str(path)) if is_url(path) else local_path(path)
 
 
-def staging_dir(url: str) -> Path:
-    """A local working directory for output bound for `url` (kept between runs so that a
-    re-run resumes the finished parts)."""
-    directory = cache_dir_for(url, "staging")
+def working_copy(path: str | os.PathLike, kind: str) -> Path:
+    """Where work on the directory `path` happens on local disk: the directory itself, or for a
+    URL its local copy in the cache (``$TOKENMILL_CACHE/<kind>/<hash of the URL>``), kept between
+    runs so that a re-run resumes from it. `Mirror` moves files between the two."""
+    if not is_url(path):
+        return local_path(path).resolve()
+    directory = cache_dir_for(str(path), kind)
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
@@ -469,7 +588,7 @@ class Mirror:
 
     def __init__(self, url: str, kind: str, local: Path | None = None) -> None:
         self.url = absolute(url)
-        self.local = local or cache_dir_for(self.url, kind)
+        self.local = local or working_copy(self.url, kind)
         self.local.mkdir(parents=True, exist_ok=True)
         self._fs, self._inner = filesystem(self.url)
         self._inner = self._inner.rstrip("/")
@@ -477,6 +596,7 @@ class Mirror:
         # beside (not in) the URL's directory there, so that it is never taken for one of its files.
         home = cache_dir_for(self.url, kind)
         self._stamps_path = home.with_name(f"{home.name}.versions.json")
+        self._lock_path = home.with_name(f"{home.name}.lock")
         self._stamps: dict[str, Any] | None = None
 
     def _read_stamps(self) -> dict[str, Any]:
@@ -519,31 +639,44 @@ class Mirror:
     def pull(self, names: list[str]) -> list[str]:
         """Download the named files that are missing or differ locally (each atomically);
         returns the names that exist on the remote side."""
+        present = []
+        self._lock_path.parent.mkdir(parents=True, exist_ok=True)
+        # One download however many processes (training ranks) pull the same files at once.
+        with open(self._lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._stamps = None  # another process may have pulled meanwhile
+            stamps = self._read_stamps()
+            try:
+                for name in names:
+                    if self._pull_one(name, stamps):
+                        present.append(name)
+            finally:
+                self._save_stamps()
+        return present
+
+    def _pull_one(self, name: str, stamps: dict[str, Any]) -> bool:
+        """Download one file unless the local copy holds it; False when the URL has no such file."""
         from tokenmill.infra.atomic import atomic_path
 
-        present = []
-        stamps = self._read_stamps()
-        try:
-            for name in names:
-                with storage_errors(f"{self.url}/{name}", "read"):
-                    try:
-                        info = self._fs.info(self.remote(name))
-                    except FileNotFoundError:
-                        continue
-                    if info.get("type") == "directory":
-                        continue
-                    present.append(name)
-                    target = self.local / name
-                    if self._unchanged(name, info):
-                        continue
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    log.info("downloading %s/%s", self.url, name)
-                    with atomic_path(target) as tmp:
-                        self._fs.get_file(self.remote(name), str(tmp))
-                    stamps[name] = self._stamp(name, info)
-        finally:
-            self._save_stamps()
-        return present
+        with storage_errors(f"{self.url}/{name}", "read"):
+            try:
+                info = self._fs.info(self.remote(name))
+            except FileNotFoundError:
+                return False
+            if info.get("type") == "directory":
+                return False
+            if self._unchanged(name, info):
+                return True
+            target = self.local / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            log.info("downloading %s/%s", self.url, name)
+            with atomic_path(target) as tmp:
+                self._fs.get_file(self.remote(name), str(tmp))
+                got, expected = tmp.stat().st_size, int(info.get("size") or 0)
+                if got != expected:
+                    raise TokenmillError(f"download of {self.url}/{name} is incomplete ({got} of {expected} bytes)")
+            stamps[name] = self._stamp(name, info)
+        return True
 
     def push(self, names: list[str], last: list[str] = ()) -> None:
         """Upload the named local files that differ on the remote side, then the ``last`` ones,

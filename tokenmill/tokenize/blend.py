@@ -59,14 +59,14 @@ def parse_blend(data: Any, *, base_dir: Path | str | None = None, where: str = "
                 f"{where}: entry {position} ({item['prefix']}) has weight {weight!r}; weights must be positive numbers"
             )
         name = str(item["prefix"])
-        if storage.is_url(name) or (storage.is_url(base_dir or "") and not Path(name).is_absolute()):
+        location = storage.Location(name)
+        if base_dir is not None and location.is_local and not Path(name).is_absolute():
+            location = storage.Location(base_dir).join(name)  # beside the blend file, wherever it is
+        if not location.is_local:
             # A shard on object storage (or relative to a blend file there): read from the cache.
-            url = name if storage.is_url(name) else str(storage.join(str(base_dir), name))
-            entries.append(BlendEntry(cached_shard(url), float(weight)))
+            entries.append(BlendEntry(cached_shard(location.path), float(weight)))
             continue
-        prefix = Path(name)
-        if not prefix.is_absolute() and base_dir is not None:
-            prefix = Path(base_dir) / prefix
+        prefix = location.local_path
         for path in (idx_path(prefix), bin_path(prefix)):
             if not path.is_file():
                 raise TokenmillError(f"{where}: entry {position}: token shard file not found: {path}")

@@ -141,11 +141,10 @@ def _encode_command(args: argparse.Namespace) -> int:
 def _inspect_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tokenmill.infra import storage
     from tokenmill.tokenize.indexed import IndexedDataset, cached_shard
     from tokenmill.tokenize.tokenizer import load_tokenizer
 
-    prefix = cached_shard(args.prefix) if storage.is_url(args.prefix) else args.prefix
+    prefix = cached_shard(args.prefix)  # a shard on object storage is read from the cache
     dataset = IndexedDataset(prefix)  # refuses an index that does not describe the .bin
     if args.verify:
         from tokenmill.tokenize.encode import verify_shard

@@ -363,10 +363,11 @@ def encode_documents(
 
 def _output_prefix(output_prefix: str | Path) -> tuple[str | None, Path]:
     """The shard's URL on object storage (None for local disk) and the local prefix it is built at."""
-    remote = storage.absolute(output_prefix) if storage.is_url(output_prefix) else None
-    # Shards bound for object storage are built in a local staging directory (kept between runs,
-    # so a re-run resumes its finished partitions) and uploaded when complete.
-    prefix = storage.staging_dir(remote) / storage.basename(remote) if remote else Path(output_prefix).resolve()
+    target = storage.Location(output_prefix).absolute()
+    # Shards bound for object storage are built in the local working copy of their directory
+    # (kept between runs, so a re-run resumes its finished partitions) and pushed when complete.
+    prefix = target.parent.working_copy("staging") / target.name
+    remote = None if target.is_local else target.path
     if prefix.name.endswith((".bin", ".idx", ".json")):
         raise TokenmillError(
             f"--output-prefix {output_prefix} should not carry an extension (PREFIX.bin/.idx/.json are written)"
@@ -411,8 +412,8 @@ def publish_shard(writer: IndexedDatasetWriter, meta_text: str, url: str | None 
         writer.abort()
         raise
     if url:
-        storage.upload(bin_path(writer.prefix), f"{url}.bin")
-        storage.upload(idx_path(writer.prefix), f"{url}.idx")
+        staged = storage.Mirror(storage.parent(url), "staging", local=writer.prefix.parent)
+        staged.push([bin_path(writer.prefix).name, idx_path(writer.prefix).name])
     storage.write_text(f"{target}.json", meta_text)
     if url:
         for path in (bin_path(writer.prefix), idx_path(writer.prefix)):

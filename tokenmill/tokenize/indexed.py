@@ -369,17 +369,20 @@ class IndexedDataset:
         self._index = None  # type: ignore[assignment]
 
 
-def cached_shard(url: str) -> str:
-    """The local prefix of a shard on object storage, downloaded once into the cache (shards
-    are memory-mapped, so they must be local files). A shard counts as published when its
-    `PREFIX.json` exists: the encoder uploads it last."""
+def cached_shard(prefix: str | Path) -> str:
+    """The local prefix of a shard: the prefix itself on local disk; for one on object storage,
+    its files downloaded once into the cache (shards are memory-mapped, so they must be local
+    files). A shard counts as published when its `PREFIX.json` exists: the encoder uploads it last."""
+    location = storage.Location(prefix)
+    if location.is_local:
+        return str(prefix)
+    url = location.path
     if not storage.isfile(f"{url}.idx"):
         raise TokenmillError(
             f"token shard not found: {url}.idx (give a shard prefix, a blend file or a list of {{prefix, weight}})"
         )
     if not storage.isfile(f"{url}.json"):
         raise TokenmillError(f"token shard {url} is incomplete ({url}.json is missing): its upload was interrupted")
-    directory = storage.cache_dir_for(url, "shards")
-    for suffix in (".json", ".idx", ".bin"):
-        storage.cached_file(f"{url}{suffix}", directory)
-    return str(directory / storage.basename(url))
+    shards = storage.Mirror(str(location.parent), "shards")
+    shards.pull([f"{location.name}{suffix}" for suffix in (".json", ".idx", ".bin")])
+    return str(shards.local / location.name)

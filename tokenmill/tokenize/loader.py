@@ -27,8 +27,9 @@ def resolve_blend(data: str | Path | list[dict[str, Any]]) -> list[BlendEntry] |
     """A shard prefix (returned as a string), or a blend (file or list) as checked entries."""
     if isinstance(data, (list, tuple)):
         return parse_blend(list(data))
-    if storage.is_url(data):
-        url = str(data)
+    location = storage.Location(data)
+    if not location.is_local:
+        url = location.path
         if url.endswith((".yaml", ".yml", ".json")) and not storage.isfile(f"{url}.idx"):
             return load_blend_file(url)
         return cached_shard(url)

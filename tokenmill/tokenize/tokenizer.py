@@ -14,7 +14,6 @@ import xxhash
 
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
-from tokenmill.infra.atomic import atomic_path
 from tokenmill.infra.documents import check_document_columns, resolve_input_files
 from tokenmill.tokenize.special import EOD_TOKEN, PAD_TOKEN, eod_id, pad_id  # noqa: F401  (re-exported)
 
@@ -125,25 +124,20 @@ def train_tokenizer(
         **asdict(TokenizerTrainConfig(vocab_size, sample_docs, min_frequency, eod_token, pad_token)),
         "documents": seen,
     }
-    if storage.is_url(output_path):
-        url = str(output_path)
-        storage.write_text(f"{url}.meta.json", json.dumps(meta, indent=2) + "\n")
-        storage.write_text(url, tokenizer.to_str(pretty=True))
-        return url
-    output_path = Path(output_path)
-    output_path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(output_path) as tmp:
-        tokenizer.save(str(tmp), pretty=True)
-    output_path.with_name(output_path.name + ".meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    # The meta first: the tokenizer file beside it marks a finished one (on object storage, which
+    # has no rename, as on disk).
+    storage.write_text(f"{output_path}.meta.json", json.dumps(meta, indent=2) + "\n")
+    storage.write_text(output_path, tokenizer.to_str(pretty=True))
     return output_path
 
 
 def local_tokenizer_path(path: str | Path) -> Path:
     """The tokenizer file on local disk: a URL (to the file, or to a directory holding
     tokenizer.json) is downloaded to the cache once."""
-    if not storage.is_url(path):
+    location = storage.Location(path)
+    if location.is_local:
         return Path(path)
-    url = str(path).rstrip("/")
+    url = location.path
     if not url.endswith(".json") and storage.isdir(url):
         url = f"{url}/tokenizer.json"
     if not storage.isfile(url):
