@@ -118,7 +118,7 @@ def test_the_work_directory_key_follows_config_inputs_and_partitions(tmp_path):
     (source / "a.parquet").write_bytes(b"two!")  # an input file changed
     changed = stage_key("filter", {"min_words": 50}, [str(source)], {"tokenmill": "1"}, 2)
     assert changed != key
-    old = partial_dir(tmp_path / "out", key)
+    old = Path(partial_dir(tmp_path / "out", key))
     old.mkdir()
-    new = partial_dir(tmp_path / "out", changed)
+    new = Path(partial_dir(tmp_path / "out", changed))
     assert new.name == f".out.partial-{changed}" and not old.exists()

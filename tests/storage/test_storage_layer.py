@@ -101,7 +101,7 @@ def test_a_location_works_the_same_on_disk_and_in_a_bucket(where: str, request: 
         assert place.local_path == Path(root) / "stage"
     else:
         with pytest.raises(TokenmillError, match="not on local disk"):
-            place.local_path
+            _ = place.local_path
 
 
 def test_clear_errors(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -36,14 +36,9 @@ STRING_COLUMNS = ("id", "text", "source", "reason", "raw", "lang", "kept_id", "c
 def read_documents(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
     """Read one Parquet file of documents into pandas, checking the required columns."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     try:
-        table = (
-            storage.parquet_file(path).read(columns=columns)
-            if storage.is_url(path)
-            else pq.read_table(path, columns=columns)
-        )
+        table = storage.read_parquet(path, columns=columns)
     except (pa.ArrowInvalid, OSError) as error:
         raise TokenmillError(f"cannot read Parquet file {path}: {error}") from None
     if columns is None:
@@ -81,10 +76,6 @@ def write_documents(frame: pd.DataFrame, path: str | Path) -> None:
     """Write one Parquet file of documents (a local path or a URL)."""
     import pyarrow.parquet as pq
 
-    if storage.is_url(path):
-        with storage.open_output(path) as handle:
-            pq.write_table(to_arrow(frame.reset_index(drop=True)), handle, compression="zstd")
-        return
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(to_arrow(frame.reset_index(drop=True)), path, compression="zstd")
+    # Whole or absent: a renamed temporary file on disk, a completed upload on object storage.
+    with storage.open_output(path) as handle:
+        pq.write_table(to_arrow(frame.reset_index(drop=True)), handle, compression="zstd")

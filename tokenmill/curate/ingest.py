@@ -487,7 +487,7 @@ def plan_tasks(paths: list[str | Path], options: IngestOptions) -> list[Any]:
     shared_source = options.source is not None and len(paths) > 1
     for raw_path in paths:
         # A local path or a URL (s3://, gs://, hf://, https://), named as given.
-        path = str(raw_path).rstrip("/") if storage.is_url(raw_path) else str(Path(raw_path))
+        path = storage.Location(raw_path).path
         name = storage.basename(path)
         if not storage.exists(path):
             raise TokenmillError(f"input not found: {path}")

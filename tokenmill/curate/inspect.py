@@ -18,14 +18,7 @@ def _samples(directory: Path | str, reason: str | None, n: int, chars: int) -> l
     files = [name for name, relative in storage.list_files(directory, ".parquet") if "/" not in relative]
     if not files or n <= 0:
         return []
-    if storage.is_url(directory):
-        from pyarrow.fs import FSSpecHandler, PyFileSystem
-
-        fs, _ = storage.filesystem(str(directory))
-        inner = [storage.filesystem(name)[1] for name in files]
-        dataset = ds.dataset(inner, format="parquet", filesystem=PyFileSystem(FSSpecHandler(fs)))
-    else:
-        dataset = ds.dataset(files, format="parquet")
+    dataset = storage.parquet_dataset(files)
     names = dataset.schema.names
     columns = [c for c in ("id", "text", "reason", "raw") if c in names]
     expression = ds.field("reason") == reason if reason is not None and "reason" in names else None
@@ -72,7 +65,7 @@ def explain_reason(reason: str, manifest: dict[str, Any]) -> str | None:
 
 
 def inspect_stage(stage_dir: str | Path, samples: int = 2, chars: int = 300) -> dict[str, Any]:
-    stage_dir = stage_dir if storage.is_url(stage_dir) else Path(stage_dir)
+    stage_dir = storage.Location(stage_dir).path
     manifest = read_manifest(stage_dir)
     counts = manifest["counts"]
     stats = manifest.get("stats", {})

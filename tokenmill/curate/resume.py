@@ -38,7 +38,7 @@ def _input_files(inputs: list[str]) -> list[tuple[str, int, int | str]]:
     """(path, size, mtime_ns) of every file under the inputs: a changed input changes the key."""
     found: list[tuple[str, int, int | str]] = []
     for name in inputs:
-        if storage.is_url(name):
+        if not storage.Location(name).is_local:
             try:
                 files = [url for url, _ in storage.list_files(name)] if storage.isdir(name) else [name]
                 found += [storage.fingerprint(url) for url in files]
@@ -71,28 +71,21 @@ def stage_key(
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def partial_dir(output: str | Path, key: str) -> str | Path:
-    """The work directory (a `Path`, or a URL prefix) of `output` for a stage run with this
+def partial_dir(output: str | Path, key: str) -> str:
+    """The work directory (a local path, or a URL prefix) of `output` for a stage run with this
     key; work directories of other keys (an older config or input) are removed, so a changed
     stage starts over."""
     name = storage.basename(output)
     prefix = f".{name}.partial-"
     target = storage.join(storage.parent(output), prefix + key)
-    if storage.is_url(output):
-        fs, inner = storage.filesystem(str(storage.parent(output)))
-        protocol = str(output).split("://", 1)[0]
-        with storage.storage_errors(output, "list"):
-            others = [f"{protocol}://{o}" for o in fs.glob(f"{inner.rstrip('/')}/{prefix}*")]
-    else:
-        others = [o for o in Path(output).parent.glob(prefix + "*") if o.is_dir()]
-    for other in others:
-        if str(other).rstrip("/") != str(target):
+    for other in storage.glob(storage.parent(output), prefix + "*"):
+        if other.rstrip("/") != target and storage.isdir(other):
             log.info("%s: removing the partial output of another config or input: %s", name, storage.basename(other))
             storage.remove(other)
     return target
 
 
-def record_path(work_dir: str | Path, task_index: int) -> str | Path:
+def record_path(work_dir: str | Path, task_index: int) -> str:
     return storage.join(work_dir, TASKS_DIR, f"task-{task_index:05d}.json")
 
 

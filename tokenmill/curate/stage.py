@@ -239,15 +239,14 @@ def run_tasks(
     and what a rerun resumes: the finished partitions, and `also_kept()` (a caller's own
     checkpoints).
     """
-    remote = storage.is_url(output)
+    target = storage.Location(output).absolute()
+    remote = not target.is_local
     versions = {**_library_versions(), **(versions or {})}
+    output = target.native()
     if remote:
         # Object storage has no rename: the partial prefix is copied into place by
         # `publish_prefix`, manifest last.
-        output = storage.absolute(output)
         storage.remove_stale_temporaries(output)
-    else:
-        output = Path(output).resolve()
     key = resume.stage_key(stage_name, config, inputs, versions, len(tasks))
     started = time.time()
     totals: dict[str, Any] = {"in": 0, "kept": 0, "rejected": Counter(), "stats": Counter()}

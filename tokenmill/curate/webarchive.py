@@ -213,7 +213,7 @@ class WarcFile:
         # A local path is read by FastWARC's own file stream; an object-storage URL through a
         # storage file object, which fetches in blocks as records are read (never the whole
         # archive in memory). FastWARC undoes the gzip members itself either way.
-        stream = storage.open_input(self.path) if storage.is_url(self.path) else None
+        stream = None if storage.Location(self.path).is_local else storage.open_input(self.path)
         try:
             records = ArchiveIterator(
                 stream if stream is not None else self.path,

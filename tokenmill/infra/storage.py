@@ -343,7 +343,7 @@ def read_parquet(path: str | os.PathLike, columns: list[str] | None = None):
 
     if is_url(path):
         return parquet_file(path).read(columns=columns)
-    return pq.read_table(local_path(path), columns=columns)
+    return pq.read_table(str(local_path(path)), columns=columns)
 
 
 def parquet_dataset(files: list[str]):

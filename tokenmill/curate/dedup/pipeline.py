@@ -382,7 +382,7 @@ def index_mirror(config: DedupConfig) -> storage.Mirror | None:
     """For an index on object storage: a local copy holding what the remote index.json names
     (pulled now), or None for a local index. The run updates the copy, and `_update_index`
     pushes the new rows first and index.json last."""
-    if not config.index or not storage.is_url(config.index):
+    if not config.index or storage.Location(config.index).is_local:
         return None
     mirror = storage.Mirror(config.index, "index")
     if mirror.pull(["index.json"]):
@@ -604,13 +604,11 @@ def run_dedup(
 
 
 def _output_and_work_dir(output: str | Path) -> tuple[str | Path, Path]:
-    """The stage directory (absolute) and the default work directory of its phases."""
-    if storage.is_url(output):
-        # The phases' checkpoints stay on local disk; only the stage directory goes to the bucket.
-        output = storage.absolute(output)
-        return output, storage.staging_dir(output) / "dedup.work"
-    output = Path(output).resolve()
-    return output, output.parent / f".{output.name}.work"
+    """The stage directory (absolute) and the default work directory of its phases: beside the
+    output's local working copy (the phases' checkpoints stay on local disk; only the stage
+    directory goes to a bucket)."""
+    target = storage.Location(output).absolute()
+    return target.native(), target.parent.working_copy("staging") / f".{target.name}.work"
 
 
 def _rows_in(files: list[str]) -> int:
