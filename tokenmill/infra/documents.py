@@ -27,8 +27,9 @@ def resolve_input_files(path: str | Path | list[str | Path]) -> list[Path | str]
         for item in path:
             files.extend(resolve_input_files(item))
         return files
-    if storage.is_url(path):
-        return _resolve_remote_files(str(path).rstrip("/"))
+    location = storage.Location(path)
+    if not location.is_local:
+        return _resolve_remote_files(location.path)
     path = Path(path)
     if not path.exists():
         raise TokenmillError(f"input not found: {path}")
@@ -102,8 +103,9 @@ def upstream_manifest(path: str | Path | list) -> dict[str, Any] | None:
     """The manifest of the stage an input came from, when the input is a stage directory."""
     if isinstance(path, (list, tuple)):
         return None
-    if storage.is_url(path):
-        url = str(path).rstrip("/")
+    location = storage.Location(path)
+    if not location.is_local:
+        url = location.path
         for candidate in (url, str(storage.parent(url))):
             if storage.exists(f"{candidate}/{MANIFEST_FILE}"):
                 return read_manifest(candidate)

@@ -551,11 +551,7 @@ def working_copy(path: str | os.PathLike, kind: str) -> Path:
     """Where work on the directory `path` happens on local disk: the directory itself, or for a
     URL its local copy in the cache (``$TOKENMILL_CACHE/<kind>/<hash of the URL>``), kept between
     runs so that a re-run resumes from it. `Mirror` moves files between the two."""
-    if not is_url(path):
-        return local_path(path).resolve()
-    directory = cache_dir_for(str(path), kind)
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory
+    return cache_dir_for(str(path), kind) if is_url(path) else local_path(path).resolve()
 
 
 # ---- a local directory standing for a directory URL -----------------------------------------

@@ -99,7 +99,7 @@ class Step:
 def _file_identity(path: Path) -> list[Any]:
     """(path, size, mtime) of a raw input file or of every file under a directory (size and
     etag for a URL)."""
-    if storage.is_url(path):
+    if not storage.Location(path).is_local:
         if storage.isdir(path):
             return [list(storage.fingerprint(name)) for name, _ in storage.list_files(path)]
         return [list(storage.fingerprint(path))] if storage.exists(path) else [[str(path), None, None]]

@@ -38,7 +38,7 @@ def load_recipe(path: str | Path, *, check_paths: bool | str = True, base_dir: P
     """Parse and validate a recipe file; raise `RecipeError` listing every problem. Relative
     paths resolve against `base_dir`, by default the file's directory (the current directory for
     a recipe read from a URL)."""
-    if storage.is_url(path):
+    if not storage.Location(path).is_local:
         if not storage.isfile(path):
             raise ConfigError(f"recipe not found: {path}")
         return parse_recipe(

@@ -112,7 +112,7 @@ def submit_recipe(
 ) -> Submitted | None:
     """`tokenmill run RECIPE --slurm`: the recipe's job script, written to WORKDIR/slurm/ and
     submitted (or printed with --dry-run)."""
-    if storage.is_url(workdir):
+    if not storage.Location(workdir).is_local:
         # The job script and the nodes' steps live in the work directory: it must be shared disk.
         raise ConfigError(f"--workdir {workdir}: a Slurm job needs a work directory on a shared filesystem")
     if args.from_ or args.force:

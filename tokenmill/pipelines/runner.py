@@ -138,11 +138,10 @@ def run_recipe(
 def _open_workdir(workdir: str | Path) -> tuple[Path, RemoteWorkdir | None]:
     """The local work directory to run in and, for a URL, the remote one: its lock taken and
     its local copy brought up to date (the lock released again if that fails)."""
-    workdir = resolve_workdir(workdir)
-    if not storage.is_url(workdir):
-        assert isinstance(workdir, Path)
-        return workdir, None
-    remote = RemoteWorkdir(str(workdir))
+    location = storage.Location(resolve_workdir(workdir))
+    if location.is_local:
+        return location.local_path, None
+    remote = RemoteWorkdir(location.path)
     remote.acquire()
     try:
         remote.pull()
@@ -280,14 +279,10 @@ def format_plan(
     """What `--dry-run` prints: every step with its status, inputs and output; the training
     layout with the planner's memory estimate. A work directory URL is brought into its local
     copy first (under its lock, as a run would)."""
-    if storage.is_url(workdir):
-        remote = RemoteWorkdir(str(workdir))
-        remote.acquire()
-        try:
-            remote.pull()
-        finally:
-            remote.release()
-        workdir = remote.local
+    local, remote = _open_workdir(workdir)
+    if remote is not None:
+        remote.release()
+        workdir = local
     steps = build_plan(recipe, workdir)
     selection: Selection = select(steps, from_, until, force)
     lines = [f"recipe {recipe.name}: {len(steps)} steps; work directory {workdir}", ""]

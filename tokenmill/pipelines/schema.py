@@ -188,7 +188,7 @@ class Recipe(_Strict):
 
     def resolve(self, path: str) -> Path:
         """A path relative to the recipe made absolute; a URL (s3://, https://, ...) as it is."""
-        if storage.is_url(path):
+        if not storage.Location(path).is_local:
             return path  # type: ignore[return-value]  # URLs pass through to the storage layer
         p = Path(path).expanduser()
         return p if p.is_absolute() else (self.base_dir / p).resolve()

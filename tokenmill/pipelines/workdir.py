@@ -33,7 +33,7 @@ class WorkdirLock(PidLock):
 
 def resolve_workdir(path: str | Path) -> str | Path:
     """The work directory as given: an absolute local path, or a URL (see `RemoteWorkdir`)."""
-    return storage.absolute(path) if storage.is_url(path) else Path(path).resolve()
+    return storage.Location(path).absolute().native()
 
 
 def default_workdir(recipe: Recipe) -> str | Path:

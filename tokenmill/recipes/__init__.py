@@ -30,7 +30,7 @@ def resolve_recipe(spec: str, prefix: str = "") -> tuple[Path, bool]:
     """
     from tokenmill.infra import storage
 
-    if storage.is_url(spec):
+    if not storage.Location(spec).is_local:
         return spec, False  # type: ignore[return-value]  # read through the storage layer
     path = Path(spec).expanduser()
     if path.is_file():

@@ -358,7 +358,7 @@ class TrainConfig(BaseModel):
         """Whether the run directory is on object storage (``out`` is a URL)."""
         from tokenmill.infra import storage
 
-        return storage.is_url(self.out)
+        return not storage.Location(self.out).is_local
 
     @property
     def run_dir(self) -> Path:
@@ -366,7 +366,7 @@ class TrainConfig(BaseModel):
         which each checkpoint is uploaded once complete (`tokenmill.train.checkpoint.RemoteRun`)."""
         from tokenmill.infra import storage
 
-        return storage.cache_dir_for(self.out, "runs") if self.out_is_url else Path(self.out)
+        return storage.working_copy(self.out, "runs") if self.out_is_url else Path(self.out)
 
     @property
     def sequence_length(self) -> int:

@@ -163,7 +163,7 @@ class Prepared:
 def resume_checkpoint(run_dir: Path, resume: bool | str | Path) -> Path | None:
     if not resume:
         return None
-    if storage.is_url(resume):
+    if not storage.Location(resume).is_local:
         raise CheckpointError(f"--resume {resume}: a checkpoint on object storage is resumed with --out URL --resume")
     if resume is True and not list_checkpoints(run_dir):
         return None  # --resume on a fresh run directory simply starts

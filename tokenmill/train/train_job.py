@@ -16,7 +16,6 @@ import argparse
 from pathlib import Path
 
 from tokenmill.errors import ConfigError
-from tokenmill.infra import storage
 from tokenmill.infra.slurm import (
     RDZV_BASE_PORT,
     SLURM_DIR,
@@ -62,7 +61,7 @@ def train_script(train_argv: list[str], out: Path, spec: SlurmSpec, *, name: str
 def submit_training(cfg: TrainConfig, train_argv: list[str], args: argparse.Namespace) -> Submitted | None:
     """`tokenmill train CONFIG --slurm`: the training job script, written to RUN/slurm/ and
     submitted (or printed with --dry-run)."""
-    if storage.is_url(cfg.out):
+    if cfg.out_is_url:
         # The ranks of several nodes write one checkpoint together into the run directory, so it
         # must be a filesystem they share; a URL's copy lives in each node's own cache.
         raise ConfigError(f"out: {cfg.out}: a Slurm training job needs a run directory on a shared filesystem")
