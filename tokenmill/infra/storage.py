@@ -9,9 +9,12 @@ place, and the completion marker (a stage's ``manifest.json``, a shard's ``PREFI
 written last. Readers take an output as finished only when its marker is there, and a re-run
 removes the temporary prefixes a killed writer left behind.
 
-Inputs that must be local files (memory-mapped shards, a tokenizer file) are downloaded once
-into a cache directory (``$TOKENMILL_CACHE``, default ``~/.cache/tokenmill``), keyed by URL
-and checked against the object's etag and size on each use.
+`Location` is the one type for both kinds of place (local disk a case of it), and the module's
+functions take either spelling and branch once, here. Work that must happen on local disk (a
+memory-mapped shard, a tokenizer file, a dedup index, a training run, a recipe's work directory)
+goes through one `Mirror`: a local copy in a cache directory (``$TOKENMILL_CACHE``, default
+``~/.cache/tokenmill``), keyed by URL, whose files are checked against the objects' etags and
+sizes, downloaded when they differ and published back in the caller's order.
 """
 
 from __future__ import annotations
@@ -449,7 +452,11 @@ class Location:
         if is_url(target):
             upload(local, target)
         elif Path(local).resolve() != local_path(target).resolve():
-            write_bytes(target, Path(local).read_bytes())
+            from tokenmill.infra.atomic import atomic_path
+
+            local_path(target).parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(local_path(target)) as tmp:
+                shutil.copyfile(local, tmp)
 
     def get(self, name: str = "") -> Path:
         """A local file holding this file's bytes: the file itself, or a copy in the cache."""
