@@ -396,9 +396,10 @@ def describe_engine(cfg: TrainConfig, engine: Engine) -> str:
 
 
 def _write_config(cfg: TrainConfig, engine: Engine) -> None:
-    """The run's config as trained, beside its metrics and checkpoints; how it runs, logged once."""
+    """The run's config as trained, beside its metrics and checkpoints; how it runs, logged once
+    (shown on GPUs, where the kernels chosen matter; a debug line on the CPU)."""
     if engine.is_logging_rank:
-        log.info(describe_engine(cfg, engine))
+        log.log(logging.INFO if engine.device.type == "cuda" else logging.DEBUG, describe_engine(cfg, engine))
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         (cfg.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
