@@ -154,8 +154,9 @@ def test_compile_per_block_gives_the_eager_losses(checkpointing: str) -> None:
     assert compiled == pytest.approx(eager, abs=1e-4)
 
 
-def test_the_model_is_built_on_meta_and_initialized_on_the_device(monkeypatch) -> None:
-    cfg = tiny_config({"flavour": "llama", "n_kv_heads": 2})
+@pytest.mark.parametrize("model", [{"flavour": "llama", "n_kv_heads": 2}, {"tie_embeddings": True}])
+def test_the_model_is_built_on_meta_and_initialized_on_the_device(monkeypatch, model: dict) -> None:
+    cfg = tiny_config(model)
     torch.manual_seed(cfg.schedule.seed)
     eager = GPT(cfg.model)  # built and drawn on the CPU directly
     drawn_on: set[str] = set()
@@ -169,13 +170,16 @@ def test_the_model_is_built_on_meta_and_initialized_on_the_device(monkeypatch) -
     # build_engine makes the model on the meta device: nothing is drawn until it has a device.
     for parallel in ({}, {"zero": 3}):
         torch.manual_seed(cfg.schedule.seed)
-        engine = build_engine(tiny_config({"flavour": "llama", "n_kv_heads": 2}, parallel))
+        engine = build_engine(tiny_config(model, parallel))
         assert drawn_on == {"meta", "cpu"}
         drawn_on.clear()
         params = full_params(engine)
         for name, value in eager.state_dict().items():
             torch.testing.assert_close(params[name], value, rtol=0, atol=0, msg=name)
-        torch.testing.assert_close(engine.model_parts[0].rope, eager.rope)
+        if eager.rope is not None:
+            torch.testing.assert_close(engine.model_parts[0].rope, eager.rope)
+        head = engine.model_parts[0].output.weight
+        assert (head is engine.model_parts[0].tok_embeddings.weight) == bool(model.get("tie_embeddings"))
 
 
 def test_fused_adamw_steps_fsdp2_dtensor_parameters_as_the_for_loop_does() -> None:
