@@ -78,6 +78,26 @@ def add_train_arguments(train: argparse.ArgumentParser) -> None:
     ):
         train.add_argument(f"--{name}", type=int, help=f"{meaning}; overrides `{name}:`")
     train.add_argument("--device", help="auto, cpu, cuda, cuda:N; overrides `device:`")
+    train.add_argument("--precision", help="fp32 or bf16; overrides `parallel.precision`")
+    train.add_argument(
+        "--attention-backend",
+        help="SDPA kernel: auto, flash, cudnn, efficient, math; overrides `parallel.attention_backend`",
+    )
+    train.add_argument(
+        "--activation-checkpointing", help="off, full, selective; overrides `parallel.activation_checkpointing`"
+    )
+    train.add_argument(
+        "--compile",
+        action="store_true",
+        default=None,
+        help="torch.compile each transformer block; overrides `parallel.compile`",
+    )
+    train.add_argument(
+        "--peak-tflops",
+        type=float,
+        metavar="TFLOPS",
+        help="the device's peak dense TFLOP/s, for MFU (default: known GPUs); overrides `logging.peak_tflops`",
+    )
     train.add_argument(
         "--max-restarts",
         type=_non_negative,
@@ -177,6 +197,11 @@ def load_train_config(args: argparse.Namespace) -> tuple[str | Path, TrainConfig
         "parallel.dp": args.dp,
         "parallel.zero": args.zero,
         "parallel.device": args.device,
+        "parallel.precision": args.precision,
+        "parallel.attention_backend": args.attention_backend,
+        "parallel.activation_checkpointing": args.activation_checkpointing,
+        "parallel.compile": args.compile,
+        "logging.peak_tflops": args.peak_tflops,
     }
     if args.no_progress:
         overrides["logging.progress"] = False
@@ -286,10 +311,25 @@ def worker_argv(args: argparse.Namespace, config: str | Path | None = None) -> l
     """The same `train` arguments for each rank's entry point, ``python -m tokenmill.train.worker
     ARGV`` (``config``: the resolved file); --slurm and its options are the submitter's alone."""
     argv = [str(config or args.config)]
-    for name in ("data", "out", "steps", "tp", "pp", "dp", "zero", "device"):
+    for name in (
+        "data",
+        "out",
+        "steps",
+        "tp",
+        "pp",
+        "dp",
+        "zero",
+        "device",
+        "precision",
+        "attention_backend",
+        "activation_checkpointing",
+        "peak_tflops",
+    ):
         value = getattr(args, name)
         if value is not None:
-            argv += [f"--{name}", str(value)]
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+    if args.compile:
+        argv.append("--compile")
     if args.resume is True:
         argv.append("--resume")
     elif args.resume:

@@ -43,6 +43,8 @@ from tokenmill.train.model import PRESETS, ModelConfig, preset
 
 PRECISIONS = ("fp32", "bf16")
 CHECKPOINTING = ("off", "full", "selective")
+# Scaled-dot-product attention kernels (torch.nn.attention.SDPBackend); auto: torch picks.
+ATTENTION_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")
 DECAY_STYLES = ("cosine", "linear", "constant")
 PP_SCHEDULES = ("1f1b", "gpipe", "interleaved")
 # Errors raised by the validators below carry their full message; pydantic's own are
@@ -232,6 +234,8 @@ class ParallelConfig(_Section):
     activation_checkpointing: Annotated[str, BeforeValidator(_str), _choice(CHECKPOINTING)] = "off"
     compile: Bool = False
     precision: Annotated[str, BeforeValidator(_str), _choice(PRECISIONS)] = "fp32"
+    # The SDPA kernel attention runs with (forward and backward); one the device lacks is an error.
+    attention_backend: Annotated[str, BeforeValidator(_str), _choice(ATTENTION_BACKENDS)] = "auto"
     device: Str = "auto"  # auto | cpu | cuda | cuda:N
     # Restarts of all ranks after one fails (torchrun's --max-restarts); each restart resumes
     # from the run's latest complete checkpoint. 0: a failed rank ends the job.

@@ -21,8 +21,11 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
+from tokenmill.errors import ConfigError
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.model import GPT, TransformerBlock
 from tokenmill.train.optim import build_optimizer
@@ -106,11 +109,77 @@ def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
             layers[name] = CheckpointedBlock(block)
 
 
+def compile_blocks(model: nn.Module) -> None:
+    """`torch.compile` each transformer block (after activation checkpointing wrapped it), as
+    torchtitan does: every block has the same code, so one compiled graph serves all of them,
+    and the embedding and head stay eager."""
+    for block in model.layers.values():
+        block.compile()
+
+
 def autocast_context(cfg: TrainConfig, device: torch.device):
     """bf16 autocast with fp32 master weights (the parameters stay fp32)."""
     if cfg.parallel.precision == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+SDPA_BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+
+
+def attention_context(backend: str):
+    """Run scaled-dot-product attention with one kernel only ("auto": torch picks), applied
+    around forward and backward from outside the model."""
+    if backend == "auto":
+        return contextlib.nullcontext()
+    return sdpa_kernel(SDPA_BACKENDS[backend])
+
+
+def check_attention_backend(backend: str, device: torch.device, dtype: torch.dtype, head_dim: int = 64) -> None:
+    """Raise ConfigError (one line) when `backend` cannot run causal attention on `device` in
+    `dtype`: a small attention forward and backward is tried once, before training starts,
+    instead of a kernel-selection traceback at the first step."""
+    if backend == "auto":
+        return
+    q = torch.randn(1, 2, 16, head_dim, device=device, dtype=dtype, requires_grad=True)
+    try:
+        with attention_context(backend):
+            F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+    except RuntimeError:
+        raise ConfigError(
+            f"parallel.attention_backend: the {backend} attention kernel is not available on {device} "
+            f"for {str(dtype).removeprefix('torch.')} (head_dim {head_dim}); choose another of "
+            f"auto, flash, cudnn, efficient, math"
+        ) from None
+
+
+def compute_dtype(cfg: TrainConfig) -> torch.dtype:
+    return torch.bfloat16 if cfg.parallel.precision == "bf16" else torch.float32
+
+
+@torch.no_grad()
+def materialize(part: GPT, device: torch.device) -> None:
+    """Allocate a (possibly sharded) meta-device part on `device` and give every parameter its
+    initial value, drawn on `device`: the full tensor from the parameter's own generator, of
+    which this rank keeps its shard. One full parameter at a time is the only transient cost,
+    and the whole model never exists on the CPU."""
+    part.to_empty(device=device)
+    part.tie_embedding_weights()
+    part.init_buffers(device)
+    for name, param in part.named_parameters():
+        if not isinstance(param, DTensor):
+            part.init_parameter(name, param)
+            continue
+        full = part.init_parameter(name, torch.empty(param.shape, dtype=param.dtype, device=device))
+        # src_data_rank=None: every rank holds the same full tensor and keeps its own slice
+        # (no communication), for Shard and FSDP's strided shards over tp alike.
+        shard = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
+        param.to_local().copy_(shard.to_local())
 
 
 def pick_device(name: str) -> torch.device:
@@ -125,9 +194,13 @@ class SingleProcessEngine:
     def __init__(self, model: GPT, cfg: TrainConfig, device: torch.device | None = None) -> None:
         self.cfg = cfg
         self.device = device or pick_device(cfg.parallel.device)
+        if any(p.is_meta for p in model.parameters()):
+            materialize(model, self.device)  # built on the meta device: initialize on ours
         self.model = model.to(self.device)
         apply_activation_checkpointing(self.model, cfg.parallel.activation_checkpointing)
-        self.forward = torch.compile(self.model) if cfg.parallel.compile else self.model
+        if cfg.parallel.compile:
+            compile_blocks(self.model)
+        check_attention_backend(cfg.parallel.attention_backend, self.device, compute_dtype(cfg), model.config.head_dim)
         self.model_parts: list[nn.Module] = [self.model]
         self.optimizer = build_optimizer(self.model.named_parameters(), cfg)
         self.is_logging_rank = True
@@ -137,10 +210,14 @@ class SingleProcessEngine:
 
     def _loss(self, tokens: torch.Tensor) -> torch.Tensor:
         with autocast_context(self.cfg, self.device):
-            logits = self.forward(tokens[:, :-1])
+            logits = self.model(tokens[:, :-1])
         return cross_entropy(logits, tokens[:, 1:])
 
     def train_step(self, tokens: torch.Tensor, micro_batch_size: int) -> float:
+        with attention_context(self.cfg.parallel.attention_backend):
+            return self._train_step(tokens, micro_batch_size)
+
+    def _train_step(self, tokens: torch.Tensor, micro_batch_size: int) -> float:
         self.model.train()
         tokens = tokens.to(self.device, non_blocking=True)
         n_micro = tokens.shape[0] // micro_batch_size
@@ -171,7 +248,8 @@ class SingleProcessEngine:
     @torch.no_grad()
     def eval_loss(self, tokens: torch.Tensor) -> float:
         self.model.eval()
-        loss = self._loss(tokens.to(self.device)).item()
+        with attention_context(self.cfg.parallel.attention_backend):
+            loss = self._loss(tokens.to(self.device)).item()
         self.model.train()
         return loss
 

@@ -73,7 +73,8 @@ class Throughput(Hook):
         self.sequence_length = cfg.sequence_length
         self.world_size = cfg.world_size
         self.device = engine.device
-        self.peak = peak_flops(engine.device, cfg.logging.peak_tflops)
+        # The fp8 peak when float8 matmuls are on (parallel.float8, where the config has it).
+        self.peak = peak_flops(engine.device, cfg.logging.peak_tflops, bool(getattr(cfg.parallel, "float8", False)))
         self.flops_per_token = cfg.model.flops_per_token(cfg.sequence_length)
         self.tokens, self.since = 0, time.perf_counter()
 

@@ -33,12 +33,14 @@ from tokenmill.train.checkpoint import (
     set_rng_state,
 )
 from tokenmill.train.config import TrainConfig, resolve_vocab_size
-from tokenmill.train.engine import Engine, SingleProcessEngine
+from tokenmill.train.engine import Engine, SingleProcessEngine, pick_device
 from tokenmill.train.hooks import Checkpoints, Faults, Hook, Report, StepEnd, Stop, Throughput, Validation, after_step
 from tokenmill.train.lifecycle import RunLock
 from tokenmill.train.model import GPT
-from tokenmill.train.optim import Schedule
+from tokenmill.train.optim import Schedule, adamw_implementation
 from tokenmill.train.parallel.engine import build_parallel_engine
+from tokenmill.train.parallel.mesh import release_own_group
+from tokenmill.train.parallel.parallelize import uses_fsdp
 from tokenmill.train.stop import StopRequest
 from tokenmill.train.watchdog import CollectiveWatchdog, collective_failure
 
@@ -253,9 +255,15 @@ def nothing_to_do(cfg: TrainConfig, prepared: Prepared) -> tuple[int, str] | Non
 
 
 def build_engine(cfg: TrainConfig) -> Engine:
-    if cfg.world_size > 1:
-        return build_parallel_engine(cfg.model, cfg)
-    return SingleProcessEngine(GPT(cfg.model), cfg)
+    """The parallel engine for several processes, or for FSDP2 (zero 2/3) on one; otherwise the
+    single-process one. Either way the model is built on the meta device and initialized on
+    the training device, never first in full on the CPU."""
+    device = pick_device(cfg.parallel.device)
+    if cfg.world_size > 1 or uses_fsdp(cfg.parallel):
+        return build_parallel_engine(cfg.model, cfg, device)
+    with torch.device("meta"):
+        model = GPT(cfg.model)
+    return SingleProcessEngine(model, cfg, device)
 
 
 def seed_everything(seed: int) -> None:
@@ -301,6 +309,7 @@ def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine
         # one, or the Slurm script) removed it before starting the ranks.
         stop.clear_file()
     stop.install()
+    built_here = engine is None
     try:
         return _train(cfg, prepared, engine, stop)
     except RuntimeError as error:
@@ -311,6 +320,8 @@ def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine
         raise failure from error
     finally:
         stop.uninstall()
+        if built_here:
+            release_own_group()  # FSDP2 on one process: its group of one ends with the run
         if watchdog is not None:
             watchdog.stop()
         if lock is not None:
@@ -367,9 +378,28 @@ def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, stop: St
     )
 
 
+def describe_engine(cfg: TrainConfig, engine: Engine) -> str:
+    """One line saying how the steps run: device, precision, attention kernel, compile, optimizer."""
+    p = cfg.parallel
+    device = str(engine.device)
+    if engine.device.type == "cuda":
+        device += f" ({torch.cuda.get_device_name(engine.device)})"
+    if p.precision == "bf16":
+        precision = "bf16 (FSDP2 bf16 parameters, fp32 reduce)" if uses_fsdp(p) else "bf16 (autocast, fp32 weights)"
+    else:
+        precision = "fp32"
+    return (
+        f"device {device} | precision {precision} | attention {p.attention_backend} | "
+        f"compile {'per block' if p.compile else 'off'} | activation checkpointing {p.activation_checkpointing} | "
+        f"optimizer AdamW {adamw_implementation(engine.optimizer)}"
+    )
+
+
 def _write_config(cfg: TrainConfig, engine: Engine) -> None:
-    """The run's config as trained, beside its metrics and checkpoints."""
+    """The run's config as trained, beside its metrics and checkpoints; how it runs, logged once
+    (shown on GPUs, where the kernels chosen matter; a debug line on the CPU)."""
     if engine.is_logging_rank:
+        log.log(logging.INFO if engine.device.type == "cuda" else logging.DEBUG, describe_engine(cfg, engine))
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         (cfg.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import resource
 import sys
@@ -14,28 +15,54 @@ from tokenmill.infra.atomic import atomic_write_text
 if TYPE_CHECKING:
     import torch
 
-# Dense bf16 peak FLOP/s per GPU (no sparsity), for MFU when `peak_tflops` is not given.
+log = logging.getLogger(__name__)
+
+# Dense bf16 peak FLOP/s per GPU (no sparsity), for MFU when `peak_tflops` is not given; the
+# first key found in the device's name wins, so the PCIe H100 comes before the SXM one.
 PEAK_BF16_FLOPS = {
     "H200": 989e12,
-    "H100": 989e12,
+    "H100 PCIe": 756e12,
+    "H100": 989e12,  # SXM (and NVL's per-GPU dense figure is close: 835; name it with --peak-tflops)
     "A100": 312e12,
     "L40S": 362e12,
     "A10G": 70e12,
     "V100": 125e12,
 }
+# float8 tensor cores run twice the bf16 rate on the GPUs that have them (Hopper, Ada).
+FLOAT8_GPUS = ("H200", "H100", "L40S")
+_warned_unknown: set[str] = set()
 
 
-def peak_flops(device: torch.device, configured_tflops: float | None) -> float | None:
+def device_peak_flops(name: str, float8: bool = False) -> float | None:
+    """The dense peak FLOP/s of the GPU called `name` (torch.cuda.get_device_name), in bf16 or,
+    with `float8`, in fp8 (twice bf16 on GPUs with float8 tensor cores); None when unknown."""
+    for key, value in PEAK_BF16_FLOPS.items():
+        if key in name:
+            if float8:
+                return 2 * value if any(gpu in name for gpu in FLOAT8_GPUS) else None
+            return value
+    return None
+
+
+def peak_flops(device: torch.device, configured_tflops: float | None, float8: bool = False) -> float | None:
+    """Peak FLOP/s for MFU: `configured_tflops` when given, else the device's own (a CUDA
+    device not in the table warns once, naming --peak-tflops; the CPU has none)."""
     if configured_tflops:
         return configured_tflops * 1e12
-    if device.type == "cuda":
-        import torch
+    if device.type != "cuda":
+        return None
+    import torch
 
-        name = torch.cuda.get_device_name(device)
-        for key, value in PEAK_BF16_FLOPS.items():
-            if key in name:
-                return value
-    return None
+    name = torch.cuda.get_device_name(device)
+    peak = device_peak_flops(name, float8)
+    if peak is None and name not in _warned_unknown:
+        _warned_unknown.add(name)
+        kind = "fp8" if float8 else "bf16"
+        log.warning(
+            f"no known {kind} peak for {name!r}: MFU is not reported; pass --peak-tflops "
+            f"(logging.peak_tflops) with its dense {kind} TFLOP/s"
+        )
+    return peak
 
 
 def peak_memory_bytes(device: torch.device) -> int:

@@ -346,11 +346,10 @@ class GPT(nn.Module):
         std = cfg.init_std / math.sqrt(2 * cfg.n_layers) if module in ("wo", "w2") else cfg.init_std
         if cfg.tie_embeddings and name == "output.weight":
             name = "tok_embeddings.weight"  # a pipeline's last stage holds the tied weight under this name
-        # Drawn on the CPU whatever the device, so a GPU run starts from the same weights too.
-        generator = torch.Generator().manual_seed(_parameter_seed(self.init_seed, name))
-        if tensor.device.type == "cpu":
-            return tensor.normal_(0.0, std, generator=generator)
-        return tensor.copy_(torch.empty(tensor.shape, dtype=tensor.dtype).normal_(0.0, std, generator=generator))
+        # Drawn on the tensor's own device (no CPU copy of a large model): the same values for
+        # the same seed in any layout on that kind of device; a GPU draws other values than the CPU.
+        generator = torch.Generator(device=tensor.device).manual_seed(_parameter_seed(self.init_seed, name))
+        return tensor.normal_(0.0, std, generator=generator)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, T] -> logits [B, T, vocab]; hidden states in/out on middle stages."""

@@ -37,6 +37,20 @@ def build_optimizer(named_parameters: Iterable[tuple[str, nn.Parameter]], cfg: T
     )
 
 
+def adamw_implementation(optimizer: torch.optim.Optimizer) -> str:
+    """Which AdamW kernel steps: "fused" (one CUDA kernel for all parameters), "foreach"
+    (batched per-op kernels; torch's default for CUDA tensors) or "for-loop" (one parameter at a time)."""
+    defaults = optimizer.defaults
+    if defaults.get("fused"):
+        return "fused"
+    if defaults.get("foreach"):
+        return "foreach"
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if defaults.get("foreach") is None and params and params[0].device.type == "cuda":
+        return "foreach"
+    return "for-loop"
+
+
 def megatron_lr(
     num_samples: float,
     *,

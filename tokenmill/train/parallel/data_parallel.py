@@ -34,10 +34,14 @@ def local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
-def apply_fsdp(part: nn.Module, dp_mesh: DeviceMesh, zero: int) -> None:
+def apply_fsdp(part: nn.Module, dp_mesh: DeviceMesh, zero: int, bf16: bool = False) -> None:
     """ZeRO-2/3 with FSDP2: one unit per block, then the root (embeddings, norm, head).
-    Parameters stay fp32 (bf16 runs use autocast, as the single-process engine does)."""
-    mp = MixedPrecisionPolicy()
+    The stored (sharded) parameters and the optimizer state stay fp32; with `bf16` each unit
+    gathers its parameters cast to bf16 (half the all-gather, bf16 matmuls without autocast)
+    and reduce-scatters the gradients in fp32 (FSDP2's MixedPrecisionPolicy)."""
+    mp = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    )
     reshard = zero >= 3
     for block in part.layers.values():
         fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)

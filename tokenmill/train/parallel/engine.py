@@ -34,12 +34,19 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from tokenmill.errors import ConfigError
 from tokenmill.train.config import ParallelConfig, TrainConfig, check_layout
-from tokenmill.train.engine import FLAT_OPTIMIZER_STATE, autocast_context, cross_entropy
+from tokenmill.train.engine import (
+    FLAT_OPTIMIZER_STATE,
+    attention_context,
+    autocast_context,
+    check_attention_backend,
+    compute_dtype,
+    cross_entropy,
+)
 from tokenmill.train.model import GPT, ModelConfig
 from tokenmill.train.optim import build_optimizer
 from tokenmill.train.parallel.data_parallel import ZeroOneOptimizer, all_reduce_grads, local
 from tokenmill.train.parallel.mesh import build_mesh, embedding_group, init_distributed
-from tokenmill.train.parallel.parallelize import parallelize_gpt
+from tokenmill.train.parallel.parallelize import parallelize_gpt, uses_fsdp
 from tokenmill.train.parallel.pipeline import build_schedule, stage_ids
 
 EMBEDDING_WEIGHT, HEAD_WEIGHT = "tok_embeddings.weight", "output.weight"
@@ -94,7 +101,7 @@ class ParallelEngine:
     def __init__(self, model_config: ModelConfig, cfg: TrainConfig, device: torch.device | None = None) -> None:
         self.cfg = cfg
         self.dims = dims = cfg.parallel
-        self.device = init_distributed(device)
+        self.device = init_distributed(device, dims.world_size)
         check_layout(dims, model_config, cfg.sequence_length, dist.get_world_size())
         self.mesh = build_mesh(dims, self.device.type)
         self.pp_group = self.mesh.get_group("pp")
@@ -117,6 +124,9 @@ class ParallelEngine:
         parts = parallelize_gpt(full, dims, cfg, self.mesh, self.stage_ids, self.device)
         del full
         self.model_parts: list[nn.Module] = parts
+        # bf16 under FSDP2 is its mixed-precision policy (bf16 parameters); otherwise autocast.
+        self._autocast = dims.precision == "bf16" and not uses_fsdp(dims)
+        check_attention_backend(dims.attention_backend, self.device, compute_dtype(cfg), model_config.head_dim)
 
         # This rank's copy of tied embeddings when a pipeline splits them (first / last stage).
         self._embedding_group = None
@@ -158,7 +168,9 @@ class ParallelEngine:
         stack = contextlib.ExitStack()
         if self.dims.tp > 1:
             stack.enter_context(loss_parallel())  # cross-entropy over vocabulary-sharded logits
-        stack.enter_context(autocast_context(self.cfg, self.device))
+        if self._autocast:
+            stack.enter_context(autocast_context(self.cfg, self.device))
+        stack.enter_context(attention_context(self.dims.attention_backend))
         return stack
 
     def _pipeline_microbatches(self, local_batch: int, n_micro: int) -> int:

@@ -15,20 +15,42 @@ from tokenmill.errors import ConfigError
 from tokenmill.train.config import ParallelConfig
 
 MESH_DIMS = ("pp", "dp", "tp")
+_own_group = False  # init_distributed made an in-memory group of one (no torchrun)
 
 
-def init_distributed(device: torch.device | None = None) -> torch.device:
-    """Join the process group torchrun describes (gloo on the CPU, nccl on GPUs)."""
+def init_distributed(device: torch.device | None = None, world_size: int | None = None) -> torch.device:
+    """Join the process group torchrun describes (gloo on the CPU, nccl on GPUs). A run of
+    one process (`world_size` 1, e.g. FSDP2 on one GPU) without torchrun makes a group of its
+    own, in memory."""
+    global _own_group
     use_cuda = (device.type == "cuda") if device is not None else torch.cuda.is_available()
     if not dist.is_initialized():
-        if "RANK" not in os.environ:
+        backend = "nccl" if use_cuda else "gloo"
+        if "RANK" in os.environ:
+            dist.init_process_group(backend=backend)
+        elif world_size == 1:
+            if use_cuda and device is not None and device.index is not None:
+                torch.cuda.set_device(device)
+            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+            _own_group = True
+        else:
             raise ConfigError("tp x pp x dp > 1 needs a distributed launch (torchrun or `tokenmill train`)")
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
     if use_cuda:
+        if "LOCAL_RANK" not in os.environ and device is not None and device.index is not None:
+            return device
         local = int(os.environ.get("LOCAL_RANK", 0))
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")
+
+
+def release_own_group() -> None:
+    """Destroy the group of one `init_distributed` made for a single process, so the next run
+    in this process (another layout, or a launch under torchrun) starts without it."""
+    global _own_group
+    if _own_group and dist.is_initialized():
+        dist.destroy_process_group()
+    _own_group = False
 
 
 def shutdown_distributed() -> None:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, distribute_tensor
 
 from tokenmill.train.config import ParallelConfig, TrainConfig
-from tokenmill.train.engine import apply_activation_checkpointing
+from tokenmill.train.engine import apply_activation_checkpointing, compile_blocks, materialize
 from tokenmill.train.model import GPT
 from tokenmill.train.parallel.data_parallel import apply_fsdp
 from tokenmill.train.parallel.pipeline import make_stage_module, split_layers
@@ -42,30 +41,17 @@ def parallelize_gpt(
         apply_activation_checkpointing(part, config.parallel.activation_checkpointing)
         # 4. compile, block by block.
         if config.parallel.compile:
-            for block in part.layers.values():
-                block.compile()
-        # 5. FSDP2 over the "dp" mesh dim for ZeRO-2/3 (ZeRO-1 is the optimizer's, see the engine).
-        if dims.zero >= 2 and dims.dp > 1:
-            apply_fsdp(part, mesh["dp"], dims.zero)
+            compile_blocks(part)
+        # 5. FSDP2 over the "dp" mesh dim for ZeRO-2/3 (ZeRO-1 is the optimizer's, see the engine);
+        # under bf16 it gathers bf16 parameters and reduces gradients in fp32.
+        if uses_fsdp(dims):
+            apply_fsdp(part, mesh["dp"], dims.zero, bf16=dims.precision == "bf16")
         # 6. Allocate this rank's share and initialize it.
         materialize(part, device)
     return parts
 
 
-@torch.no_grad()
-def materialize(part: GPT, device: torch.device) -> None:
-    """Allocate a (possibly sharded) meta-device part on `device` and give every parameter its
-    initial value: the full tensor from the parameter's own generator, of which this rank keeps
-    its shard. One full parameter at a time is the only transient cost."""
-    part.to_empty(device=device)
-    part.tie_embedding_weights()
-    part.init_buffers(device)
-    for name, param in part.named_parameters():
-        if not isinstance(param, DTensor):
-            part.init_parameter(name, param)
-            continue
-        full = part.init_parameter(name, torch.empty(param.shape, dtype=param.dtype, device=device))
-        # src_data_rank=None: every rank holds the same full tensor and keeps its own slice
-        # (no communication), for Shard and FSDP's strided shards over tp alike.
-        shard = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
-        param.to_local().copy_(shard.to_local())
+def uses_fsdp(dims: ParallelConfig) -> bool:
+    """FSDP2 shards over dp ranks for ZeRO-2/3; on a single process (dp = world = 1) it still
+    applies, so one device runs the same code (and mixed precision) as many."""
+    return dims.zero >= 2 and (dims.dp > 1 or dims.world_size == 1)
