@@ -26,6 +26,7 @@ from torch.utils.checkpoint import checkpoint
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.model import GPT, TransformerBlock
 from tokenmill.train.optim import build_optimizer
+from tokenmill.train.parallel.float8 import apply_float8
 
 # Optimizer state keyed by parameter name (not by index), so a checkpoint written under one
 # layout loads under any other.
@@ -126,6 +127,8 @@ class SingleProcessEngine:
         self.cfg = cfg
         self.device = device or pick_device(cfg.parallel.device)
         self.model = model.to(self.device)
+        if cfg.parallel.float8:  # before checkpointing and compile, as in parallelize_gpt
+            apply_float8(self.model)
         apply_activation_checkpointing(self.model, cfg.parallel.activation_checkpointing)
         self.forward = torch.compile(self.model) if cfg.parallel.compile else self.model
         self.model_parts: list[nn.Module] = [self.model]
