@@ -27,13 +27,17 @@ def keep_for_float8(module: nn.Module, fqn: str) -> bool:
     return module.in_features % 16 == 0 and module.out_features % 16 == 0
 
 
-def apply_float8(model: nn.Module) -> int:
+def apply_float8(model: nn.Module, emulate: bool | None = None) -> int:
     """Swap `model`'s eligible Linear layers for torchao's Float8Linear (tensorwise scaling), in
-    place; returns how many were converted. Works on a meta-device model (no weights read)."""
+    place; returns how many were converted. Works on a meta-device model (no weights read).
+    `emulate` (default: when the model is on the CPU) rounds through float8 but multiplies in
+    high precision: CPUs have no fast float8 matmul, so that is how a CPU run checks the path."""
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
         from torchao.float8.float8_linear import Float8Linear
     except ImportError:  # optional dependency: only float8 runs need it
         raise ConfigError("parallel.float8: float8 training needs torchao; install it (pip install torchao)") from None
-    convert_to_float8_training(model, module_filter_fn=keep_for_float8, config=Float8LinearConfig())
+    if emulate is None:
+        emulate = any(p.device.type == "cpu" for p in model.parameters())
+    convert_to_float8_training(model, module_filter_fn=keep_for_float8, config=Float8LinearConfig(emulate=emulate))
     return sum(1 for m in model.modules() if isinstance(m, Float8Linear))

@@ -38,7 +38,7 @@ def parallelize_gpt(
     for part in parts:
         # 1b. float8 Linear layers (torchtitan converts the model before parallelizing it).
         if dims.float8:
-            apply_float8(part)
+            apply_float8(part, emulate=device.type == "cpu")
         # 2. Tensor (+ sequence) parallel over the "tp" mesh dim.
         if dims.tp > 1:
             apply_tensor_parallel(part, mesh["tp"], dims.sequence_parallel)
