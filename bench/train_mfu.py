@@ -307,7 +307,7 @@ def summary(rows: list[Row]) -> list[str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--smoke", action="store_true", help="CPU, tiny shape, few steps: checks the script runs")
     p.add_argument("--shapes", default=None, help="comma list of 1b, 3b, tiny (default 1b,3b; smoke: tiny)")
     p.add_argument(
