@@ -26,6 +26,7 @@ def test_preset_sizes() -> None:
     assert (mtnlg.n_layers, mtnlg.hidden, mtnlg.n_heads) == (105, 20480, 128)
     assert 525e9 < mtnlg.num_params() < 535e9
     assert 1.0e9 < PRESETS["llama-1b"].num_params() < 1.5e9
+    assert 3.1e9 < PRESETS["llama-3b"].num_params() < 3.3e9  # Llama 3.2 3B: 3.21B
     # 6N + attention term: for MT-NLG at 2048 tokens the attention adds ~1.9%.
     n_matmul = mtnlg.num_params() - mtnlg.max_seq_len * mtnlg.hidden
     ratio = mtnlg.flops_per_token(2048) / (6 * n_matmul)

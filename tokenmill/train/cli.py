@@ -105,6 +105,9 @@ def add_train_arguments(train: argparse.ArgumentParser) -> None:
         help="when a rank fails, restart all ranks from the latest checkpoint, up to N times "
         "(torchrun's elastic agent); overrides `parallel.max_restarts`",
     )
+    train.add_argument(
+        "--float8", action="store_true", help="Linear layers in float8 (needs torchao); overrides `parallel.float8`"
+    )
     train.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
     add_slurm_options(train, dry_run=True)
 
@@ -205,12 +208,14 @@ def load_train_config(args: argparse.Namespace) -> tuple[str | Path, TrainConfig
     }
     if args.no_progress:
         overrides["logging.progress"] = False
+    if args.float8:
+        overrides["parallel.float8"] = True
     # A bad value given on the command line is named by its flag, not by the file it overrides
     # (for a bundled config, a file inside the installed package).
     cfg = load_config(
         config_path,
         overrides,
-        flags={"dataset.path": "--data", "logging.progress": "--no-progress"},
+        flags={"dataset.path": "--data", "logging.progress": "--no-progress", "parallel.float8": "--float8"},
         name=f"bundled config {args.config!r}" if bundled else None,
     )
     if args.max_restarts is not None:

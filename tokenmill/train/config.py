@@ -233,6 +233,9 @@ class ParallelConfig(_Section):
     sequence_parallel: Bool = False
     activation_checkpointing: Annotated[str, BeforeValidator(_str), _choice(CHECKPOINTING)] = "off"
     compile: Bool = False
+    # Linear layers in float8 (torchao's Float8Linear, tensorwise scaling; needs torchao and, to
+    # be fast, an H100-class GPU): tokenmill.train.parallel.float8.
+    float8: Bool = False
     precision: Annotated[str, BeforeValidator(_str), _choice(PRECISIONS)] = "fp32"
     # The SDPA kernel attention runs with (forward and backward); one the device lacks is an error.
     attention_backend: Annotated[str, BeforeValidator(_str), _choice(ATTENTION_BACKENDS)] = "auto"
@@ -421,6 +424,9 @@ def layout_problems(
         )
     if p.zero not in (0, 1, 2, 3):
         out.append((("parallel", "zero"), f"must be 0, 1, 2 or 3, got {p.zero}"))
+    if p.float8 and p.tp > 1:
+        # Float8Linear under tensor parallel needs torchao's float8 TP plans, not applied here.
+        out.append((("parallel", "float8"), f"float8 is not supported with tensor parallel (tp = {p.tp}); use tp = 1"))
     if p.pp_schedule == "interleaved" and p.virtual_stages < 2:
         out.append((("parallel", "virtual_stages"), "the interleaved schedule needs virtual_stages >= 2"))
     if model is None:

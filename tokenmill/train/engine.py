@@ -29,6 +29,7 @@ from tokenmill.errors import ConfigError
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.model import GPT, TransformerBlock
 from tokenmill.train.optim import build_optimizer
+from tokenmill.train.parallel.float8 import apply_float8
 
 # Optimizer state keyed by parameter name (not by index), so a checkpoint written under one
 # layout loads under any other.
@@ -197,6 +198,8 @@ class SingleProcessEngine:
         if any(p.is_meta for p in model.parameters()):
             materialize(model, self.device)  # built on the meta device: initialize on ours
         self.model = model.to(self.device)
+        if cfg.parallel.float8:  # before checkpointing and compile, as in parallelize_gpt
+            apply_float8(self.model)
         apply_activation_checkpointing(self.model, cfg.parallel.activation_checkpointing)
         if cfg.parallel.compile:
             compile_blocks(self.model)

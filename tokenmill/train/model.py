@@ -157,6 +157,20 @@ PRESETS: dict[str, ModelConfig] = {
         rope_theta=500000.0,
         tie_embeddings=True,
     ),
+    # Llama 3.2 3B's shape: the ~3B llama of the same measurements.
+    "llama-3b": ModelConfig(
+        "llama",
+        128256,
+        28,
+        3072,
+        24,
+        n_kv_heads=8,
+        ffn_hidden=8192,
+        max_seq_len=2048,
+        norm_eps=1e-5,
+        rope_theta=500000.0,
+        tie_embeddings=True,
+    ),
     "llama-8b": ModelConfig(
         "llama",
         128256,

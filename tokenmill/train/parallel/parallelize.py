@@ -16,6 +16,7 @@ from tokenmill.train.config import ParallelConfig, TrainConfig
 from tokenmill.train.engine import apply_activation_checkpointing, compile_blocks, materialize
 from tokenmill.train.model import GPT
 from tokenmill.train.parallel.data_parallel import apply_fsdp
+from tokenmill.train.parallel.float8 import apply_float8
 from tokenmill.train.parallel.pipeline import make_stage_module, split_layers
 from tokenmill.train.parallel.tensor_parallel import apply_tensor_parallel
 
@@ -34,6 +35,9 @@ def parallelize_gpt(
     else:
         parts = [model]
     for part in parts:
+        # 1b. float8 Linear layers (torchtitan converts the model before parallelizing it).
+        if dims.float8:
+            apply_float8(part, emulate=device.type == "cpu")
         # 2. Tensor (+ sequence) parallel over the "tp" mesh dim.
         if dims.tp > 1:
             apply_tensor_parallel(part, mesh["tp"], dims.sequence_parallel)
