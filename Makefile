@@ -10,7 +10,7 @@ EVAL_DATA ?= $(wildcard $(or $(TOKENMILL_SHARED_DATA),../shared/data)/eval)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 PYTEST_FLAGS ?=
 
-.PHONY: install demo test test-fast lint wheel-check bench bench-env megatron-env clean
+.PHONY: install demo test test-fast lint wheel-check torch-compat bench bench-env megatron-env clean
 
 install: $(INSTALLED)
 
@@ -51,6 +51,31 @@ wheel-check:
 	cd "$$(mktemp -d)" && $(abspath $(WHEEL_VENV))/bin/tokenmill demo --workdir demo-work --no-progress \
 		$(if $(EVAL_DATA),--eval-data $(abspath $(EVAL_DATA))) && test -s demo-work/report.html
 
+# The oldest torch tokenmill supports (pyproject's lower bound), on the GPU machine's Python
+# (3.12): its own venv runs the trainer's single-process tests, its parity tests against the
+# single process over gloo (dp/ZeRO, tp, pp; the elastic agent restarting from a checkpoint), and
+# eval's against the harness. torch internals that moved between versions fail here, not on a GPU.
+TORCH_COMPAT_VERSION ?= 2.11.0
+TORCH_COMPAT_VENV ?= .venv-torch211
+PYTHON312 ?= $(or $(lastword $(sort $(wildcard $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions/3.12*/bin/python3.12))),python3.12)
+TORCH_COMPAT_TESTS ?= \
+	tests/train/test_model.py tests/train/test_engine.py tests/train/test_loop.py \
+	tests/train/test_optim.py tests/train/test_config.py tests/train/test_flops.py \
+	tests/train/test_async_checkpoint.py tests/train/test_export_hf.py tests/train/test_worker.py \
+	tests/train/test_eod_llama3.py tests/train/test_parallel_plan.py \
+	tests/train/test_parallel.py::test_layout_equals_single_process \
+	"tests/train/test_elastic.py::test_a_killed_rank_restarts_the_job_from_the_latest_checkpoint[pp2xdp2-async]" \
+	tests/train/test_elastic.py::test_without_restarts_a_killed_rank_ends_the_job_with_one_line \
+	tests/eval/test_models.py tests/eval/test_native.py tests/eval/test_cli.py \
+	"tests/eval/test_harness_equal.py::test_same_numbers_as_lm_eval[0]"
+torch-compat:
+	@command -v $(PYTHON312) >/dev/null 2>&1 || { echo "torch-compat: error: no Python 3.12 found; set PYTHON312=/path/to/python3.12" >&2; exit 1; }
+	test -x $(TORCH_COMPAT_VENV)/bin/python || $(PYTHON312) -m venv $(TORCH_COMPAT_VENV)
+	$(TORCH_COMPAT_VENV)/bin/python -m pip install --quiet "torch==$(TORCH_COMPAT_VERSION)"
+	$(TORCH_COMPAT_VENV)/bin/python -m pip install --quiet -e ".[test]" "torch==$(TORCH_COMPAT_VERSION)"
+	$(TORCH_COMPAT_VENV)/bin/python -c 'import sys, torch; print("torch-compat: Python", sys.version.split()[0], "torch", torch.__version__)'
+	OMP_NUM_THREADS=1 $(TORCH_COMPAT_VENV)/bin/python -m pytest -q --timeout=900 --durations=10 $(PYTEST_FLAGS) $(TORCH_COMPAT_TESTS)
+
 bench: install
 	for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
@@ -72,4 +97,4 @@ megatron-env:
 	.venv-megatron/bin/pip install --quiet "megatron-core==0.16.1" "torch==$(TORCH_VERSION)" numpy
 
 clean:
-	rm -rf $(VENV) $(WHEEL_VENV) dist build demo-work .pytest_cache
+	rm -rf $(VENV) $(WHEEL_VENV) $(TORCH_COMPAT_VENV) dist build demo-work .pytest_cache

@@ -150,9 +150,10 @@ def _elastic_agent_class(run_dir: str | None) -> type:
                 self._attempt += 1
             return result
 
-        def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM, timeout: int = 30) -> None:
+        def _shutdown(self, *args: Any, **kwargs: Any) -> None:
+            # Passed through as given: torch 2.13 added a ``timeout`` argument that 2.11 lacks.
             self._kill_stopped(unless_all_alive=False)
-            super()._shutdown(death_sig, timeout)
+            super()._shutdown(*args, **kwargs)
 
     return Agent
 
