@@ -10,7 +10,8 @@
 #   1. bench/train_mfu.py: tokens/s/GPU, MFU, peak memory, ours beside torchtitan;
 #   2. pytest tests/gpu: bf16 vs fp32 losses, resume, FSDP2, compile, export-hf, eval;
 #   3. bench/eval.py --device cuda: `tokenmill eval` against lm-evaluation-harness's hf backend.
-# Each part has its own timeout, so a hang costs that part only, and the rest still runs.
+# Each part has its own timeout, so a hang costs that part only, and the rest still runs; the exit
+# status is 1 when any part failed.
 #
 # Sizing on an H100 (8 minutes = 480 s in all, what one command of a 15-minute GPU loan can take
 # with room left for one rerun of a part):
@@ -50,6 +51,7 @@ if [[ -d "$ROOT/.whl/data/eval" ]]; then
 fi
 
 SUMMARY=()
+FAILED=0
 part() { # part NAME TIMEOUT_S COMMAND...: run with its own timeout, record status and seconds
     local name="$1" limit="$2"
     shift 2
@@ -61,6 +63,7 @@ part() { # part NAME TIMEOUT_S COMMAND...: run with its own timeout, record stat
     local took=$((SECONDS - start))
     local what="exit $rc"
     if ((rc == 124 || rc == 137)); then what="TIMED OUT (exit $rc)"; fi
+    if ((rc != 0)); then FAILED=$((FAILED + 1)); fi
     echo "=== $name: $what after ${took}s"
     SUMMARY+=("$(printf '%-10s %-22s %4ds' "$name" "$what" "$took")")
 }
@@ -95,7 +98,7 @@ if ((DRY)); then
     DEVICE=cpu
     MFU_ARGS=(--smoke --time-budget 120)
     MFU_LIMIT=300
-    TESTS_LIMIT=600
+    TESTS_LIMIT=900
     EVAL_ARGS=(--device cpu --limit 5 --repeat 1 --vocab 1024 --hidden 64 --layers 2 --heads 2 --threads 1)
     EVAL_LIMIT=300
     export TOKENMILL_GPU_TESTS_DEVICE=cpu
@@ -127,3 +130,5 @@ part eval "$EVAL_LIMIT" "$PY" bench/eval.py "${EVAL_ARGS[@]}" \
 echo
 echo "=== summary ($SECONDS s in all; files under $OUT: $(cd "$OUT" && ls | tr '\n' ' '))"
 printf '%s\n' "${SUMMARY[@]}"
+# Every part runs whatever an earlier one did; the status says whether all of them passed.
+exit $((FAILED > 0))

@@ -32,7 +32,15 @@ NO_DEVICE = f"no CUDA device (torch.cuda.is_available() is False); {DEVICE_ENV}=
 
 
 def train_config(
-    path: Path, model: dict, *, steps: int, precision: str, batch: int = 16, seq: int = 128, **parallel
+    path: Path,
+    model: dict,
+    *,
+    steps: int,
+    precision: str,
+    batch: int = 16,
+    seq: int = 128,
+    lr: float = 3.0e-3,
+    **parallel,
 ) -> Path:
     """A training config as a user writes it: fixed seed, every step logged, no tensorboard."""
     config = {
@@ -46,7 +54,7 @@ def train_config(
             "warmup_steps": 10,
             "seed": 1234,
         },
-        "optimizer": {"lr": 3.0e-3, "min_lr": 3.0e-4},
+        "optimizer": {"lr": lr, "min_lr": lr / 10},
         "parallel": {"precision": precision, **parallel},
         "logging": {"interval": 1, "tensorboard": False},
         "checkpoint": {"interval": 0, "keep_last": 2},
