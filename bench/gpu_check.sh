@@ -41,8 +41,7 @@ OUT="${OUT:-$ROOT/bench/results/tmp/gpu_check}"
 SITE="${GPU_CHECK_SITE:-/tmp/site}"
 mkdir -p "$OUT"
 LOG="$OUT/gpu_check.log"
-: >"$LOG"
-exec > >(tee -a "$LOG") 2>&1
+{ # everything printed goes to the terminal and to $LOG (the group's status is the script's)
 
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # The benchmark data travels inside .whl/ (make gpu-wheels copies it there): ../shared does not.
@@ -56,7 +55,8 @@ part() { # part NAME TIMEOUT_S COMMAND...: run with its own timeout, record stat
     local name="$1" limit="$2"
     shift 2
     echo
-    echo "=== $name (timeout ${limit}s): $*"
+    local line="$*"
+    echo "=== $name (timeout ${limit}s): ${line:0:240}"
     local start=$SECONDS
     timeout --kill-after=10 "$limit" "$@"
     local rc=$?
@@ -98,7 +98,7 @@ if ((DRY)); then
     DEVICE=cpu
     MFU_ARGS=(--smoke --time-budget 120)
     MFU_LIMIT=300
-    TESTS_LIMIT=900
+    TESTS_LIMIT=1500 # 2 shared CPU cores: ~20 min at load 17 (the CPU compile ~8 min of it); ~5 unloaded
     EVAL_ARGS=(--device cpu --limit 5 --repeat 1 --vocab 1024 --hidden 64 --layers 2 --heads 2 --threads 1)
     EVAL_LIMIT=300
     export TOKENMILL_GPU_TESTS_DEVICE=cpu
@@ -132,3 +132,5 @@ echo "=== summary ($SECONDS s in all; files under $OUT: $(cd "$OUT" && ls | tr '
 printf '%s\n' "${SUMMARY[@]}"
 # Every part runs whatever an earlier one did; the status says whether all of them passed.
 exit $((FAILED > 0))
+} 2>&1 | tee "$LOG"
+exit "${PIPESTATUS[0]}"
