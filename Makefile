@@ -10,7 +10,8 @@ EVAL_DATA ?= $(wildcard $(or $(TOKENMILL_SHARED_DATA),../shared/data)/eval)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 PYTEST_FLAGS ?=
 
-.PHONY: install demo test test-fast lint wheel-check torch-compat bench bench-env megatron-env clean
+.PHONY: install demo test test-fast lint wheel-check torch-compat bench bench-env megatron-env gpu-wheels \
+	gpu-image-env gpu-wheels-check gpu-check-dry clean
 
 install: $(INSTALLED)
 
@@ -96,5 +97,40 @@ megatron-env:
 	test -x .venv-megatron/bin/python || $(PYTHON) -m venv .venv-megatron
 	.venv-megatron/bin/pip install --quiet "megatron-core==0.16.1" "torch==$(TORCH_VERSION)" numpy
 
+# The GPU machine (docs/gpu.md): Python 3.12, torch 2.11, no network. `gpu-wheels` fills .whl/
+# (git-ignored; carried to the machine) with tokenmill's wheel, the wheels of what its image
+# lacks for training, eval and the benches, and the benchmark data; bench/gpu_check.sh is the one
+# command run there.
+gpu-wheels:
+	PYTHON=$(PYTHON) bench/gpu_wheels.sh
+
+# The GPU image mimicked on the CPU: Python 3.12 with torch 2.11 (the CPU build) and only the
+# image's packages that tokenmill's training and eval paths use, at the image's versions. Its
+# own venv (same recipe as torch-compat's), since a venv with tokenmill's full requirements
+# would hide a wheel missing from .whl/.
+GPU_IMAGE_VENV ?= .venv-gpu-image
+GPU_IMAGE_PACKAGES := torch==2.11.0 numpy==2.5.2 transformers==5.17.0 tokenizers==0.23.2 safetensors==0.8.0 \
+	huggingface_hub==1.33.0 accelerate==1.15.0 pandas==3.1.1 pyarrow==26.0.1 pyyaml tqdm tensorboard fsspec \
+	aiohttp requests psutil pytest pytest-timeout xxhash regex sacrebleu scikit-learn jinja2 click joblib \
+	absl-py six peft
+GPU_IMAGE_LACKS := pydantic pydantic-core annotated-types typing-inspection datasets evaluate lm_eval dill multiprocess \
+	torchtitan torchao dask datasketch ftfy
+gpu-image-env: $(GPU_IMAGE_VENV)/.installed
+$(GPU_IMAGE_VENV)/.installed:
+	test -x $(GPU_IMAGE_VENV)/bin/python || $(PYTHON312) -m venv $(GPU_IMAGE_VENV)
+	$(GPU_IMAGE_VENV)/bin/python -m pip install --quiet $(GPU_IMAGE_PACKAGES)
+# What the image lacks must come from .whl/, even where one of the packages above pulled it in.
+	$(GPU_IMAGE_VENV)/bin/python -m pip uninstall --quiet --yes $(GPU_IMAGE_LACKS)
+	touch $@
+
+# The wheel set alone over the mimic: train tiny, export-hf, eval, and the benches' imports.
+gpu-wheels-check: gpu-wheels gpu-image-env
+	bench/gpu_wheels_check.sh $(GPU_IMAGE_VENV)/bin/python
+
+# bench/gpu_check.sh end to end on the CPU (tiny shapes, tests/gpu on the CPU) over the mimic.
+gpu-check-dry: gpu-wheels gpu-image-env
+	OUT=bench/results/tmp/gpu_check PYTHON=$(GPU_IMAGE_VENV)/bin/python GPU_CHECK_SITE=$(abspath $(GPU_IMAGE_VENV))/gpu-site \
+		bench/gpu_check.sh --dry-run
+
 clean:
-	rm -rf $(VENV) $(WHEEL_VENV) $(TORCH_COMPAT_VENV) dist build demo-work .pytest_cache
+	rm -rf $(VENV) $(WHEEL_VENV) $(TORCH_COMPAT_VENV) dist build demo-work .pytest_cache .whl

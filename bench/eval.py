@@ -1,7 +1,7 @@
 """Bench: `tokenmill eval` examples/s against lm-evaluation-harness 0.4.x, same model, task, batch size.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/eval.py [--limit 100] [--batch-size 16] [--threads 1]
-        [--out bench/results/eval.txt]
+        [--device cpu|cuda] [--out bench/results/eval.txt]
     .venv/bin/python bench/eval.py --threads auto --load 2 --out bench/results/eval_loaded.txt
 
 `--load N` runs N busy processes beside the measurement, as on a shared machine; with
@@ -10,7 +10,8 @@
 
 Model: a randomly initialised GPT-2 (transformers; no weights can be downloaded here) with a
 byte-level BPE trained on the shared WikiText-2 + Shakespeare text, both saved to a local
-directory that both tools load in float32 on the CPU. Tasks: the shared benchmark files
+directory that both tools load in float32 on `--device` (the CPU by default; `--device cuda`:
+ours and the harness's HFLM both on the GPU, as bench/gpu_check.sh runs it). Tasks: the shared benchmark files
 (../shared/data/eval), the first `--limit` documents, zero- and few-shot. The harness runs
 in-process through `lm_eval.simple_evaluate` on an `HFLM` and a `TaskManager` built once (not
 timed), on
@@ -83,6 +84,15 @@ def build_model(out: Path, vocab: int, hidden: int, layers: int, heads: int) -> 
     return out
 
 
+def device_name(device: str) -> str:
+    """'CPU', or the GPU's name and torch's version, for the result file's header."""
+    import torch
+
+    if device.startswith("cuda"):
+        return f"{torch.cuda.get_device_name(torch.device(device))} (torch {torch.__version__})"
+    return "CPU"
+
+
 def run_ours(model, task_name: str, shots: int, limit: int, batch_size: int) -> tuple[float, dict[str, float], int]:
     from tokenmill.eval.evaluator import evaluate_task, load_task_data
     from tokenmill.eval.tasks import get_task
@@ -138,6 +148,7 @@ def main() -> int:
         default="1",
         help="torch threads for both tools, or 'auto': each tool's default (ours: the cores free now; the harness: one per core)",
     )
+    parser.add_argument("--device", default="cpu", help="torch device of both tools' model, e.g. cuda (default cpu)")
     parser.add_argument("--load", type=int, default=0, help="busy processes running beside the measurement")
     parser.add_argument("--repeat", type=int, default=2, help="best of N alternating runs (the machine is shared)")
     parser.add_argument("--vocab", type=int, default=16384)
@@ -180,9 +191,9 @@ def measure(args: argparse.Namespace, ours_threads: int, harness_threads: int) -
     )
     task_dir = args.workdir / "harness_tasks"
     write_reference_tasks(SHARED / "eval", task_dir)
-    ours_model = load_model(model_dir)
+    ours_model = load_model(model_dir, device=args.device)
     with contextlib.redirect_stderr(io.StringIO()):
-        lm = HFLM(pretrained=str(model_dir), dtype="float32", batch_size=args.batch_size, device="cpu")
+        lm = HFLM(pretrained=str(model_dir), dtype="float32", batch_size=args.batch_size, device=args.device)
     # The task index (a scan of every harness YAML) is built once, outside the timings.
     task_manager = TaskManager(include_path=str(task_dir))
     for name, _ in CASES:  # warm the harness's dataset cache (json -> arrow) before timing
@@ -191,7 +202,7 @@ def measure(args: argparse.Namespace, ours_threads: int, harness_threads: int) -
     n_params = sum(p.numel() for p in ours_model.model.parameters())
     lines = [
         f"model: random GPT-2, hidden {args.hidden}, {args.layers} layers, vocab {ours_model.model.config.vocab_size}, "
-        f"{n_params / 1e6:.1f}M params, float32, CPU, threads: ours {ours_threads}, lm-eval {harness_threads};"
+        f"{n_params / 1e6:.1f}M params, float32, {device_name(args.device)}, threads: ours {ours_threads}, lm-eval {harness_threads};"
         f" {args.load} busy process(es) beside; batch size {args.batch_size}; "
         f"first {args.limit} docs; best of {args.repeat} alternating runs",
         f"{'task':<16}{'shots':>5}{'ours ex/s':>11}{'lm-eval ex/s':>14}{'ratio':>7}  scores (ours | lm-eval)",

@@ -26,8 +26,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import brotli
-
 from tokenmill.curate.html_text import HTML_TYPES
 from tokenmill.curate.stage import DocumentBatcher, StageOutput
 from tokenmill.curate.text import decode_replacing
@@ -147,6 +145,10 @@ def _decompress(body: bytes, encoding: str) -> bytes:
         except zlib.error:
             return zlib.decompress(body, -15)  # raw deflate, as some servers send it
     if encoding == "br":
+        # Imported here: the command line imports this module to build its parsers, and a
+        # training-only install (the GPU wheel set) has no brotli.
+        import brotli
+
         return brotli.decompress(body)
     raise ValueError(f"unsupported content encoding {encoding!r}")
 

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The one command a GPU run needs (docs/gpu.md): on a machine with one H100/H200, no network, the
+# working tree and .whl/ (make gpu-wheels) copied there, run from the repository root:
+#
+#   OUT=/some/empty/dir bench/gpu_check.sh             # on the GPU: under 8 minutes on an H100
+#   OUT=/tmp/dry bench/gpu_check.sh --dry-run          # the same steps on the CPU, tiny shapes
+#                                                      # (also DRY_RUN=1 or GPU_CHECK_DEVICE=cpu)
+#
+# It installs the wheels, prints the device and torch's version, then runs, most important first:
+#   1. bench/train_mfu.py: tokens/s/GPU, MFU, peak memory, ours beside torchtitan;
+#   2. pytest tests/gpu: bf16 vs fp32 losses, resume, FSDP2, compile, export-hf, eval;
+#   3. bench/eval.py --device cuda: `tokenmill eval` against lm-evaluation-harness's hf backend.
+# Each part has its own timeout, so a hang costs that part only, and the rest still runs; the exit
+# status is 1 when any part failed.
+#
+# Sizing on an H100 (8 minutes = 480 s in all, what one command of a 15-minute GPU loan can take
+# with room left for one rerun of a part):
+#   install ~10 s, device report ~5 s;
+#   train_mfu: --time-budget 180 s (the script stops starting new shapes/modes past it), hard
+#     timeout 220 s: compile of a 1B-3B llama takes ~30-60 s per mode, then ~20 timed steps;
+#   tests/gpu: timeout 120 s; the tests themselves take ~60-90 s (200-step bf16 runs of two tiny
+#     models plus their fp32 CPU references on 16 cores, gpt2-125m's shape 2x200 steps on the
+#     GPU, one compiled 40-step run, export and two evals);
+#   eval: timeout 110 s: a BPE and a random 6-layer GPT-2 built (~15 s), the harness's task index
+#     (~10 s), then 5 task/shot cases x 100 documents for each tool, one pass each.
+#   Total worst case: 10 + 5 + 220 + 120 + 110 = 465 s.
+#
+# Writes at most 4 files under $OUT (the GPU tool brings back 8): gpu_check.log (everything
+# printed, with each part's exit status and seconds), train_mfu.txt, tests_gpu.xml (JUnit) and
+# eval_<device>.txt.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+DRY=0
+if [[ "${1:-}" == "--dry-run" || "${DRY_RUN:-0}" == "1" || "${GPU_CHECK_DEVICE:-cuda}" == "cpu" ]]; then
+    DRY=1
+fi
+PY="${PYTHON:-python3}"
+OUT="${OUT:-$ROOT/bench/results/tmp/gpu_check}"
+SITE="${GPU_CHECK_SITE:-/tmp/site}"
+mkdir -p "$OUT"
+LOG="$OUT/gpu_check.log"
+{ # everything printed goes to the terminal and to $LOG (the group's status is the script's)
+
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# The benchmark data travels inside .whl/ (make gpu-wheels copies it there): ../shared does not.
+if [[ -d "$ROOT/.whl/data/eval" ]]; then
+    export TOKENMILL_SHARED_DATA="$ROOT/.whl/data"
+fi
+
+SUMMARY=()
+FAILED=0
+part() { # part NAME TIMEOUT_S COMMAND...: run with its own timeout, record status and seconds
+    local name="$1" limit="$2"
+    shift 2
+    echo
+    local line="$*"
+    echo "=== $name (timeout ${limit}s): ${line:0:240}"
+    local start=$SECONDS
+    timeout --kill-after=10 "$limit" "$@"
+    local rc=$?
+    local took=$((SECONDS - start))
+    local what="exit $rc"
+    if ((rc == 124 || rc == 137)); then what="TIMED OUT (exit $rc)"; fi
+    if ((rc != 0)); then FAILED=$((FAILED + 1)); fi
+    echo "=== $name: $what after ${took}s"
+    SUMMARY+=("$(printf '%-10s %-22s %4ds' "$name" "$what" "$took")")
+}
+
+echo "gpu_check: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), dry run: $DRY"
+if compgen -G ".whl/*.whl" >/dev/null; then
+    # PYTHONPATH: the working tree first (the code as it is now, even if .whl/ was built earlier),
+    # then the wheels' folder for the packages the image lacks.
+    part install 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$SITE" .whl/*.whl
+    export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+else
+    echo "gpu_check: no .whl/*.whl (make gpu-wheels): using the packages already installed"
+    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi
+else
+    echo "gpu_check: no nvidia-smi"
+fi
+"$PY" - <<'EOF'
+import sys, torch
+print(f"python {sys.version.split()[0]}, torch {torch.__version__}, cuda {torch.version.cuda}, "
+      f"available: {torch.cuda.is_available()}")
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print(f"device: {p.name}, {p.total_memory / 2**30:.1f} GiB, {p.multi_processor_count} SMs, capability {p.major}.{p.minor}")
+EOF
+
+if ((DRY)); then
+    DEVICE=cpu
+    MFU_ARGS=(--smoke --time-budget 120)
+    MFU_LIMIT=300
+    TESTS_LIMIT=1500 # 2 shared CPU cores: ~20 min at load 17 (the CPU compile ~8 min of it); ~5 unloaded
+    EVAL_ARGS=(--device cpu --limit 5 --repeat 1 --vocab 1024 --hidden 64 --layers 2 --heads 2 --threads 1)
+    EVAL_LIMIT=300
+    export TOKENMILL_GPU_TESTS_DEVICE=cpu
+else
+    DEVICE=cuda
+    MFU_ARGS=(--time-budget 180)
+    MFU_LIMIT=220
+    TESTS_LIMIT=120
+    EVAL_ARGS=(--device cuda --limit 100 --repeat 1 --threads 1)
+    EVAL_LIMIT=110
+fi
+
+# 1. Training throughput, ours beside torchtitan (bench/train_mfu.py).
+if [[ -f bench/train_mfu.py ]]; then
+    part train_mfu "$MFU_LIMIT" "$PY" bench/train_mfu.py "${MFU_ARGS[@]}" --out "$OUT/train_mfu.txt"
+else
+    echo "gpu_check: no bench/train_mfu.py: throughput not measured"
+    SUMMARY+=("$(printf '%-10s %-22s' train_mfu 'missing')")
+fi
+
+# 2. The GPU tests (tests/gpu), JUnit report for the record.
+part tests "$TESTS_LIMIT" "$PY" -m pytest -q -p no:cacheprovider --basetemp="${TMPDIR:-/tmp}/gpu_check_pytest" \
+    --junitxml="$OUT/tests_gpu.xml" -rs --durations=15 tests/gpu
+
+# 3. Eval speed and scores against lm-evaluation-harness's hf backend, both on the device.
+part eval "$EVAL_LIMIT" "$PY" bench/eval.py "${EVAL_ARGS[@]}" \
+    --workdir "${TMPDIR:-/tmp}/gpu_check_eval" --out "$OUT/eval_$DEVICE.txt"
+
+echo
+echo "=== summary ($SECONDS s in all; files under $OUT: $(cd "$OUT" && ls | tr '\n' ' '))"
+printf '%s\n' "${SUMMARY[@]}"
+# Every part runs whatever an earlier one did; the status says whether all of them passed.
+exit $((FAILED > 0))
+} 2>&1 | tee "$LOG"
+exit "${PIPESTATUS[0]}"
