@@ -87,6 +87,7 @@ class Row:
     step_ms: float | None = None
     loss: float | None = None
     error: str | None = None
+    profile: list[str] | None = None
 
     def line(self) -> str:
         head = f"{self.shape:>5} {self.mode:<15} {self.impl:<10}"
@@ -185,7 +186,12 @@ def torchtitan_step(
     with torch.no_grad():
         net.init_weights(buffer_device=device)
     if model.tie_embeddings:
+        # Its embedding is drawn with std 1 (an untied head has its own small init): a tied head
+        # would give logits ~sqrt(dim) and a loss in the hundreds, so draw the shared weight as
+        # ours is drawn.
         net.output.weight = net.tok_embeddings.weight
+        with torch.no_grad():
+            torch.nn.init.normal_(net.tok_embeddings.weight, std=model.init_std)
     net.train()
     params = [p for p in net.parameters()]
     optimizer = torch.optim.AdamW(
@@ -239,6 +245,28 @@ def measure(row: Row, model: ModelConfig, args: argparse.Namespace, device: torc
         row.mfu = row.tokens_per_s * model.flops_per_token(args.seq_len) / peak
     if device.type == "cuda":
         row.peak_mem_gib = torch.cuda.max_memory_allocated(device) / 2**30
+    if args.profile:
+        row.profile = top_kernels(step, tokens[0], device, args.profile)
+
+
+def top_kernels(step: Callable, tokens: torch.Tensor, device: torch.device, count: int) -> list[str]:
+    """The `count` kernels (operators on the CPU) taking the most device time over two steps,
+    with their share of it: what a shortfall against the peer is spent on."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activity = ProfilerActivity.CUDA if device.type == "cuda" else ProfilerActivity.CPU
+    with profile(activities=[activity]) as prof:
+        for _ in range(2):
+            step(tokens)
+        sync(device)
+    attribute = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    events = [e for e in prof.key_averages() if getattr(e, attribute) > 0]
+    total = sum(getattr(e, attribute) for e in events) or 1
+    events.sort(key=lambda e: getattr(e, attribute), reverse=True)
+    return [
+        f"    {100 * getattr(e, attribute) / total:5.1f}%  {getattr(e, attribute) / 2e3:8.2f} ms/step  {e.count // 2:>5}x  {e.key[:110]}"
+        for e in events[:count]
+    ]
 
 
 def release(device: torch.device) -> None:
@@ -278,6 +306,8 @@ def run_rows(args: argparse.Namespace, device: torch.device, emit: Callable[[str
         release(device)
         rows.append(row)
         emit(row.line())
+        for line in row.profile or []:
+            emit(line)
         ours = next((r for r in rows if (r.shape, r.mode, r.impl) == (shape, mode, "ours")), None)
         if impl == "torchtitan" and ours and ours.tokens_per_s and row.tokens_per_s:
             emit(f"{shape:>5} {mode:<15} ours/torchtitan = {ours.tokens_per_s / row.tokens_per_s:.3f}")
@@ -328,6 +358,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds; rows that would start after it are skipped (0: no limit)",
     )
     p.add_argument("--no-torchtitan", action="store_true", help="ours only")
+    p.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="after each row, its N costliest kernels over two steps"
+    )
     p.add_argument("--peak-tflops", type=float, default=None, help="bf16 dense peak for MFU on an unknown device")
     p.add_argument("--device", default=None, help="default cuda (smoke: cpu)")
     p.add_argument("--out", default=None, help="also write the results to this file")

@@ -41,6 +41,7 @@ from tokenmill.train.engine import (
     check_attention_backend,
     compute_dtype,
     cross_entropy,
+    loss_function,
 )
 from tokenmill.train.model import GPT, ModelConfig
 from tokenmill.train.optim import build_optimizer
@@ -110,6 +111,7 @@ class ParallelEngine:
         self.dp_rank = self.mesh.get_local_rank("dp")
         self.tp_rank = self.mesh.get_local_rank("tp")
         self.dp_size = dims.dp
+        self.loss_fn = loss_function(cfg)
         self.is_logging_rank = dist.get_rank() == 0
         self.model_config = model_config
 
@@ -232,7 +234,7 @@ class ParallelEngine:
             total = torch.zeros((), device=self.device)
             for xm, ym in zip(x.split(micro_batch_size), y.split(micro_batch_size)):
                 with self._context():
-                    loss_m = cross_entropy(model(xm), ym)
+                    loss_m = self.loss_fn(model(xm), ym)
                     (loss_m / n_micro).backward()
                 total += local(loss_m.detach()).float()
             loss = total / n_micro
@@ -294,7 +296,7 @@ class ParallelEngine:
         x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
         with self._context():
             if self.dims.pp == 1:
-                loss = local(cross_entropy(self.model_parts[0](x), y)).float()
+                loss = local(self.loss_fn(self.model_parts[0](x), y)).float()
             else:
                 loss = self._pipeline_forward(x, y)
         for part in self.model_parts:
