@@ -24,6 +24,8 @@
 #   eval: timeout 110 s: a BPE and a random 6-layer GPT-2 built (~15 s), the harness's task index
 #     (~10 s), then 5 task/shot cases x 100 documents for each tool, one pass each.
 #   Total worst case: 10 + 5 + 220 + 120 + 110 = 465 s.
+# Measured on an H100 (2026-11-26): install 4 s, train_mfu 133 s (all 12 rows; --profile adds
+# two steps a row), tests 92 s, eval 50 s: 286 s in all.
 #
 # Writes at most 4 files under $OUT (the GPU tool brings back 8): gpu_check.log (everything
 # printed, with each part's exit status and seconds), train_mfu.txt, tests_gpu.xml (JUnit) and
@@ -96,7 +98,7 @@ EOF
 
 if ((DRY)); then
     DEVICE=cpu
-    MFU_ARGS=(--smoke --time-budget 120)
+    MFU_ARGS=(--smoke --time-budget 120 --profile 3)
     MFU_LIMIT=300
     TESTS_LIMIT=1500 # 2 shared CPU cores: ~20 min at load 17 (the CPU compile ~8 min of it); ~5 unloaded
     EVAL_ARGS=(--device cpu --limit 5 --repeat 1 --vocab 1024 --hidden 64 --layers 2 --heads 2 --threads 1)
@@ -104,7 +106,7 @@ if ((DRY)); then
     export TOKENMILL_GPU_TESTS_DEVICE=cpu
 else
     DEVICE=cuda
-    MFU_ARGS=(--time-budget 180)
+    MFU_ARGS=(--time-budget 180 --profile 8)
     MFU_LIMIT=220
     TESTS_LIMIT=120
     EVAL_ARGS=(--device cuda --limit 100 --repeat 1 --threads 1)
