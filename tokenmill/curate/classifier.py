@@ -35,6 +35,7 @@ from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.curate.text import single_line
 from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.infra import storage
 from tokenmill.infra.atomic import atomic_path, atomic_write_text
 
 if TYPE_CHECKING:
@@ -275,15 +276,15 @@ def _fasttext_version() -> str:
         return "unknown"
 
 
-# One loaded model per worker process, keyed by path and modification time.
-_MODELS: dict[tuple[str, float], Any] = {}
+# One loaded model per worker process, keyed by the file's fingerprint (path, size, mtime).
+_MODELS: dict[tuple[str, int, str], Any] = {}
 
 
 def load_model(path: str | Path):
     path = Path(path)
     if not path.exists():
         raise TokenmillError(f"quality model not found: {path}")
-    key = (str(path.resolve()), path.stat().st_mtime)
+    key = storage.fingerprint(path)
     model = _MODELS.get(key)
     if model is None:
         model = _load_fasttext().load_model(str(path))

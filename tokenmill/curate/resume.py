@@ -34,25 +34,14 @@ log = logging.getLogger(__name__)
 TASKS_DIR = ".tasks"
 
 
-def _input_files(inputs: list[str]) -> list[tuple[str, int, int | str]]:
-    """(path, size, mtime_ns) of every file under the inputs: a changed input changes the key."""
-    found: list[tuple[str, int, int | str]] = []
+def _input_files(inputs: list[str]) -> list[tuple[str, int, str]]:
+    """`storage.fingerprints` of every file under the inputs: a changed input changes the key."""
+    found: list[tuple[str, int, str]] = []
     for name in inputs:
-        if not storage.Location(name).is_local:
-            try:
-                files = [url for url, _ in storage.list_files(name)] if storage.isdir(name) else [name]
-                found += [storage.fingerprint(url) for url in files]
-            except Exception:  # unreadable here: its name alone is in the key
-                pass
+        try:
+            found += storage.fingerprints(name)
+        except Exception:  # unreadable here (gone, no access): its name alone is in the key
             continue
-        path = Path(name)
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-        for file in files:
-            try:
-                stat = file.stat()
-            except OSError:
-                continue  # not a local file (a URL, or gone): its name alone is in the key
-            found.append((str(file), stat.st_size, stat.st_mtime_ns))
     return found
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
-import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from urllib.parse import unquote, urlsplit
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
 from tokenmill.errors import ConfigError
+from tokenmill.infra import storage
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -272,17 +272,12 @@ def list_sources(blocklist: list[str], ut1: str | None, categories: list[str]) -
     return sources
 
 
-def _file_key(path: Path) -> tuple[str, int, int]:
-    stat = path.stat()
-    return (os.fspath(path.resolve()), stat.st_size, stat.st_mtime_ns)
-
-
 _CACHE: dict[tuple, Blocklists] = {}
 
 
 def load_blocklists(sources: list[tuple[str, Path]]) -> Blocklists:
     """All blocklists, read once per process for the same files."""
-    key = tuple((name, *_file_key(path)) for name, path in sources)
+    key = tuple((name, *storage.fingerprint(path)) for name, path in sources)
     if key not in _CACHE:
         lists = Blocklists()
         for name, path in sources:

@@ -177,6 +177,21 @@ def fingerprint(path: str | os.PathLike) -> tuple[str, int, str]:
     return absolute(path), int(info.get("size") or 0), _version(info)
 
 
+def fingerprints(path: str | os.PathLike) -> list[tuple[str, int, str]]:
+    """The `fingerprint` of a file, or of every file under a directory (sorted by name); [] when
+    nothing is there. What a step's inputs are keyed on: a changed file changes the key."""
+    if not is_url(path):
+        local = local_path(path)
+        if local.is_file():
+            return [fingerprint(local)]
+        if local.is_dir():
+            return [fingerprint(file) for file in sorted(local.rglob("*")) if file.is_file()]
+        return []
+    if isdir(path):
+        return [fingerprint(url) for url, _ in list_files(path)]
+    return [fingerprint(path)] if exists(path) else []
+
+
 def list_files(directory: str | os.PathLike, suffix: str | None = None) -> list[tuple[str, str]]:
     """(path, path relative to `directory`) of the files under `directory`, sorted, skipping
     hidden files and directories (``.git``, temporary prefixes)."""

@@ -97,18 +97,9 @@ class Step:
 
 
 def _file_identity(path: Path) -> list[Any]:
-    """(path, size, mtime) of a raw input file or of every file under a directory (size and
-    etag for a URL)."""
-    if not storage.Location(path).is_local:
-        if storage.isdir(path):
-            return [list(storage.fingerprint(name)) for name, _ in storage.list_files(path)]
-        return [list(storage.fingerprint(path))] if storage.exists(path) else [[str(path), None, None]]
-    if path.is_file():
-        st = path.stat()
-        return [[str(path), st.st_size, st.st_mtime_ns]]
-    if path.is_dir():
-        return [item for p in sorted(path.rglob("*")) if p.is_file() for item in _file_identity(p)]
-    return [[str(path), None, None]]
+    """`storage.fingerprints` of a raw input file or of every file under a directory; a missing
+    path is its name alone."""
+    return [list(item) for item in storage.fingerprints(path)] or [[str(path), None, None]]
 
 
 def _hash(obj: Any) -> str:
