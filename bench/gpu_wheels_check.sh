@@ -10,7 +10,11 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-PY="$1"
+# The interpreter as given, made absolute: the checks run from an empty directory.
+case "$1" in
+*/*) PY="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")" ;;
+*) PY="$1" ;;
+esac
 SHARED="${TOKENMILL_SHARED_DATA:-$ROOT/../shared/data}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
