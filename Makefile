@@ -112,11 +112,11 @@ GPU_IMAGE_VENV ?= .venv-gpu-image
 GPU_IMAGE_PACKAGES := torch==2.11.0 numpy==2.5.2 transformers==5.17.0 tokenizers==0.23.2 safetensors==0.8.0 \
 	huggingface_hub==1.33.0 accelerate==1.15.0 pandas==3.1.1 pyarrow==26.0.1 pyyaml tqdm tensorboard fsspec \
 	aiohttp requests psutil pytest pytest-timeout xxhash regex sacrebleu scikit-learn jinja2 click joblib \
-	absl-py six peft
+	absl-py six peft numba==0.68.1
 GPU_IMAGE_LACKS := pydantic pydantic-core annotated-types typing-inspection datasets evaluate lm_eval dill multiprocess \
 	torchtitan torchao dask datasketch ftfy
 gpu-image-env: $(GPU_IMAGE_VENV)/.installed
-$(GPU_IMAGE_VENV)/.installed:
+$(GPU_IMAGE_VENV)/.installed: Makefile
 	test -x $(GPU_IMAGE_VENV)/bin/python || $(PYTHON312) -m venv $(GPU_IMAGE_VENV)
 	$(GPU_IMAGE_VENV)/bin/python -m pip install --quiet $(GPU_IMAGE_PACKAGES)
 # What the image lacks must come from .whl/, even where one of the packages above pulled it in.
