@@ -55,7 +55,9 @@ wheel-check:
 # The oldest torch tokenmill supports (pyproject's lower bound), on the GPU machine's Python
 # (3.12): its own venv runs the trainer's single-process tests, its parity tests against the
 # single process over gloo (dp/ZeRO, tp, pp; the elastic agent restarting from a checkpoint), and
-# eval's against the harness. torch internals that moved between versions fail here, not on a GPU.
+# eval's against the harness, and float8 through torchao (the `float8` extra; kept out of the main
+# test venv, where torch 2.13 makes torchao print load errors whenever transformers imports it).
+# torch internals that moved between versions fail here, not on a GPU.
 TORCH_COMPAT_VERSION ?= 2.11.0
 TORCH_COMPAT_VENV ?= .venv-torch211
 PYTHON312 ?= $(or $(lastword $(sort $(wildcard $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions/3.12*/bin/python3.12))),python3.12)
@@ -63,7 +65,7 @@ TORCH_COMPAT_TESTS ?= \
 	tests/train/test_model.py tests/train/test_engine.py tests/train/test_loop.py \
 	tests/train/test_optim.py tests/train/test_config.py tests/train/test_flops.py \
 	tests/train/test_async_checkpoint.py tests/train/test_export_hf.py tests/train/test_worker.py \
-	tests/train/test_eod_llama3.py tests/train/test_parallel_plan.py \
+	tests/train/test_eod_llama3.py tests/train/test_parallel_plan.py tests/train/test_float8.py \
 	tests/train/test_parallel.py::test_layout_equals_single_process \
 	"tests/train/test_elastic.py::test_a_killed_rank_restarts_the_job_from_the_latest_checkpoint[pp2xdp2-async]" \
 	tests/train/test_elastic.py::test_without_restarts_a_killed_rank_ends_the_job_with_one_line \
@@ -73,7 +75,7 @@ torch-compat:
 	@command -v $(PYTHON312) >/dev/null 2>&1 || { echo "torch-compat: error: no Python 3.12 found; set PYTHON312=/path/to/python3.12" >&2; exit 1; }
 	test -x $(TORCH_COMPAT_VENV)/bin/python || $(PYTHON312) -m venv $(TORCH_COMPAT_VENV)
 	$(TORCH_COMPAT_VENV)/bin/python -m pip install --quiet "torch==$(TORCH_COMPAT_VERSION)"
-	$(TORCH_COMPAT_VENV)/bin/python -m pip install --quiet -e ".[test]" "torch==$(TORCH_COMPAT_VERSION)"
+	$(TORCH_COMPAT_VENV)/bin/python -m pip install --quiet -e ".[test,float8]" "torch==$(TORCH_COMPAT_VERSION)"
 	$(TORCH_COMPAT_VENV)/bin/python -c 'import sys, torch; print("torch-compat: Python", sys.version.split()[0], "torch", torch.__version__)'
 	OMP_NUM_THREADS=1 $(TORCH_COMPAT_VENV)/bin/python -m pytest -q --timeout=900 --durations=10 $(PYTEST_FLAGS) $(TORCH_COMPAT_TESTS)
 
