@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 import sys
 from pathlib import Path
 
@@ -48,19 +47,18 @@ def train_tokenizer(documents: list[str], out: Path) -> Path:
 
 
 def write_shard(prefix: Path, documents: list[str], tokenizer: Path) -> Path:
-    """Documents + EOD in Megatron's .bin/.idx (uint16), PREFIX.json as `tokenize encode` writes it."""
+    """Documents + EOD in Megatron's .bin/.idx (uint16, tokenmill's own writer), PREFIX.json as
+    `tokenize encode` writes it."""
     from tokenizers import Tokenizer
+
+    from tokenmill.tokenize.indexed import IndexedDatasetWriter
 
     tok = Tokenizer.from_file(str(tokenizer))
     eod = tok.token_to_id(EOD_TOKEN)
-    seqs = [np.array([*e.ids, eod], dtype=np.uint16) for e in tok.encode_batch(documents)]
-    lengths = np.array([len(s) for s in seqs], dtype=np.int32)
-    pointers = np.concatenate([[0], np.cumsum(lengths[:-1].astype(np.int64) * 2)]).astype(np.int64)
-    Path(f"{prefix}.bin").write_bytes(np.concatenate(seqs).tobytes())
-    with open(f"{prefix}.idx", "wb") as handle:
-        handle.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", 8))
-        handle.write(struct.pack("<Q", len(seqs)) + struct.pack("<Q", len(seqs) + 1))
-        handle.write(lengths.tobytes() + pointers.tobytes() + np.arange(len(seqs) + 1, dtype=np.int64).tobytes())
+    writer = IndexedDatasetWriter(prefix, np.uint16)
+    for encoding in tok.encode_batch(documents):
+        writer.add_document([*encoding.ids, eod])
+    writer.finalize()
     vocab = tok.get_vocab_size()
     meta = {"vocab_size": vocab, "eod_id": eod, "tokenizer": {"path": str(tokenizer), "vocab_size": vocab}}
     Path(f"{prefix}.json").write_text(json.dumps(meta))

@@ -132,6 +132,23 @@ def _gpt2(n_layers: int, hidden: int, n_heads: int, seq: int = 2048, **kw) -> Mo
     return ModelConfig("gpt2", 50304, n_layers, hidden, n_heads, max_seq_len=seq, tie_embeddings=True, **kw)
 
 
+def _llama3(n_layers: int, hidden: int, n_heads: int, ffn_hidden: int, seq: int, **kw) -> ModelConfig:
+    # The Llama 3 family: 128256-token vocabulary, 8 key/value heads, rope theta 5e5.
+    return ModelConfig(
+        "llama",
+        128256,
+        n_layers,
+        hidden,
+        n_heads,
+        n_kv_heads=8,
+        ffn_hidden=ffn_hidden,
+        max_seq_len=seq,
+        norm_eps=1e-5,
+        rope_theta=500000.0,
+        **kw,
+    )
+
+
 PRESETS: dict[str, ModelConfig] = {
     # For tests and the smoke recipe: seconds per step on a laptop CPU.
     "tiny": ModelConfig("gpt2", 512, 2, 64, 4, max_seq_len=128),
@@ -143,46 +160,11 @@ PRESETS: dict[str, ModelConfig] = {
     "gpt3-175b": _gpt2(96, 12288, 96, init_std=0.006),
     # Megatron-Turing NLG 530B (init std 4e-3 as published).
     "mtnlg-530b": _gpt2(105, 20480, 128, init_std=0.004),
-    # Llama 3.2 1B's shape: the ~1B llama used for GPU throughput measurements.
-    "llama-1b": ModelConfig(
-        "llama",
-        128256,
-        16,
-        2048,
-        32,
-        n_kv_heads=8,
-        ffn_hidden=8192,
-        max_seq_len=2048,
-        norm_eps=1e-5,
-        rope_theta=500000.0,
-        tie_embeddings=True,
-    ),
-    # Llama 3.2 3B's shape: the ~3B llama of the same measurements.
-    "llama-3b": ModelConfig(
-        "llama",
-        128256,
-        28,
-        3072,
-        24,
-        n_kv_heads=8,
-        ffn_hidden=8192,
-        max_seq_len=2048,
-        norm_eps=1e-5,
-        rope_theta=500000.0,
-        tie_embeddings=True,
-    ),
-    "llama-8b": ModelConfig(
-        "llama",
-        128256,
-        32,
-        4096,
-        32,
-        n_kv_heads=8,
-        ffn_hidden=14336,
-        max_seq_len=8192,
-        norm_eps=1e-5,
-        rope_theta=500000.0,
-    ),
+    # Llama 3.2 1B's and 3B's shapes (tied embeddings): the llamas of the GPU throughput
+    # measurements (bench/train_mfu.py).
+    "llama-1b": _llama3(16, 2048, 32, 8192, seq=2048, tie_embeddings=True),
+    "llama-3b": _llama3(28, 3072, 24, 8192, seq=2048, tie_embeddings=True),
+    "llama-8b": _llama3(32, 4096, 32, 14336, seq=8192),
 }
 
 
