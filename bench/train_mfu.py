@@ -239,9 +239,10 @@ def measure(row: Row, model: ModelConfig, args: argparse.Namespace, device: torc
     seconds = (time.perf_counter() - start) / args.steps
     row.step_ms = 1000 * seconds
     row.tokens_per_s = batch * args.seq_len / seconds
-    peak = peak_flops(device, args.peak_tflops)
+    float8 = row.mode.startswith("float8")
+    # --peak-tflops is the bf16 peak (doubled for float8 rows); else the trainer's table of devices.
+    peak = args.peak_tflops * 1e12 * (2 if float8 else 1) if args.peak_tflops else peak_flops(device, None, float8)
     if peak is not None:
-        peak *= 2 if row.mode.startswith("float8") else 1
         row.mfu = row.tokens_per_s * model.flops_per_token(args.seq_len) / peak
     if device.type == "cuda":
         row.peak_mem_gib = torch.cuda.max_memory_allocated(device) / 2**30
