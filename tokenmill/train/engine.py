@@ -165,7 +165,7 @@ def check_attention_backend(backend: str, device: torch.device, dtype: torch.dty
         raise ConfigError(
             f"parallel.attention_backend: the {backend} attention kernel is not available on {device} "
             f"for {str(dtype).removeprefix('torch.')} (head_dim {head_dim}); choose another of "
-            f"auto, flash, cudnn, efficient, math"
+            f"{', '.join(['auto', *SDPA_BACKENDS])}"
         ) from None
 
 
