@@ -25,9 +25,11 @@ $(INSTALLED): pyproject.toml Makefile
 demo: install
 	$(VENV)/bin/tokenmill demo --workdir demo-work $(if $(EVAL_DATA),--eval-data $(EVAL_DATA))
 
-# Every test: the fast ones and those marked slow or distributed.
+# Every test: the fast ones and those marked slow or distributed. TEST_WORKERS pytest processes
+# (pytest-xdist) share the work a file at a time, the longest first (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: install
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q --timeout=1200 --durations=25 $(PYTEST_FLAGS) tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q --timeout=1200 --durations=25 -n $(TEST_WORKERS) $(PYTEST_FLAGS) tests
 
 # ruff, as configured in pyproject.toml: lint, and formatting checked (`ruff format` applies it).
 lint: install
@@ -54,7 +56,7 @@ wheel-check:
 
 # The oldest torch tokenmill supports (pyproject's lower bound), on the GPU machine's Python
 # (3.12): its own venv runs the trainer's single-process tests, its parity tests against the
-# single process over gloo (dp/ZeRO, tp, pp; the elastic agent restarting from a checkpoint), and
+# single process over gloo (dp/ZeRO, tp, pp; failed ranks restarting from a checkpoint), and
 # eval's against the harness, and float8 through torchao (the `float8` extra; kept out of the main
 # test venv, where torch 2.13 makes torchao print load errors whenever transformers imports it).
 # torch internals that moved between versions fail here, not on a GPU.

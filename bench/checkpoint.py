@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
 
-    from tokenmill.train.model import preset
+    from tokenmill.train.model_config import preset
 
     model = preset("tiny", vocab_size=512, n_layers=args.layers, hidden=args.hidden, n_heads=args.hidden // 64)
     params = model.num_params()

@@ -3,10 +3,12 @@ and memory over a long run.
 
     python bench/extract.py [--long-run 3000] [--repeat 2]
 
-Quality: the 181 pages of ../shared/data/web/extraction scored with that benchmark's own metric
+Quality, on each gold set: the 181 pages of ../shared/data/web/extraction, and the set
+bench/extract_goldset.py assembles (Readability's test pages, when it has been run), scored with
+the benchmark's own metric
 (`tokenmill.curate.html_text.extraction_scores`: word 4-gram shingle multisets, mean per-page
 precision and recall, F1 of the means), beside the figures the benchmark publishes. Speed: pages
-per CPU second (process time of the extracting process, the best of --repeat passes over the 181
+per CPU second (process time of the extracting process, the best of --repeat passes over the
 pages, so the load of a shared machine counts as little as it can). Each extractor runs in its own
 process, so its peak RSS (ru_maxrss) is its own. Peers: trafilatura (its default path and its
 fast mode, comments excluded as the benchmark runs it), Resiliparse with its default
@@ -37,14 +39,28 @@ DATA = Path(os.environ.get("TOKENMILL_SHARED_DATA", Path(__file__).resolve().par
 PUBLISHED = {"trafilatura": 0.958, "justext": 0.804}  # the benchmark's README, latest evaluation
 
 
-def load_pages() -> list[tuple[str, str, str]]:
-    """(key, html, true article body) of each benchmark page, in key order."""
-    root = DATA / "web" / "extraction"
+def gold_sets() -> dict[str, Path]:
+    """The gold sets present: the benchmark's 181 pages, and the one bench/extract_goldset.py assembles."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("extract_goldset", Path(__file__).with_name("extract_goldset.py"))
+    goldset = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(goldset)  # type: ignore[union-attr]
+    DEFAULT_CACHE = goldset.DEFAULT_CACHE
+    sets = {"article-extraction-benchmark": DATA / "web" / "extraction"}
+    if (DEFAULT_CACHE / "ground-truth.json").exists():
+        sets["readability-test-pages"] = DEFAULT_CACHE
+    return sets
+
+
+def load_pages(root: Path | None = None) -> list[tuple[str, str, str]]:
+    """(key, html, true article body) of each page of a gold set (default the benchmark), in key order."""
+    root = root or DATA / "web" / "extraction"
     truth = json.loads((root / "ground-truth.json").read_text())
     pages = []
     for path in sorted((root / "html").glob("*.html.gz")):
         key = path.name.split(".")[0]
-        with gzip.open(path, "rt", encoding="utf-8") as f:
+        with gzip.open(path, "rt", encoding="utf-8", errors="replace") as f:
             pages.append((key, f.read(), truth[key]["articleBody"]))
     return pages
 
@@ -72,12 +88,16 @@ def _peer(name: str):
     raise KeyError(name)
 
 
-def measure_one(name: str, repeat: int) -> dict:
+def measure_one(name: str, repeat: int, root: Path) -> dict:
     """In this process: the extractor's scores, pages per CPU second and peak RSS."""
     from tokenmill.curate.html_text import EXTRACTORS, extraction_scores
 
     extract = EXTRACTORS[name] if name in EXTRACTORS else _peer(name)
-    pages = load_pages()
+    pages = load_pages(root)
+    if name.startswith(("trafilatura", "lean")):  # jusText's stop lists load once, on first use
+        from trafilatura.external import jt_stoplist_init
+
+        jt_stoplist_init()
     extract(pages[0][1])  # imports and caches outside the timing
     best = float("inf")
     for _ in range(repeat):
@@ -147,15 +167,50 @@ def describe(samples: list[float]) -> str:
     )
 
 
+OURS = ["lean", "lean-fast", "resiliparse"]
+PEERS = ["trafilatura", "trafilatura --fast", "resiliparse (defaults)", "justext"]
+
+
+def quality_and_speed(set_name: str, root: Path, repeat: int) -> None:
+    """One table per gold set: every extractor's scores, speed and peak RSS, then our modes'
+    speed and F1 against trafilatura's default and fast modes."""
+    from tokenmill.curate.html_text import DEFAULT_EXTRACTOR
+
+    published = PUBLISHED if set_name == "article-extraction-benchmark" else {}
+    print(f"\n{set_name}: {len(load_pages(root))} pages")
+    print(
+        f"{'extractor':<24} {'precision':>9} {'recall':>7} {'F1':>6} {'published F1':>12} {'pages/CPU s':>11} {'peak RSS':>9}"
+    )
+    rows = {}
+    for name in [*PEERS, *OURS]:
+        row = rows[name] = in_subprocess("--one", name, "--repeat", str(repeat), "--root", str(root))
+        label = f"{name} (tokenmill)" if name in OURS else name
+        label += " *" if name == DEFAULT_EXTRACTOR else ""
+        reference = f"{published[name]:.3f}" if name in published else ""
+        print(
+            f"{label:<24} {row['precision']:>9.3f} {row['recall']:>7.3f} {row['f1']:>6.3f} {reference:>12}"
+            f" {row['pages_per_cpu_s']:>11.0f} {row['peak_rss_mb']:>6.0f} MB",
+            flush=True,
+        )
+    print("* the default. Against trafilatura's default mode and its fast mode (pages per CPU second, F1):")
+    for name in OURS:
+        parts = []
+        for peer in ("trafilatura", "trafilatura --fast"):
+            speed = rows[name]["pages_per_cpu_s"] / rows[peer]["pages_per_cpu_s"]
+            parts.append(f"{speed:.2f}x {peer}, F1 {rows[name]['f1'] - rows[peer]['f1']:+.3f}")
+        print(f"  {name}: " + "; ".join(parts))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=2, help="timed passes per extractor (the best is kept)")
     parser.add_argument("--long-run", type=int, default=3000, help="pages for the memory runs (0: skip)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--memory", choices=["in-process", "child"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure_one(args.one, args.repeat)))
+        print(json.dumps(measure_one(args.one, args.repeat, args.root)))
         return
     if args.memory == "in-process":
         print(json.dumps(long_run_in_process(args.long_run)))
@@ -166,35 +221,17 @@ def main() -> None:
 
     from importlib.metadata import version
 
-    from tokenmill.curate.html_text import DEFAULT_EXTRACTOR, EXTRACTORS
-
     print(
-        f"article-extraction-benchmark: 181 pages; trafilatura {version('trafilatura')},"
-        f" resiliparse {version('resiliparse')}, justext {version('justext')}, lxml {version('lxml')}"
+        f"trafilatura {version('trafilatura')}, resiliparse {version('resiliparse')}, justext {version('justext')},"
+        f" lxml {version('lxml')}; load average at start {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
-    print(
-        f"{'extractor':<24} {'precision':>9} {'recall':>7} {'F1':>6} {'published F1':>12} {'pages/CPU s':>11} {'peak RSS':>9}"
-    )
-    rows = {}
-    peers = ["trafilatura", "trafilatura --fast", "resiliparse (defaults)", "justext"]
-    for name in [*peers, *[e for e in EXTRACTORS if e != "trafilatura"]]:
-        row = rows[name] = in_subprocess("--one", name, "--repeat", str(args.repeat))
-        label = f"{name} (tokenmill)" if name in EXTRACTORS and name != "trafilatura" else name
-        label += " *" if name == DEFAULT_EXTRACTOR else ""
-        published = f"{PUBLISHED[name]:.3f}" if name in PUBLISHED else ""
-        print(
-            f"{label:<24} {row['precision']:>9.3f} {row['recall']:>7.3f} {row['f1']:>6.3f} {published:>12}"
-            f" {row['pages_per_cpu_s']:>11.0f} {row['peak_rss_mb']:>6.0f} MB",
-            flush=True,
-        )
-    reference = rows["trafilatura"]["pages_per_cpu_s"]
-    print("* the default. Speed against trafilatura (pages per CPU second):")
-    for name in EXTRACTORS:
-        if name != "trafilatura":
-            f1_delta = rows[name]["f1"] - rows["trafilatura"]["f1"]
-            print(f"  {name}: {rows[name]['pages_per_cpu_s'] / reference:.2f}x, F1 {f1_delta:+.3f}")
+    for set_name, root in gold_sets().items():
+        quality_and_speed(set_name, root, args.repeat)
+    print(f"load average at end {os.getloadavg()[0]:.1f}")
 
     if args.long_run:
+        from tokenmill.curate.html_text import DEFAULT_EXTRACTOR
+
         print(f"\nmemory over {args.long_run} pages (the 181 pages cycled), {DEFAULT_EXTRACTOR} extractor:")
         alone = in_subprocess("--memory", "in-process", "--long-run", str(args.long_run))
         print(f"  in one process, no recycling: {describe(alone['samples'])}")

@@ -58,3 +58,36 @@ def emit_report(lines: list[str], out: str | None) -> None:
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(report + "\n")
+
+
+def torchrun_rows(script: str | Path, nproc: int, *args: str) -> Any:
+    """Run `script --worker OUT ARGS...` in `nproc` local processes under torchrun (one thread
+    each, this checkout first on the path) and return the Python literal rank 0 wrote to OUT."""
+    import ast
+    import os
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.txt"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
+        launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
+        command = [*launcher, f"--master-port={port}", "--master-addr=127.0.0.1", str(script), "--worker", str(out)]
+        subprocess.run([*command, *args], env=env, check=True, stdout=subprocess.DEVNULL)
+        return ast.literal_eval(out.read_text())
+
+
+def main_or_worker(main: Callable[[], None], worker: Callable[[Path], None]) -> None:
+    """The entry point of a bench that `torchrun_rows` re-runs as its workers (`--worker OUT`)."""
+    import sys
+
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        worker(Path(sys.argv[2]))
+    else:
+        main()

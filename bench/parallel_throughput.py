@@ -14,14 +14,11 @@ each other, not with a GPU. With --device cuda (one GPU) only the single-device 
 from __future__ import annotations
 
 import argparse
-import ast
-import os
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from measure import torchrun_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "parallel_throughput.txt"
@@ -42,7 +39,7 @@ LAYOUTS: dict[str, dict] = {
 
 def config(layout: dict, device: str = "cpu"):
     from tokenmill.train.config import TrainConfig
-    from tokenmill.train.model import ModelConfig
+    from tokenmill.train.model_config import ModelConfig
 
     model = ModelConfig("gpt2", 1024, 8, 256, 8, max_seq_len=SEQ)  # a small head: balanced stages
     return TrainConfig(
@@ -81,7 +78,7 @@ def worker(out: Path, names: list[str], steps: int) -> None:
     import torch
     import torch.distributed as dist
 
-    from tokenmill.train.parallel.engine import build_parallel_engine
+    from tokenmill.train.parallel.parallel_engine import build_parallel_engine
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -160,31 +157,7 @@ def main() -> None:
     args = parser.parse_args()
     results = {"one (1 process, 1 thread)": single_device(args.steps, args.device)}
     if args.device == "cpu":
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "rows.txt"
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "torch.distributed.run",
-                    "--nproc-per-node=2",
-                    f"--master-port={port}",
-                    "--master-addr=127.0.0.1",
-                    __file__,
-                    "--worker",
-                    str(out),
-                    str(args.steps),
-                    *LAYOUTS,
-                ],
-                env=env,
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-            results.update(ast.literal_eval(out.read_text()))
+        results.update(torchrun_rows(__file__, 2, str(args.steps), *LAYOUTS))
     lines = [
         f"Parallel throughput on {args.device} (gpt2, 8 layers, hidden 256, vocab 1024, seq {SEQ}, global batch "
         f"{GLOBAL_BATCH}, micro-batch {MICRO_BATCH}; 1 thread per rank; median of {args.steps} steps)",

@@ -63,7 +63,7 @@ if str(ROOT) not in sys.path:
 from tokenmill.train.config import TrainConfig  # noqa: E402
 from tokenmill.train.loop import build_engine, seed_everything  # noqa: E402
 from tokenmill.train.metrics import peak_flops  # noqa: E402
-from tokenmill.train.model import ModelConfig, preset  # noqa: E402
+from tokenmill.train.model_config import ModelConfig, preset  # noqa: E402
 
 MODES = ("bf16-compile", "float8-compile", "bf16", "float8")
 SHAPES = {"1b": "llama-1b", "3b": "llama-3b", "tiny": ""}  # tiny: the smoke shape

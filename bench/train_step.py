@@ -38,7 +38,7 @@ def make_shard(prefix: Path) -> None:
 
 def bench_config(args, shard: Path, out: Path):
     from tokenmill.train.config import TrainConfig
-    from tokenmill.train.model import PRESETS, preset
+    from tokenmill.train.model_config import PRESETS, preset
 
     if args.layers:  # a small model of the preset's flavour
         model = preset(

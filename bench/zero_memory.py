@@ -17,11 +17,9 @@ Measured per rank (the most loaded rank is printed):
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
+
+from measure import emit_report, main_or_worker, torchrun_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "zero_memory.txt"
@@ -38,8 +36,8 @@ def measure(zero: int, dp: int) -> dict[str, int]:
     import torch
 
     from tokenmill.train.config import TrainConfig
-    from tokenmill.train.model import ModelConfig
-    from tokenmill.train.parallel.engine import build_parallel_engine
+    from tokenmill.train.model_config import ModelConfig
+    from tokenmill.train.parallel.parallel_engine import build_parallel_engine
 
     model = ModelConfig("gpt2", 4096, 4, 256, 8, max_seq_len=64)
     cfg = TrainConfig(
@@ -100,9 +98,6 @@ def formula(zero: int, dp: int, psi: int, w: float = 4, g: float = 4, k: float =
 
 
 def main() -> None:
-    import ast
-    import tempfile
-
     lines = [
         "ZeRO memory per rank: measured (our engine, CPU gloo) vs the ZeRO paper's formulas in our precision",
         "(fp32 weights 4 B + fp32 gradients 4 B + AdamW K=8 B per parameter). MB = 1e6 bytes; most loaded rank.",
@@ -111,29 +106,7 @@ def main() -> None:
         f"{'formula':>8} {'w':>7} {'g':>7} {'opt':>7} | {'meas/formula':>12}",
     ]
     for dp in (2, 4):
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "rows.txt"
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "torch.distributed.run",
-                    f"--nproc-per-node={dp}",
-                    f"--master-port={port}",
-                    "--master-addr=127.0.0.1",
-                    __file__,
-                    "--worker",
-                    str(out),
-                ],
-                env=env,
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-            rows = ast.literal_eval(out.read_text())
+        rows = torchrun_rows(__file__, dp)
         for zero, dp_, m in rows:
             fw, fg, fo = formula(zero, dp_, m["psi"])
             # Weights at their peak (gathered through backward under ZeRO-2), as the formula counts them.
@@ -151,14 +124,8 @@ def main() -> None:
         "weights for backward, ZeRO-3 frees them); total = the larger of the two + grads + optim. ZeRO-1 shards the optimizer by whole parameters, so its",
         "most loaded rank sits slightly above K*Psi/Nd.",
     ]
-    text = "\n".join(lines)
-    print(text)
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(text + "\n")
+    emit_report(lines, str(RESULT))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        worker(Path(sys.argv[2]))
-    else:
-        main()
+    main_or_worker(main, worker)

@@ -20,6 +20,45 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# With several pytest-xdist workers (`make test`) each file runs whole on one worker, so a
+# module's fixtures are built once; each doc page is a unit of its own (they share the README's
+# workspace, built once per run). The tests that take longest start first (one started last
+# would be the run's tail); the doc pages after them, as they wait for the README's workspace.
+LONG_FIRST = (
+    "test_docs.py::test_readme_blocks_run",
+    "test_parallel.py::",
+    "test_parallel_checkpoint.py::",
+    "test_resume.py::",
+    "test_elastic.py::",
+    "test_parallel_cli.py::",
+    "test_stop.py::",
+    "test_slurm.py::",
+    "test_docs.py::",
+)
+
+
+def _start_rank(item: pytest.Item) -> int:
+    name = f"{item.path.name}::{item.name}"
+    return next((rank for rank, prefix in enumerate(LONG_FIRST) if name.startswith(prefix)), len(LONG_FIRST))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_start_rank)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201 - xdist's scheduler
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path, _, name = nodeid.partition("::")
+            return nodeid if name.startswith("test_doc_page_blocks_run[") else path
+
+    config.option.loadscopereorder = False  # keep the order above, not largest-file-first
+    return ByFile(config, log)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """Real corpora and benchmark files (`corpus/`, `eval/`); tests that need them skip without."""

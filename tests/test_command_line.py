@@ -110,13 +110,14 @@ def test_a_yaml_syntax_error_is_one_line_naming_the_file_line_and_column(tmp_pat
     assert not (tmp_path / "out").exists() and not (tmp_path / "run").exists()
 
 
-# What `--help`, `<command> --help` and argument errors must not load: each costs seconds of
-# CPU, in every process that runs `tokenmill` (training ranks and the test suite included).
-HEAVY_MODULES = ("torch", "pandas", "pyarrow", "dask", "distributed", "numba", "transformers", "datasets")
+# What `--help`, `<command> --help` and argument errors must not load: each costs from a tenth
+# of a second to seconds of CPU, in every process that runs `tokenmill` (training ranks and the
+# test suite included). How long `tokenmill --help` takes is measured by bench/cli_startup.py.
+HEAVY_MODULES = ("torch", "pandas", "pyarrow", "dask", "distributed", "numba", "numpy", "transformers", "datasets")
 
 # Run in a fresh interpreter: the test process has loaded these modules long ago.
 _EVERY_HELP_AND_ERROR = """
-import argparse, contextlib, io, json, sys, time
+import argparse, contextlib, io, json, sys
 from tokenmill.cli import build_parser, main
 
 def run(argv, parse=main):
@@ -128,7 +129,6 @@ def run(argv, parse=main):
     raise AssertionError(f"tokenmill {' '.join(argv)} did not stop at its arguments")
 
 code, _ = run(["--help"])
-help_cpu = time.process_time()  # the whole process so far: interpreter, imports, parsers
 parser = build_parser()  # what main() parses with; built once for the many commands below
 
 def commands(parser, path):
@@ -141,15 +141,15 @@ def commands(parser, path):
 results = {}
 for path in commands(parser, []):
     results[" ".join(path)] = [run([*path, "--help"], parser.parse_args)[0], run([*path, "--no-such-option"], parser.parse_args)]
-print(json.dumps({"help": code, "help_cpu": help_cpu, "results": results,
+print(json.dumps({"help": code, "results": results,
                   "heavy": sorted({m.split(".")[0] for m in sys.modules} & set(%r))}))
 """
 
 
 def test_help_and_argument_errors_load_no_heavy_library() -> None:
     """`tokenmill --help`, `tokenmill COMMAND ... --help` for every command and subcommand, and an
-    unknown option to each: none imports torch, pandas, pyarrow, Dask, numba, transformers or
-    datasets, and `tokenmill --help` costs well under half a second of CPU."""
+    unknown option to each: none imports numpy, torch, pandas, pyarrow, Dask, numba, transformers
+    or datasets."""
     import json
 
     done = subprocess.run(
@@ -169,4 +169,3 @@ def test_help_and_argument_errors_load_no_heavy_library() -> None:
         last = error.splitlines()[-1]
         assert error_code == 2 and last.startswith("tokenmill") and ": error: " in last, (command, error)
     assert report["heavy"] == [], f"loaded by the command line's parsers: {report['heavy']}"
-    assert report["help_cpu"] < 0.5, f"tokenmill --help took {report['help_cpu']:.2f} s of CPU"

@@ -21,11 +21,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from run_once import shared_between_workers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOC_PAGES = sorted((REPO_ROOT / "docs").glob("*.md"))
@@ -58,21 +60,27 @@ def run_page(page: Path, cwd: Path) -> None:
             text=True,
             timeout=BLOCK_TIMEOUT_S,
             stdin=subprocess.DEVNULL,
+            # Ctrl-C as on a terminal, also when the test run was started with SIGINT ignored (in
+            # the background of a non-interactive shell): the pages' `kill -INT` must stop a run.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         if done.returncode != 0:
             output = (done.stdout + done.stderr)[-4000:]
             pytest.fail(f"{page.name}:{line}: block exited with {done.returncode}\n{block}\n--- output ---\n{output}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def readme_workspace(shared_data: Path, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("docs")
-    (root / "shared").mkdir()
-    (root / "shared" / "data").symlink_to(shared_data.resolve(), target_is_directory=True)
-    project = root / "project"
-    project.mkdir()
-    run_page(REPO_ROOT / "README.md", project)
-    return project
+    """The directory README.md's blocks leave, built once per test run (also across xdist
+    workers: the doc pages run in parallel, each in a copy)."""
+
+    def build(root: Path) -> None:
+        (root / "shared").mkdir()
+        (root / "shared" / "data").symlink_to(shared_data.resolve(), target_is_directory=True)
+        (root / "project").mkdir()
+        run_page(REPO_ROOT / "README.md", root / "project")
+
+    return shared_between_workers(tmp_path_factory, "readme-workspace", build) / "project"
 
 
 def test_readme_blocks_run(readme_workspace: Path) -> None:
@@ -95,9 +103,10 @@ def test_every_doc_page_has_runnable_blocks() -> None:
 
 
 @pytest.mark.parametrize("page", DOC_PAGES, ids=[p.stem for p in DOC_PAGES])
-def test_doc_page_blocks_run(page: Path, readme_workspace: Path, tmp_path: Path) -> None:
+def test_doc_page_blocks_run(page: Path, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     if not shell_blocks(page.read_text()):
         pytest.skip(f"{page.name} has no shell blocks")
+    readme_workspace = request.getfixturevalue("readme_workspace")
     workspace = tmp_path / "project"
     shutil.copytree(readme_workspace, workspace, symlinks=True)
     (tmp_path / "shared").symlink_to(readme_workspace.parent / "shared", target_is_directory=True)

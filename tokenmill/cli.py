@@ -16,12 +16,11 @@ from tokenmill.eval import cli as eval_cli
 from tokenmill.pipelines import cli as pipelines_cli
 from tokenmill.tokenize import cli as tokenize_cli
 from tokenmill.train import cli as train_cli
-from tokenmill.train import plan as train_plan
 
 # Modules that add subcommands, in the order they appear in `--help`. Each builds its parsers
 # from declarations alone and imports a command's implementation only when the command runs, so
 # `--help` and argument errors load none of torch, pandas, pyarrow, Dask or numba.
-COMMAND_MODULES = (curate_cli, tokenize_cli, train_cli, train_plan, eval_cli, pipelines_cli)
+COMMAND_MODULES = (curate_cli, tokenize_cli, train_cli, eval_cli, pipelines_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,5 +1,5 @@
 """tokenmill's own messages on stderr, configured once per process: by the command line and by
-each process a command starts (the elastic agent, the ranks)."""
+each process a command starts (the ranks)."""
 
 from __future__ import annotations
 

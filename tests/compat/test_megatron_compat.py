@@ -127,6 +127,8 @@ def test_megatron_reads_our_shards_and_builds_the_same_gpt_indices(shards):
         np.testing.assert_array_equal(got[f"{split}0_document_index"], dataset.document_index)
         np.testing.assert_array_equal(got[f"{split}0_sample_index"], dataset.sample_index)
         np.testing.assert_array_equal(got[f"{split}0_shuffle_index"], dataset.shuffle_index)
+        for name in ("document_index", "sample_index", "shuffle_index"):  # bit-identical: dtypes too
+            assert got[f"{split}0_{name}"].dtype == getattr(dataset, name).dtype, (split, name)
         samples = got[f"{split}_samples"]
         np.testing.assert_array_equal(samples, np.stack([dataset[i] for i in range(len(samples))]))
 

@@ -86,15 +86,14 @@ class DaskProcesses:
         return next(address for address, info in workers.items() if info["name"] == f"worker-{index}")
 
     def close(self) -> None:
+        # The test's own cluster, of which nothing needs a graceful end: a nanny sent SIGTERM
+        # closes its worker and waits on a scheduler that is going too, up to its timeouts
+        # (30 s of a test's teardown once a worker had been killed).
         for process in [*self.workers, self.scheduler]:
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in [*self.workers, self.scheduler]:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=15)
+        for process in [*self.workers, self.scheduler]:
+            process.wait(timeout=15)
 
 
 def write_web_like_corpus(shared_data: Path, directory: Path, files: int = 4) -> Path:

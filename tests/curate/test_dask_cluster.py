@@ -71,3 +71,41 @@ def test_every_stage_and_encode_on_a_dask_cluster_equal_the_local_cluster(
         assert Path(f"{remote}{suffix}").read_bytes() == Path(f"{local}{suffix}").read_bytes()
     meta = json.loads(Path(f"{remote}.json").read_text())
     assert meta["partitions"]["total"] >= 2 and meta["documents"] > 0
+
+
+def test_an_expression_singleton_dying_between_lookups_is_rebuilt_not_a_key_error() -> None:
+    """Dask's expression singletons, as tokenmill's clients leave them: an instance that dies
+    between the lookup's two steps (another thread's garbage collection, as when a
+    LocalCluster's scheduler rebuilds the graph its own process submitted) is made again."""
+    import gc
+    import weakref
+
+    from dask._expr import SingletonExpr
+
+    from tokenmill.infra.cluster import guard_expression_singletons
+
+    guard_expression_singletons()
+
+    class Leaf(SingletonExpr):
+        _parameters = ["value"]
+
+    def leaf(value: int) -> Leaf:  # named by a token of our own: a test's class has no stable one
+        return Leaf(value, _determ_token=f"value-{value}")
+
+    first = leaf(1)
+    assert leaf(1) is first and leaf(2) is not first  # still one instance per expression
+    holder = [first]
+    del first
+
+    class DyingOnLookup(weakref.WeakValueDictionary):
+        """Whatever `in` found dies right after: the other thread's collection."""
+
+        def __contains__(self, key: object) -> bool:
+            found = super().__contains__(key)
+            holder.clear()
+            gc.collect()
+            return found
+
+    Leaf._instances = DyingOnLookup(Leaf._instances)
+    again = leaf(1)
+    assert again.operands == [1] and leaf(1) is again

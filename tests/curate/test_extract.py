@@ -229,7 +229,8 @@ def test_command_line_and_recipe(shared_data, tmp_path, dask_client):
 
     pages = benchmark_pages(shared_data, limit=4)
     lines = [json.dumps({"id": key, "text": html}) for key, html, _ in pages]
-    lines.append(json.dumps({"id": "menu-only", "text": "<html><body><nav><a href='/'>Home</a></nav></body></html>"}))
+    app = "<html><body><div id='app'></div><script>render('app')</script></body></html>"  # no text without scripts
+    lines.append(json.dumps({"id": "script-only", "text": app}))
     (tmp_path / "pages.jsonl").write_text("\n".join(lines) + "\n")
 
     frame = pd.DataFrame({"id": [k for k, _, _ in pages], "text": [h for _, h, _ in pages], "source": "web"})

@@ -69,7 +69,7 @@ def test_filter_options_turn_rules_off_and_change_thresholds(tmp_path):
     )
     out = relaxed.process(docs)
     assert sorted(out.kept["id"]) == ["braces", "short"]
-    assert relaxed.config()["rules"]["gopher_quality"]["min_words"] == 10
+    assert relaxed.manifest_config()["rules"]["gopher_quality"]["min_words"] == 10
     config = tmp_path / "rules.yaml"
     config.write_text(
         "gopher_quality:\n  min_words: 10\n  min_stop_words: null\nc4:\n  disable: [curly_bracket]\nfineweb: false\ngopher_repetition: false\n"

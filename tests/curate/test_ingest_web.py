@@ -14,13 +14,13 @@ import pandas as pd
 import pytest
 
 from tokenmill.curate.ingest import detect_format, ingest
-from tokenmill.curate.stage import StageOutput
+from tokenmill.curate.stage import Batch
 from tokenmill.curate.webarchive import HtmlFiles, WarcFile
 
 
 def run_task(task) -> tuple[pd.DataFrame, pd.DataFrame, Counter]:
     """All batches of one task, checked against the stage contract."""
-    outputs: list[StageOutput] = list(task.run())
+    outputs: list[Batch] = list(task.run())
     stats: Counter = Counter()
     for output in outputs:
         assert output.n_in == len(output.kept) + len(output.rejected)

@@ -22,7 +22,7 @@ from tokenmill.curate.dedup import (
     shingle_sets,
 )
 from tokenmill.curate.dedup.hashing import sha1_first4_le, xxh64
-from tokenmill.curate.dedup.shingles import TextNormalization
+from tokenmill.curate.dedup.shingles import TextNormalization, encode_batch, uses_chars
 from tokenmill.errors import ConfigError
 
 
@@ -74,11 +74,11 @@ def test_other_seed_and_num_perm_and_char_shingles_equal_datasketch(shared_data)
 
 def test_hash_kernels_match_hashlib_and_xxhash():
     rng = np.random.default_rng(0)
-    block, state = np.empty(64, np.uint8), np.empty(5, np.uint64)
-    for length in [0, 1, 3, 4, 7, 8, 31, 32, 55, 56, 63, 64, 65, 127, 128, 200, 1000]:
+    scratch = np.empty(80, np.uint64)
+    for length in [0, 1, 3, 4, 7, 8, 31, 32, 55, 56, 57, 63, 64, 65, 119, 120, 127, 128, 200, 1000]:
         data = rng.integers(0, 256, length, dtype=np.uint8).tobytes()
         buf = np.frombuffer(data + b"\0", dtype=np.uint8)
-        assert sha1_first4_le(buf, 0, length, block, state) == struct.unpack("<I", hashlib.sha1(data).digest()[:4])[0]
+        assert sha1_first4_le(buf, 0, length, scratch) == struct.unpack("<I", hashlib.sha1(data).digest()[:4])[0]
         assert xxh64(buf, 0, length, np.uint64(5)) == xxhash.xxh64_intdigest(data, 5)
 
 
@@ -121,6 +121,28 @@ def test_kernel_shingles_are_the_python_shingles(shared_data):
     for doc, hashes in zip(docs, sets):
         expected = {xxhash.xxh64_intdigest(s.encode(), 0) for s in python_shingles(doc, config)}
         assert set(hashes.tolist()) == expected
+
+
+@pytest.mark.parametrize(
+    "normalization,mode",
+    [
+        (TextNormalization(), "auto"),
+        (TextNormalization(lowercase=False, strip_punctuation=False), "auto"),
+        (TextNormalization(unicode_nfkc=True), "char"),
+    ],
+)
+def test_compiled_normalization_is_apply_on_every_code_point(shared_data, normalization, mode):
+    """The kernel's class table against `TextNormalization.apply` + `uses_chars` on every code
+    point (surrogates cannot be encoded), edge cases and real text."""
+    points = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    texts = ["".join(map(chr, points[i : i + 997])) for i in range(0, len(points), 997)]
+    texts += real_documents(shared_data, 100) + ["  ", " a ", "İstanbul ǅ ß", "\x1c\x1dab\x85cd\u3000ef", "機 器 x"]
+    config = ShingleConfig(mode=mode, normalization=normalization)
+    batch = encode_batch(texts + [None], config)
+    expected = [normalization.apply(t) for t in texts] + [""]
+    chars = [uses_chars(t, config) for t in expected]
+    assert batch.kinds.tolist() == [int(c) for c in chars]
+    assert batch.texts == [t.replace(" ", "") if c else t for t, c in zip(expected, chars)]
 
 
 def test_cjk_documents_get_character_shingles():

@@ -9,26 +9,26 @@ import pandas as pd
 import pytest
 
 from tokenmill.curate.documents import read_documents, write_documents
-from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
+from tokenmill.curate.stage import Batch, StageOptions, reject, run_stage
 
 
 @dataclass
-class FailOnMarker(DocumentStage):
+class FailOnMarker(StageOptions):
     name = "fail_on_marker"
 
-    def process(self, docs: pd.DataFrame) -> StageOutput:
+    def process(self, docs: pd.DataFrame) -> Batch:
         if docs["text"].str.contains("BOOM").any():
             raise ValueError("marker found")
         short = docs["text"].str.len() < 10
-        return StageOutput(len(docs), docs[~short], reject(docs[short], "too_short"))
+        return Batch(len(docs), docs[~short], reject(docs[short], "too_short"))
 
 
 @dataclass
-class LosesDocuments(DocumentStage):
+class LosesDocuments(StageOptions):
     name = "loses"
 
-    def process(self, docs: pd.DataFrame) -> StageOutput:
-        return StageOutput(len(docs), docs.iloc[1:], docs.iloc[:0].assign(reason=[]))
+    def process(self, docs: pd.DataFrame) -> Batch:
+        return Batch(len(docs), docs.iloc[1:], docs.iloc[:0].assign(reason=[]))
 
 
 def make_input(tmp_path, texts_per_file):

@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tokenmill.curate.url_filter import UrlFilterStage, normalize_host, parse_url, run_url_filter, url_words
+from tokenmill.curate.stage import run_stage
+from tokenmill.curate.url_filter import UrlFilterStage, normalize_host, parse_url, url_words
 from tokenmill.errors import ConfigError
 
 
@@ -268,7 +269,7 @@ def test_real_crawl_urls(shared_data, tmp_path, dask_client):
     docs(urls).to_parquet(tmp_path / "in" / "part-0.parquet", index=False)
     lines = "\n".join(blocked) + "\nnot a domain\n"
     stage = UrlFilterStage(blocklist=[write(tmp_path / "picked.txt", lines)])
-    manifest = run_url_filter(stage, tmp_path / "in", tmp_path / "out", client=dask_client, progress=False)
+    manifest = run_stage(stage, tmp_path / "in", tmp_path / "out", client=dask_client, progress=False)
     expected = [u for u in urls if any(parse_url(u).host == h or parse_url(u).host.endswith("." + h) for h in blocked)]
     counts = manifest["counts"]
     assert counts["in"] == len(urls) == counts["kept"] + sum(counts["rejected"].values())

@@ -21,7 +21,8 @@ def native_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
 
     from tokenmill.train.config import TrainConfig
     from tokenmill.train.engine import SingleProcessEngine
-    from tokenmill.train.model import GPT, preset
+    from tokenmill.train.model import GPT
+    from tokenmill.train.model_config import preset
 
     tokenizer = tiny_model_dir / "tokenizer.json"
     cfg = preset("tiny", vocab_size=Tokenizer.from_file(str(tokenizer)).get_vocab_size(), max_seq_len=128)

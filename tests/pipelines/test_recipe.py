@@ -165,15 +165,15 @@ def test_old_flat_train_key_is_one_line_naming_its_new_place(tmp_path, corpus, c
 
 
 def test_train_sections_merge_over_the_config(tmp_path, corpus):
-    path = write(tmp_path, GOOD + "train:\n  config: tiny\n  parallel: {dp: 2}\n  schedule: {steps: 20}\n")
+    path = write(tmp_path, GOOD + "train:\n  config: tiny\n  parallel: {dp: 2, cp: 2}\n  schedule: {steps: 20}\n")
     recipe = load_recipe(path)
     data = recipe.train_config_dict()
     # The bundled config's other keys stay: only the keys written in `train:` change.
     assert data["schedule"] == {**recipe_tiny()["schedule"], "steps": 20}
-    assert data["parallel"] == {**recipe_tiny()["parallel"], "dp": 2}
-    assert recipe.train_layout() == {"tp": 1, "pp": 1, "dp": 2, "zero": 0} and recipe.train_world_size() == 2
+    assert data["parallel"] == {**recipe_tiny()["parallel"], "dp": 2, "cp": 2}
+    assert recipe.train_layout() == {"tp": 1, "pp": 1, "dp": 2, "cp": 2, "zero": 0} and recipe.train_world_size() == 4
     (train,) = [s for s in build_plan(recipe, tmp_path / "work") if s.name == "train"]
-    assert "dp=2" in train.description and "(2 processes)" in train.description
+    assert "dp=2 cp=2" in train.description and "(4 processes)" in train.description
 
 
 def test_selection_from_until_force(tmp_path, corpus):
@@ -324,34 +324,19 @@ def test_classifier_names_and_options_are_checked(tmp_path, corpus):
     assert "classifiers[0].negative[0]" in message and "no source named `webb` (did you mean `web`?)" in message
 
 
-def test_bundled_recipes_run_by_name_from_any_directory(tmp_path):
+def test_bundled_recipes_run_by_name_from_any_directory(tmp_path, monkeypatch, capsys):
     """`tokenmill run mtnlg --dry-run` after a plain install, from a directory without recipes/."""
-    import subprocess
-    import sys
+    from tokenmill.cli import main
 
-    done = subprocess.run(
-        [sys.executable, "-P", "-m", "tokenmill.cli", "run", "mtnlg", "--dry-run"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "training layout: tp=8 x pp=35 x dp=16 = 4480 process(es)" in done.stdout
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "mtnlg", "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "training layout: tp=8 x pp=35 x dp=16 = 4480 process(es)" in out
     # The template's relative data paths mean the user's directory, reported as missing there.
-    assert f"path not found: {tmp_path / 'data' / 'pile' / 'books3'}" in done.stderr
-    unknown = subprocess.run(
-        [sys.executable, "-P", "-m", "tokenmill.cli", "run", "mtnlgg"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert (
-        unknown.returncode == 1
-        and "bundled: common-crawl, demo, mtnlg" in unknown.stderr
-        and "Traceback" not in unknown.stderr
-    )
+    assert f"path not found: {tmp_path / 'data' / 'pile' / 'books3'}" in err
+    assert main(["run", "mtnlgg"]) == 1
+    err = capsys.readouterr().err
+    assert "bundled: common-crawl, demo, mtnlg" in err and "Traceback" not in err
 
 
 def test_train_config_may_name_a_bundled_config(tmp_path, corpus):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -124,11 +125,20 @@ def losses(workdir: Path) -> dict[int, tuple[float, float | None]]:
     return {m["step"]: (m["loss"], m.get("val_loss")) for m in read_metrics(workdir / "train" / "run")}
 
 
-def test_killed_during_curation_and_training_resumes_to_the_same_outputs(tmp_path, shared_data):
-    recipe = tmp_path / "resume.yaml"
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, shared_data) -> tuple[Path, Path]:
+    """The recipe and its uninterrupted run, to the end: what a resumed run must equal, and the
+    curated and tokenized work directory the kill tests train from."""
+    tmp = tmp_path_factory.mktemp("resume")
+    recipe = tmp / "resume.yaml"
     recipe.write_text(textwrap.dedent(RECIPE.format(corpus=shared_data / "corpus")))
-    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
-    run_to_end(recipe, reference)
+    run_to_end(recipe, tmp / "reference")
+    return recipe, tmp / "reference"
+
+
+def test_killed_during_curation_and_training_resumes_to_the_same_outputs(tmp_path, reference):
+    recipe, reference = reference
+    resumed = tmp_path / "resumed"
 
     # 1. Killed while a curation stage runs: that stage has no state and no published output.
     run_and_kill(recipe, resumed, when_line="] curate.plays.langid: langid")
@@ -234,15 +244,19 @@ def assert_report_tells_the_run(workdir: Path) -> None:
         assert epochs == round(count * config["dataset"]["seq_len"] / split_tokens, 3)
 
 
-def test_killed_runner_takes_its_trainer_and_workers_with_it(tmp_path, shared_data):
-    """SIGKILL of `tokenmill run` alone (not its group) while it trains with dp=2: the trainer,
-    torchrun's agent and both workers end within seconds, and the work directory can be run again."""
+def test_killed_runner_takes_its_trainer_and_workers_with_it(tmp_path, reference):
+    """SIGKILL of `tokenmill run` alone (not its group) while it trains with dp=2: the trainer
+    (the launcher) and both its ranks end within seconds, and the work directory can be run again."""
     import psutil
 
+    base_recipe, base = reference
     recipe = tmp_path / "long.yaml"
-    text = textwrap.dedent(RECIPE.format(corpus=shared_data / "corpus")).replace("steps: 16", "steps: 2000")
+    text = base_recipe.read_text().replace("steps: 16", "steps: 2000")
     recipe.write_text(text.replace("train:\n", "train:\n  parallel: {dp: 2}\n"))
+    # The reference's curated shards, without its training and evaluation: this run's curation
+    # and tokenization are up to date, and it trains afresh (its train config is another).
     workdir = tmp_path / "work"
+    shutil.copytree(base, workdir, ignore=shutil.ignore_patterns("train", "eval", "train.json", "eval*.json"))
     process = subprocess.Popen(
         _command(recipe, workdir),
         stdout=subprocess.DEVNULL,
@@ -258,8 +272,8 @@ def test_killed_runner_takes_its_trainer_and_workers_with_it(tmp_path, shared_da
             assert time.time() < deadline
             time.sleep(0.2)
         trainers = psutil.Process(process.pid).children(recursive=True)
-        started = [p for p in trainers if "tokenmill.train.worker" in " ".join(p.cmdline())]
-        assert len(started) >= 3  # launcher + 2 workers
+        assert sum("tokenmill.train.worker" in " ".join(p.cmdline()) for p in trainers) == 1  # the launcher
+        assert sorted(p.name() for p in trainers if p.name().startswith("tokenmill:")) == ["tokenmill:0", "tokenmill:1"]
         process.kill()
         process.wait(timeout=30)
         gone, alive = psutil.wait_procs(trainers, timeout=10)

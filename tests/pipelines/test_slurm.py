@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from local_ports import free_port
 from pipeline_outputs import documents
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,12 +50,6 @@ train:
     checkpoint: {{interval: 2}}
     logging: {{interval: 1, eval_interval: 6, eval_iters: 1, tensorboard: false}}
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(slurm_conf: Path | None = None) -> dict[str, str]:
@@ -119,7 +114,7 @@ def slurm(tmp_path_factory) -> Iterator[dict[str, str]]:
     (directory / "spool").mkdir()
     host = socket.gethostname()
     conf = directory / "slurm.conf"
-    conf.write_text(SLURM_CONF.format(host=host, dir=directory, ctld_port=_free_port(), d_port=_free_port()).lstrip())
+    conf.write_text(SLURM_CONF.format(host=host, dir=directory, ctld_port=free_port(), d_port=free_port()).lstrip())
     env = _env(conf)
     daemons = []
     try:
@@ -286,6 +281,8 @@ def test_a_training_step_stopped_at_a_checkpoint_ends_the_run_with_status_99_and
     with the same status in one line, and a rerun resumes the training to the local losses."""
     recipe, local = local_run
     work = tmp_path / "work"
+    # The local run's curated shards, without its training and evaluation: only those run here.
+    shutil.copytree(local, work, ignore=shutil.ignore_patterns("train", "eval", "train.json", "eval*.json"))
     argv = ["run", str(recipe), "--workdir", str(work), "--no-progress", "--workers", "2"]
     done = tokenmill(*argv, env={**_env(), "TOKENMILL_FAULT": "SIGUSR1@step=3"})
     assert done.returncode == 99, done.stderr[-3000:]

@@ -3,17 +3,11 @@ localhost port (the way s3fs tests itself), with the environment s3fs and boto r
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import Iterator
 
 import pytest
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from local_ports import free_port
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +16,7 @@ def s3_server(tmp_path_factory) -> Iterator[str]:
     workers started after it (they inherit the environment)."""
     pytest.importorskip("s3fs")
     server_module = pytest.importorskip("moto.server")
-    port = _free_port()
+    port = free_port()
     server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
@@ -62,7 +56,7 @@ def tiny_train_config():
     """``make(data, out, **sections)``: a validated config for a few CPU steps of the tiny model;
     each keyword is a section (its keys merged over these) or a top-level key."""
     from tokenmill.train.config import TrainConfig
-    from tokenmill.train.model import preset
+    from tokenmill.train.model_config import preset
 
     def make(data: str, out: str, **sections) -> TrainConfig:
         base = {

@@ -22,7 +22,7 @@ from tokenmill.curate.ingest import ingest
 from tokenmill.curate.registry import recipe_stage
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
-from tokenmill.infra.documents import read_manifest, resolve_input_files
+from tokenmill.infra.document_dirs import read_manifest, resolve_input_files
 
 
 def _articles(shared_data: Path, limit: int) -> list[str]:
@@ -95,7 +95,7 @@ def test_every_stage_reads_and_writes_a_bucket(bucket, shared_data, s3_dask_clie
     for name, options in stages:
         kind = recipe_stage(name)
         target = f"{bucket}/curate/{name}"
-        kind.run(kind.recipe_options(options), previous, target, **run)
+        kind.execute(kind.recipe_options(options), previous, target, **run)
         manifest = _check_manifest(target)
         assert (
             manifest["upstream"]["counts"]["kept"]
@@ -111,7 +111,7 @@ def test_every_stage_reads_and_writes_a_bucket(bucket, shared_data, s3_dask_clie
     storage.write_text(f"{bucket}/eval/quotes.jsonl", json.dumps({"text": quoted}) + "\n")
     kind = recipe_stage("decontaminate")
     target = f"{bucket}/curate/decontaminate"
-    kind.run(kind.recipe_options({"tasks": [f"{bucket}/eval/quotes.jsonl"]}), previous, target, **run)
+    kind.execute(kind.recipe_options({"tasks": [f"{bucket}/eval/quotes.jsonl"]}), previous, target, **run)
     manifest = _check_manifest(target)
     assert manifest["counts"]["rejected"] == {"contaminated:quotes": 1}
 

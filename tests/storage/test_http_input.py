@@ -14,7 +14,7 @@ import pytest
 
 from tokenmill.curate.documents import read_documents
 from tokenmill.curate.ingest import ingest
-from tokenmill.infra.documents import read_manifest, resolve_input_files
+from tokenmill.infra.document_dirs import read_manifest, resolve_input_files
 
 
 @pytest.fixture

@@ -200,23 +200,28 @@ def test_training_in_a_bucket_work_directory_resumes_on_another_machine(bucket, 
     command = [sys.executable, "-m", "tokenmill.cli", "run", f"{bucket}/trained.yaml", "--workdir", workdir]
     process = subprocess.Popen(
         [*command, "--no-progress", "--workers", "1"],
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        # The trainer stops itself after step 9 (checkpoint 8 written): the runner uploads that
+        # checkpoint at its next poll, however fast training would have reached its end.
+        env={**os.environ, "OMP_NUM_THREADS": "1", "TOKENMILL_FAULT": "SIGSTOP@step=9"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    latest = f"{workdir}/train/run/checkpoints/latest"
     try:
+        # Checkpoint 4 may be uploaded first (a poll that fell between steps 4 and 8); 8 is the
+        # last the stopped trainer writes, so the runner uploads it in the end.
         deadline = time.time() + 400
-        while not storage.exists(f"{workdir}/train/run/checkpoints/latest"):
-            assert process.poll() is None, "the run ended before a checkpoint was uploaded"
-            assert time.time() < deadline
+        while not (storage.exists(latest) and storage.read_text(latest).strip() == "step_8"):
+            assert process.poll() is None, "the run ended before checkpoint 8 was uploaded"
+            assert time.time() < deadline, "checkpoint 8 was not uploaded in time"
             time.sleep(0.2)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
-    uploaded = storage.read_text(f"{workdir}/train/run/checkpoints/latest").strip()
+    uploaded = storage.read_text(latest).strip()
     step = int(uploaded[len("step_") :])
-    assert 4 <= step < 200 and not storage.exists(f"{workdir}/.state/train.json")
+    assert step == 8 and not storage.exists(f"{workdir}/.state/train.json")
     assert f"train/run/checkpoints/{uploaded}/meta.json" in _objects(workdir)
 
     shutil.rmtree(storage.cache_dir_for(workdir, "workdirs"))

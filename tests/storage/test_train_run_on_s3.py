@@ -13,11 +13,11 @@ import pytest
 
 from tokenmill.infra import storage
 from tokenmill.tokenize.indexed import IndexedDatasetWriter
-from tokenmill.train.checkpoint import CheckpointError, list_checkpoints
+from tokenmill.train.checkpoint_files import CheckpointError, list_checkpoints
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.loop import train
 from tokenmill.train.metrics import read_metrics
-from tokenmill.train.model import preset
+from tokenmill.train.model_config import preset
 
 EOD = 256
 

@@ -14,7 +14,7 @@ from tokenmill.curate.extract import ExtractStage
 from tokenmill.curate.ingest import ingest
 from tokenmill.curate.stage import run_stage
 from tokenmill.infra import storage
-from tokenmill.infra.documents import read_manifest, resolve_input_files
+from tokenmill.infra.document_dirs import read_manifest, resolve_input_files
 
 # Every kind of web input ingest reads, the damaged archives included.
 WARCS = [

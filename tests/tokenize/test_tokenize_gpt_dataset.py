@@ -5,12 +5,23 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tokenmill.errors import TokenmillError
-from tokenmill.tokenize.gpt_dataset import GPTDataset, GPTIndexConfig, build_indices, split_document_range
+from tokenmill.tokenize.gpt_dataset import (
+    GPTDataset,
+    GPTIndexConfig,
+    build_indices,
+    legacy_shuffle,
+    split_document_range,
+)
 from tokenmill.tokenize.indexed import IndexedDatasetWriter
 
 
@@ -146,3 +157,61 @@ def test_empty_split_and_bad_options_are_errors(tmp_path):
         GPTDataset(prefix, seq_len=1, num_samples=3, seed=0)
     with pytest.raises(TokenmillError, match="not found"):
         GPTDataset(tmp_path / "nope", seq_len=4, num_samples=3, seed=0)
+
+
+def test_legacy_shuffle_is_randomstate_shuffle():
+    for n in (0, 1, 2, 3, 100, 70_000):
+        ours, theirs = np.random.RandomState(n), np.random.RandomState(n)
+        for dtype in (np.int32, np.uint32):  # two shuffles: the generator state carries over
+            a, b = np.arange(n, dtype=dtype), np.arange(n, dtype=dtype)
+            legacy_shuffle(ours, a)
+            theirs.shuffle(b)
+            np.testing.assert_array_equal(a, b)
+        assert ours.randint(1 << 30) == theirs.randint(1 << 30)
+
+
+RANK_SCRIPT = """
+import datetime, json, sys
+import numpy as np
+import torch.distributed as dist
+from tokenmill.tokenize.loader import build_dataset
+store, rank, out, *prefixes = sys.argv[1:]
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=int(rank), world_size=2,
+    timeout=datetime.timedelta(seconds=120))
+try:
+    blend = build_dataset([{"prefix": p, "weight": 1.0} for p in prefixes], seq_len=8, num_samples=200, seed=5,
+        split_ratios="1")
+finally:
+    dist.destroy_process_group()
+report = {
+    "built": [d.built for d in blend.datasets],
+    "mapped": [isinstance(d.sample_index, np.memmap) for d in blend.datasets]
+        + [isinstance(blend.dataset_index, np.memmap)],
+    "samples": [blend[i].tolist() for i in range(0, 200, 7)],
+}
+open(out, "w").write(json.dumps(report))
+"""
+
+
+def test_ranks_share_the_indices_rank_zero_builds(tmp_path):
+    """Two gloo ranks (this process is rank 0, a child rank 1) open a blend of two shards:
+    rank 0 builds every index once, rank 1 waits and memory-maps rank 0's files, and both read
+    the same samples."""
+    rng = np.random.default_rng(4)
+    prefixes = [str(_shard(tmp_path / name, [rng.integers(0, 100, size=30) for _ in range(40)])) for name in "ab"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    rank_args = [[str(tmp_path / "store"), str(r), str(tmp_path / f"rank{r}.json"), *prefixes] for r in range(2)]
+    child = subprocess.Popen(
+        [sys.executable, "-c", RANK_SCRIPT, *rank_args[1]], env=env, stderr=subprocess.PIPE, text=True
+    )
+    argv = sys.argv
+    try:  # rank 0 here: torch is imported once per test run, not once more per rank
+        sys.argv = ["rank0", *rank_args[0]]
+        exec(RANK_SCRIPT, {})
+    finally:
+        sys.argv = argv
+    assert child.wait(timeout=300) == 0, child.stderr.read()[-3000:]
+    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    assert rank0["built"] == [True, True] and rank1["built"] == [False, False]
+    assert rank1["mapped"] == [True, True, True]
+    assert rank0["samples"] == rank1["samples"]

@@ -266,6 +266,6 @@ def test_open_checks_a_million_sequences_in_milliseconds(tmp_path):
         ds = IndexedDataset(tmp_path / "big")
         timings.append(time.perf_counter() - started)
     assert len(ds) == 1_000_000
-    # About 5 ms on an idle core, 13 ms with 10 processes on 2 cores: the bound leaves room for
-    # a loaded machine and still catches a check that loops in Python (seconds).
-    assert min(timings) < 0.1, f"open took {min(timings) * 1000:.1f} ms"
+    # About 5 ms on an idle core, 13 ms with 10 processes on 2 cores: the bound leaves room for a
+    # heavily loaded machine and still catches a check that loops in Python (seconds).
+    assert min(timings) < 0.5, f"open took {min(timings) * 1000:.1f} ms"

@@ -15,7 +15,8 @@ import torch
 import yaml
 
 import tokenmill.train.checkpoint as checkpoint
-from tokenmill.train.checkpoint import list_checkpoints, load_for_inference
+from tokenmill.train.checkpoint import load_for_inference
+from tokenmill.train.checkpoint_files import list_checkpoints
 from tokenmill.train.config import config_from_dict
 from tokenmill.train.faults import FAULT_ENV, parse_fault
 from tokenmill.train.loop import train

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tokenmill.errors import DiskFullError
-from tokenmill.train.checkpoint import AsyncCheckpointer, list_checkpoints, read_meta, save_checkpoint
+from tokenmill.train.checkpoint import AsyncCheckpointer, save_checkpoint
+from tokenmill.train.checkpoint_files import list_checkpoints, read_meta
 
 STATE_FLOATS = 256 * 1024  # 1 MiB of float32
 

@@ -151,7 +151,7 @@ def test_a_stopped_rank_ends_the_job_within_the_collective_timeout(shakespeare_s
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
         if stopped_at is None:
-            ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.environ().get("RANK") == "1"]
+            ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == "tokenmill:1"]
             if ranks and ranks[0].status() == psutil.STATUS_STOPPED:
                 stopped_at = time.monotonic()
         time.sleep(0.2)
@@ -159,7 +159,7 @@ def test_a_stopped_rank_ends_the_job_within_the_collective_timeout(shakespeare_s
     _, stderr, alive = finish(proc)
     assert stopped_at is not None, stderr[-3000:]
     assert proc.returncode == 124, stderr[-3000:]
-    # The waiting rank names itself and the collective it waited in; the agent names the stopped one.
+    # The waiting rank names itself and the collective it waited in; the launcher names the stopped one.
     assert (
         "tokenmill: ERROR: rank 0: collective all_reduce (torch.distributed.distributed_c10d) in all_reduce_grads "
         "waited " in stderr

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import text_documents, write_shard
+from shard_files import text_documents, write_shard
 
 from tokenmill.train.checkpoint import load_for_inference
 

@@ -11,7 +11,8 @@ from tokenmill.train.config import TrainConfig
 from tokenmill.train.engine import Engine, SingleProcessEngine
 from tokenmill.train.loop import train
 from tokenmill.train.metrics import read_metrics
-from tokenmill.train.model import GPT, preset
+from tokenmill.train.model import GPT
+from tokenmill.train.model_config import preset
 
 
 def engine_for(cfg: TrainConfig, state=None) -> SingleProcessEngine:

@@ -12,7 +12,8 @@ from tokenmill.train.checkpoint import save_checkpoint
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.engine import SingleProcessEngine
 from tokenmill.train.export_hf import export_hf
-from tokenmill.train.model import GPT, preset
+from tokenmill.train.model import GPT
+from tokenmill.train.model_config import preset
 
 transformers = pytest.importorskip("transformers")
 

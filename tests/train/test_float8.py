@@ -8,7 +8,8 @@ import torch
 from tokenmill.errors import ConfigError
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.engine import SingleProcessEngine
-from tokenmill.train.model import GPT, preset
+from tokenmill.train.model import GPT
+from tokenmill.train.model_config import preset
 from tokenmill.train.parallel.float8 import apply_float8, keep_for_float8
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tokenmill.train import plan
+from tokenmill.train import layout_planner as plan
 from tokenmill.train.flops import flops_per_token, head_flops, layer_flops
-from tokenmill.train.model import PRESETS
+from tokenmill.train.model_config import PRESETS
 from tokenmill.train.parallel.pipeline import split_layers, stage_costs
 
 

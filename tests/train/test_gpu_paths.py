@@ -22,8 +22,8 @@ from tokenmill.train.loop import build_engine, describe_engine
 from tokenmill.train.metrics import device_peak_flops, peak_flops, read_metrics
 from tokenmill.train.model import GPT
 from tokenmill.train.optim import adamw_implementation
-from tokenmill.train.parallel.engine import ParallelEngine
 from tokenmill.train.parallel.mesh import release_own_group
+from tokenmill.train.parallel.parallel_engine import ParallelEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_parallel import CLIP, LR, MICRO_BATCH, batches, tiny_config  # noqa: E402

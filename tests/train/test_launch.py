@@ -1,6 +1,6 @@
-"""`tokenmill train` as a process a user starts, stops and kills: the launcher, its torchrun
-agent and the workers (dp=2 on the CPU), run by the installed command from a directory of
-the user's own."""
+"""`tokenmill train` as a process a user starts, stops and kills: the launcher and the ranks
+it supervises (dp=2 on the CPU), run by the installed command from a directory of the user's
+own."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def test_a_bad_layout_is_one_line_before_any_worker(
     def no_worker(*args, **kwargs):
         raise AssertionError(f"a process was started: {args[0] if args else kwargs}")
 
-    monkeypatch.setattr(subprocess, "Popen", no_worker)  # torchrun, its agent and the ranks start this way
+    monkeypatch.setattr(subprocess, "Popen", no_worker)  # the ranks start this way
     assert main(["train", config, "--data", str(shakespeare_shard), "--out", "run", *flags]) == 1
     err = capsys.readouterr().err
     assert err.count(message) == 1, err
@@ -123,11 +123,14 @@ def test_ctrl_c_prints_one_line_and_exits_130(shakespeare_shard: Path, tmp_path:
     out = tmp_path / "run"
     proc = start(shakespeare_shard, out, *flags)
     wait_for_rows(proc, out, 2)
-    workers = psutil.Process(proc.pid).children(recursive=True)
-    assert len(workers) == (3 if flags else 0)  # the agent and its 2 ranks
+    workers = psutil.Process(proc.pid).children(recursive=True)  # the ranks and their server
+    assert sorted(p.name() for p in workers if p.name().startswith("tokenmill:")) == (
+        ["tokenmill:0", "tokenmill:1"] if flags else []
+    )
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130
+    assert len(stderr.strip().splitlines()) == 1, stderr[-3000:]
     (line,) = stderr.strip().splitlines()
     assert line.startswith(INTERRUPTED), stderr[-3000:]
     time.sleep(1.0)
@@ -140,7 +143,7 @@ def test_killing_the_launcher_kills_its_workers(shakespeare_shard: Path, tmp_pat
     proc = start(shakespeare_shard, out, "--dp", "2", "--zero", "1")
     wait_for_rows(proc, out, 2)
     tree = psutil.Process(proc.pid).children(recursive=True)
-    assert len(tree) == 3
+    assert len(tree) == 3  # the 2 ranks and the server they are forked from
     proc.kill()  # SIGKILL: the launcher can do nothing about it
     proc.communicate(timeout=30)
     deadline = time.monotonic() + 5
@@ -168,10 +171,14 @@ def test_a_second_run_on_the_same_directory_is_refused(
         writer = (
             first.pid
             if not flags
-            else next(  # rank 0 writes under torchrun
-                p.pid for p in psutil.Process(first.pid).children(recursive=True) if p.environ().get("RANK") == "0"
+            else next(  # rank 0 writes
+                p.pid for p in psutil.Process(first.pid).children(recursive=True) if p.name() == "tokenmill:0"
             )
         )
+        # The first run holds its lock while stopped (SIGSTOP), and trains on no core meanwhile.
+        first_run = [psutil.Process(first.pid), *psutil.Process(first.pid).children(recursive=True)]
+        for process in first_run:
+            process.suspend()
         for second_flags in ([], ["--dp", "2"]):
             second = run(*train_tiny(shakespeare_shard, "run", 3, *second_flags), cwd=tmp_path, timeout=120)
             assert second.returncode == 1
@@ -179,6 +186,8 @@ def test_a_second_run_on_the_same_directory_is_refused(
                 f"tokenmill: error: run is being written by another `tokenmill train` (pid {writer}); "
                 "wait for it to finish or stop it, or pass another --out"
             ], second.stderr[-3000:]
+        for process in first_run:
+            process.resume()
         assert first.poll() is None  # the first run goes on
     finally:
         os.killpg(first.pid, signal.SIGINT)

@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from tokenmill.errors import ConfigError, TokenmillError
-from tokenmill.train.checkpoint import CheckpointError, list_checkpoints, load_for_inference
+from tokenmill.train.checkpoint import load_for_inference
+from tokenmill.train.checkpoint_files import CheckpointError, list_checkpoints
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.loop import train
 from tokenmill.train.metrics import read_metrics
-from tokenmill.train.model import preset
+from tokenmill.train.model_config import preset
 
 
 def tiny_config(shard: Path, out: Path, **sections) -> TrainConfig:
@@ -140,7 +141,7 @@ def test_data_and_vocab_errors(shakespeare_shard: Path, tmp_path: Path) -> None:
 
 
 def test_trains_on_a_blend_file(shakespeare_shard: Path, shared_data: Path, tmp_path: Path) -> None:
-    from conftest import write_shard
+    from shard_files import write_shard
 
     lines = (shared_data / "corpus" / "wikitext2_valid.txt").read_bytes()[:200_000].split(b"\n")
     wiki = write_shard(tmp_path / "wiki", [line for line in lines if len(line.strip()) > 20])  # paragraphs
@@ -207,7 +208,7 @@ def test_two_documents_train_without_validation(tmp_path: Path, shared_data: Pat
     import subprocess
     import sys
 
-    from conftest import text_documents, write_shard
+    from shard_files import text_documents, write_shard
 
     docs = text_documents(shared_data / "corpus" / "tinyshakespeare.txt")[:2]
     write_shard(tmp_path / "two", docs)

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from tokenmill.train.model import GPT, PRESETS, preset
+from tokenmill.train.model import GPT
+from tokenmill.train.model_config import PRESETS, preset
 
 
 @pytest.mark.parametrize("name", ["tiny", "tiny-llama"])

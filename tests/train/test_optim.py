@@ -9,7 +9,8 @@ import torch
 
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.engine import SingleProcessEngine
-from tokenmill.train.model import GPT, preset
+from tokenmill.train.model import GPT
+from tokenmill.train.model_config import preset
 from tokenmill.train.optim import Schedule, megatron_lr, rampup_batch_size
 
 

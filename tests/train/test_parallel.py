@@ -1,7 +1,8 @@
-"""3D parallelism equals single-process training (CPU, gloo).
+"""4D parallelism (tp x pp x dp x cp) equals single-process training (CPU, gloo).
 
-One `torchrun` launch per world size runs every layout of that size in turn (process start-up
-dominates on a small CPU); each rank writes its losses, gradient norms and its share of the
+One launch per world size (tests/train/ranks.py: ranks as torchrun starts them, forked from a
+process with torch imported) runs every layout of that size in turn (process start-up dominates
+on a small CPU); each rank writes its losses, gradient norms and its share of the
 final parameters (gathered to full tensors), and the tests compare them with the
 single-process engine on the same model, data and steps.
 
@@ -11,13 +12,17 @@ Run as a script, this file is the worker: `torchrun ... test_parallel.py OUT LAY
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+# Also run as a rank's script (ranks.py), which finds its helpers here and in tests/.
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+from local_ports import free_port  # noqa: E402
+from ranks import launch  # noqa: E402
 
 STEPS = 3
 GLOBAL_BATCH = 8
@@ -26,10 +31,12 @@ SEQ = 16
 LR = 1e-3
 CLIP = 1.0
 
+LLAMA = {"flavour": "llama", "n_kv_heads": 2}  # RoPE and grouped-query attention
+
 # name -> (model overrides, parallel section)
 LAYOUTS_2 = {
     "tp2": ({}, {"tp": 2}),
-    "tp2_sp_llama": ({"flavour": "llama", "n_kv_heads": 2}, {"tp": 2, "sequence_parallel": True}),
+    "tp2_sp_llama": (LLAMA, {"tp": 2, "sequence_parallel": True}),
     "pp2_1f1b": ({}, {"pp": 2, "pp_schedule": "1f1b"}),
     "pp2_gpipe": ({}, {"pp": 2, "pp_schedule": "gpipe"}),
     "pp2_interleaved": ({"n_layers": 4}, {"pp": 2, "pp_schedule": "interleaved", "virtual_stages": 2}),
@@ -45,19 +52,33 @@ LAYOUTS_2 = {
         {"n_layers": 4, "tie_embeddings": True},
         {"pp": 2, "pp_schedule": "interleaved", "virtual_stages": 2},
     ),
+    # Context parallel: ring attention over the load-balanced split, learned positions / RoPE + GQA.
+    "cp2": ({}, {"cp": 2}),
+    "cp2_llama_zero1": (LLAMA, {"cp": 2, "zero": 1}),
+}
+LAYOUTS_4 = {
+    "cp4": ({}, {"cp": 4}),
+    "cp4_llama": (LLAMA, {"cp": 4}),
+    "cp2_tp2_llama_sp": (LLAMA, {"cp": 2, "tp": 2, "sequence_parallel": True}),
+    "cp2_tp2": ({}, {"cp": 2, "tp": 2}),
+    "cp2_pp2_llama": (LLAMA, {"cp": 2, "pp": 2}),
+    "cp2_pp2_tied": ({"tie_embeddings": True}, {"cp": 2, "pp": 2}),
+    "cp2_dp2_zero3": ({}, {"cp": 2, "dp": 2, "zero": 3}),
+    "cp2_dp2_zero3_llama": (LLAMA, {"cp": 2, "dp": 2, "zero": 3}),
 }
 LAYOUTS_8 = {
     "tp2_pp2_dp2_zero3_sp": ({}, {"tp": 2, "pp": 2, "dp": 2, "zero": 3, "sequence_parallel": True}),
     "tp2_pp2_dp2_zero1_tied": ({"tie_embeddings": True}, {"tp": 2, "pp": 2, "dp": 2, "zero": 1}),
 }
-ALL = {**LAYOUTS_2, **LAYOUTS_8}
+ALL = {**LAYOUTS_2, **LAYOUTS_4, **LAYOUTS_8}
+WORLD = {**dict.fromkeys(LAYOUTS_2, 2), **dict.fromkeys(LAYOUTS_4, 4), **dict.fromkeys(LAYOUTS_8, 8)}
 
 
 def tiny_config(model_over: dict | None = None, parallel: dict | None = None, seed: int = 7):
     """The small GPT (vocab 128, 2 layers, hidden 64, 4 heads) and training settings every
     parallel test shares, with overrides for the model and the layout (`parallel`)."""
     from tokenmill.train.config import TrainConfig
-    from tokenmill.train.model import ModelConfig
+    from tokenmill.train.model_config import ModelConfig
 
     model = ModelConfig(
         **{
@@ -109,7 +130,7 @@ def worker(out: Path, names: list[str]) -> None:
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    from tokenmill.train.parallel.engine import build_parallel_engine
+    from tokenmill.train.parallel.parallel_engine import build_parallel_engine
 
     torch.set_num_threads(1)
     for name in names:
@@ -133,30 +154,6 @@ def worker(out: Path, names: list[str]) -> None:
     dist.destroy_process_group()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(out: Path, nproc: int, args: list[str], timeout: int = 400, script: str = __file__) -> None:
-    """Run `script OUT ARGS...` in nproc local processes under torchrun (fails the test on error)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={nproc}",
-        f"--master-port={free_port()}",
-        "--master-addr=127.0.0.1",
-        script,
-        str(out),
-        *args,
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
-
-
 def merged(out: Path, name: str, world: int) -> dict:
     parts = [torch.load(out / f"{name}.rank{r}.pt", weights_only=False) for r in range(world)]
     params: dict[str, torch.Tensor] = {}
@@ -171,16 +168,16 @@ def merged(out: Path, name: str, world: int) -> dict:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("parallel")
-    launch(out, 2, list(LAYOUTS_2))
-    launch(out, 8, list(LAYOUTS_8))
+    launch(out, 2, list(LAYOUTS_2), script=__file__)
+    launch(out, 4, list(LAYOUTS_4), script=__file__)
+    launch(out, 8, list(LAYOUTS_8), script=__file__)
     return out
 
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("name", list(ALL))
 def test_layout_equals_single_process(runs: Path, name: str) -> None:
-    world = 8 if name in LAYOUTS_8 else 2
-    got, want = merged(runs, name, world), single_process(name)
+    got, want = merged(runs, name, WORLD[name]), single_process(name)
     for a, b in zip(got["losses"], want["losses"]):
         assert a == pytest.approx(b, rel=1e-5), (got["losses"], want["losses"])
     for a, b in zip(got["norms"], want["norms"]):
@@ -230,10 +227,10 @@ def test_two_launchers_train_together(tmp_path: Path) -> None:
 
 def test_impossible_layouts_are_clear_errors() -> None:
     from tokenmill.errors import ConfigError
-    from tokenmill.train.config import ParallelConfig, check_layout
-    from tokenmill.train.model import ModelConfig
+    from tokenmill.train.config import ParallelConfig, TrainConfig, check_layout
+    from tokenmill.train.model_config import ModelConfig
 
-    model = ModelConfig("gpt2", 128, 2, 64, 4, max_seq_len=SEQ)
+    model = ModelConfig("gpt2", 128, 2, 64, 4, max_seq_len=32)
     cases = [
         (ParallelConfig(tp=2, pp=2, dp=1), 8, "tp x pp x dp = 2 x 2 x 1 = 4 but 8 processes"),
         (ParallelConfig(tp=8, pp=1, dp=1), 8, "tp: 8 does not divide model.n_heads = 4"),
@@ -245,10 +242,19 @@ def test_impossible_layouts_are_clear_errors() -> None:
             check_layout(dims, model, SEQ, world)
     with pytest.raises(ConfigError, match="seq_len 15 is not divisible by tp = 2"):
         check_layout(ParallelConfig(tp=2, pp=1, dp=1, sequence_parallel=True), model, 15, 2)
+    # Context parallel: the load-balanced split needs 2 x cp equal chunks; in the config
+    # itself, so `tokenmill train` reports it before any worker starts.
+    with pytest.raises(ConfigError, match=r"^parallel.cp: seq_len 12 does not split into 2 x cp = 8 equal chunks"):
+        check_layout(ParallelConfig(cp=4), model, 12, 4)
+    with pytest.raises(ConfigError, match=r"tp x pp x dp x cp = 1 x 1 x 1 x 2 = 2 but 4 processes"):
+        check_layout(ParallelConfig(cp=2), model, SEQ, 4)
+    with pytest.raises(ConfigError, match=r"parallel.cp: seq_len 18 does not split into 2 x cp = 4") as error:
+        TrainConfig(model=model, dataset={"seq_len": 18}, parallel={"cp": 2}).validate()
+    assert "\n" not in str(error.value)
 
 
 def test_pipeline_split_balances_the_head() -> None:
-    from tokenmill.train.model import ModelConfig
+    from tokenmill.train.model_config import ModelConfig
     from tokenmill.train.parallel.pipeline import split_layers
 
     model = ModelConfig("gpt2", 50304, 8, 256, 4, max_seq_len=SEQ)  # the head costs ~16 layers here

@@ -1,7 +1,7 @@
-"""Checkpoint resharding: a DCP checkpoint saved under one (tp, pp, dp, zero) layout loads
+"""Checkpoint resharding: a DCP checkpoint saved under one (tp, pp, dp, cp, zero) layout loads
 under another and training continues with the same losses.
 
-Each launch runs `python test_parallel_checkpoint.py OUT MODE LAYOUT [SOURCE]` under torchrun:
+Each launch runs `test_parallel_checkpoint.py OUT MODE LAYOUT [SOURCE]` in torchrun's ranks (ranks.py):
 `save` trains 2 steps, saves `OUT/LAYOUT/checkpoints/step_2`, trains 2 more and records all 4
 losses; `load` builds LAYOUT, loads SOURCE's step_2, saves it again as `OUT/LAYOUT/...` (for the
 reverse direction) and trains steps 3 and 4.
@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_parallel import CLIP, GLOBAL_BATCH, LR, MICRO_BATCH, SEQ, launch, tiny_config  # noqa: E402
+# Also run as a rank's script (ranks.py), which finds its helpers here and in tests/.
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+from ranks import launch  # noqa: E402
+from test_parallel import CLIP, GLOBAL_BATCH, LR, MICRO_BATCH, SEQ, tiny_config  # noqa: E402
 
 STEPS = 4
 SAVE_AT = 2
@@ -25,6 +27,7 @@ LAYOUTS = {
     "one": {},
     "tp2": {"tp": 2},
     "tp2_pp2_dp2": {"tp": 2, "pp": 2, "dp": 2, "zero": 3, "sequence_parallel": True},
+    "cp2": {"cp": 2, "zero": 3},  # ZeRO-3 shards over dp x cp
 }
 
 
@@ -38,7 +41,7 @@ def worker(out: Path, mode: str, layout: str, source: str | None) -> None:
     import torch.distributed as dist
 
     from tokenmill.train.checkpoint import load_checkpoint, save_checkpoint
-    from tokenmill.train.parallel.engine import build_parallel_engine
+    from tokenmill.train.parallel.parallel_engine import build_parallel_engine
 
     torch.set_num_threads(1)
     cfg = make_config(layout)
@@ -73,7 +76,7 @@ def worker(out: Path, mode: str, layout: str, source: str | None) -> None:
 
 def _world(layout: str) -> int:
     d = LAYOUTS[layout]
-    return d.get("tp", 1) * d.get("pp", 1) * d.get("dp", 1)
+    return d.get("tp", 1) * d.get("pp", 1) * d.get("dp", 1) * d.get("cp", 1)
 
 
 @pytest.mark.distributed
@@ -87,6 +90,18 @@ def test_checkpoint_reshards_between_layouts(tmp_path: Path) -> None:
     assert run("load", "tp2", "tp2_pp2_dp2") == pytest.approx(want, rel=1e-5)  # also re-saves under tp2
     assert run("load", "one", "tp2_pp2_dp2") == pytest.approx(want, rel=1e-5)
     assert run("load", "tp2_pp2_dp2", "tp2") == pytest.approx(want, rel=1e-5)
+
+
+@pytest.mark.distributed
+def test_checkpoint_reshards_across_context_parallel(tmp_path: Path) -> None:
+    """One process -> cp=2 (ZeRO-3 over the cp ranks) -> one process. The one-process legs run
+    in this process (a group of one), so the test costs a single launch."""
+    worker(tmp_path, "save", "one", None)
+    want = json.loads((tmp_path / "save_one.json").read_text())[SAVE_AT:]
+    launch(tmp_path, 2, ["load", "cp2", "one"], script=__file__)  # also re-saves under cp=2
+    assert json.loads((tmp_path / "load_cp2_from_one.json").read_text()) == pytest.approx(want, rel=1e-5)
+    worker(tmp_path, "load", "one", "cp2")
+    assert json.loads((tmp_path / "load_one_from_cp2.json").read_text()) == pytest.approx(want, rel=1e-5)
 
 
 if __name__ == "__main__":

@@ -57,3 +57,18 @@ def test_cli_3d_parallel_logs_single_process_losses(shakespeare_shard: Path, tmp
     assert [s for s, _ in got] == [s for s, _ in want] and want
     for (_, a), (_, b) in zip(got, want):
         assert a == pytest.approx(b, rel=1e-5)
+
+
+def test_cli_uneven_context_parallel_split_is_one_line_before_any_worker(
+    shakespeare_shard: Path, tmp_path: Path, capsys
+) -> None:
+    from tokenmill.cli import main
+
+    code = main(["train", "tiny", "--data", str(shakespeare_shard), "--out", str(tmp_path / "run"), "--cp", "3"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert (
+        err
+        == "tokenmill: error: --cp: seq_len 128 does not split into 2 x cp = 6 equal chunks (load-balanced causal split)\n"
+    )
+    assert not (tmp_path / "run").exists()  # nothing started

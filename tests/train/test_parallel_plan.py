@@ -6,7 +6,7 @@ import pytest
 
 from tokenmill.cli import main
 from tokenmill.errors import TokenmillError
-from tokenmill.train.plan import Hardware, Shape, bubble_fraction, model_state_bytes, parse_bytes, plan
+from tokenmill.train.layout_planner import Hardware, Shape, bubble_fraction, model_state_bytes, parse_bytes, plan
 
 
 def test_zero_formulas_match_the_paper() -> None:
@@ -63,3 +63,21 @@ def test_plan_command(capsys) -> None:
     )
     out = capsys.readouterr().out
     assert "105 layers x hidden 20480" in out and "feasible layouts" in out
+
+
+def test_context_parallel_divides_activations_and_ranks_for_long_sequences() -> None:
+    from tokenmill.train.layout_planner import Layout, estimate
+
+    shape = Shape(8e9, 32, 4096, 32, 128256, 131072)
+    hw = Hardware(gpus=64, gpu_memory=80 * 2**30)
+    one, four = (estimate(shape, hw, Layout(8, 1, 8 // cp, 3, 1, cp), 16) for cp in (1, 4))
+    assert four.act_full == pytest.approx(one.act_full / 4)
+    # ZeRO-3 shards over dp x cp, the same 8 ranks in both layouts.
+    assert four.weights == pytest.approx(one.weights)
+    results = plan(shape, hw, 16, context_parallel=(1, 2, 4, 8, 16))
+    assert results and results[0].layout.cp > 1  # a 128k sequence does not fit without it
+    assert all(e.layout.tp * e.layout.pp * e.layout.dp * e.layout.cp == 64 for e in results)
+    # A sequence that does not split into 2 x cp chunks is never proposed.
+    assert all(
+        e.layout.cp in (1, 2) for e in plan(Shape(8e9, 32, 4096, 32, 128256, 4100), hw, 16, context_parallel=(1, 2, 4))
+    )

@@ -114,8 +114,8 @@ def test_a_signal_stops_a_local_run_at_a_checkpoint_and_a_rerun_resumes_it(
 
 @pytest.mark.distributed
 def test_sigusr1_to_the_launcher_stops_every_rank_after_the_same_step(tmp_path, shakespeare_shard, undisturbed):
-    """dp=2 under the local agent, with restarts allowed: the launcher passes the request on
-    (the STOP file), both ranks stop after the same step, and the agent does not restart them."""
+    """dp=2 with restarts allowed: the launcher passes the request on (the STOP file), both
+    ranks stop after the same step, and the launcher does not restart them."""
     out = tmp_path / "run"
     argv = train_argv(tmp_path, shakespeare_shard, out, "--dp", "2")
     done = signal_after_rows([*argv, "--max-restarts", "1"], out, signal.SIGUSR1)

@@ -18,21 +18,23 @@ from tokenmill.train import worker
 from tokenmill.train.cli import register, worker_argv
 from tokenmill.train.stop import STOPPED_EXIT, TrainingStopped
 
-HEAVY_MODULES = ("torch", "pandas", "pyarrow", "dask", "distributed", "numba", "transformers", "datasets")
+HEAVY_MODULES = ("torch", "pandas", "pyarrow", "dask", "distributed", "numba", "numpy", "transformers", "datasets")
 
 # Run in a fresh interpreter: the test process has loaded these modules long ago.
 _IMPORT = """
 import json, sys
 import tokenmill.train.worker
+tokenmill.train.worker.build_parser().format_help()  # what `--help` and an argument error build
 heavy = {m.split(".")[0] for m in sys.modules} & set(%r)
-commands = {m for m in sys.modules if m in ("tokenmill.cli", "tokenmill.curate", "tokenmill.pipelines")}
+commands = {m for m in sys.modules if m in ("tokenmill.cli", "tokenmill.curate", "tokenmill.eval", "tokenmill.pipelines")}
 print(json.dumps(sorted(heavy | commands)))
 """
 
 
 def test_the_entry_point_loads_no_heavy_library() -> None:
     """A rank starts from an entry point that loads none of pandas, pyarrow, Dask or numba,
-    nor the other commands' parsers (not even torch, until the training code does)."""
+    nor the other commands' packages and parsers (not even torch or numpy, until the training
+    code does)."""
     done = subprocess.run(
         [sys.executable, "-P", "-c", _IMPORT % (HEAVY_MODULES,)], capture_output=True, text=True, timeout=120
     )
@@ -104,3 +106,33 @@ def test_the_ranks_get_the_commands_training_arguments(flag: str) -> None:
     for name in ("config", "data", "out", "steps", "resume", "tp", "pp", "dp", "zero", "device", "max_restarts"):
         assert getattr(ranks, name) == getattr(given, name), name
     assert not ranks.slurm and ranks.partition is None
+
+
+# The launcher's side of `tokenmill train --dp 2 ...`: its checks, and a run it finds finished.
+_LAUNCHER = """
+import json, sys
+from tokenmill.train.cli import load_train_config
+from tokenmill.train.preflight import nothing_to_do, prepare, refuse_fresh_start
+from tokenmill.train.worker import build_parser
+import tokenmill.train.launch, tokenmill.train.supervisor
+args = build_parser().parse_args(["tiny", "--data", sys.argv[1], "--out", sys.argv[2], "--tp", "2", "--pp", "2", "--dp", "2"])
+_, cfg = load_train_config(args)
+prepared = prepare(cfg, resume=True)
+refuse_fresh_start(cfg, True)
+print(json.dumps({"vocab": cfg.model.vocab_size, "done": nothing_to_do(cfg, prepared),
+                  "heavy": sorted({m.split(".")[0] for m in sys.modules} & set(%r))}))
+"""
+
+
+def test_the_launcher_checks_a_run_without_torch(shakespeare_shard: Path, tmp_path: Path) -> None:
+    """A multi-rank run's launcher checks the config, the data, the layout and the run
+    directory before starting any rank, without loading torch (each rank loads it once)."""
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", _LAUNCHER % (("torch",),), str(shakespeare_shard), str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said == {"vocab": 512, "done": None, "heavy": []}, said

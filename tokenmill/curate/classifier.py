@@ -27,18 +27,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import xxhash
 
 from tokenmill.curate.documents import read_documents, resolve_input_files
 from tokenmill.curate.registry import Stage, option
-from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
+from tokenmill.curate.stage import Batch, StageOptions, reject
 from tokenmill.curate.text import single_line
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import storage
 from tokenmill.infra.atomic import atomic_path, atomic_write_text
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,8 @@ def _id_hash(doc_id: str, seed: int) -> int:
 def _read_texts(inputs: list[str | Path], max_docs: int | None, seed: int) -> tuple[list[str], list[str]]:
     """(ids, texts) of every document in `inputs`; with `max_docs`, the documents whose id hash
     is smallest (a deterministic sample that does not depend on file order)."""
+    import numpy as np
+
     ids: list[str] = []
     texts: list[str] = []
     for path in resolve_input_files(list(inputs)):
@@ -91,6 +93,8 @@ def _load_fasttext():
 
 def predict_hq(model, lines: list[str]) -> np.ndarray:
     """Probability of `__label__hq` for each one-line text."""
+    import numpy as np
+
     if not lines:
         return np.zeros(0, dtype=np.float64)
     labels, probs = model.predict(lines, k=-1)
@@ -232,6 +236,8 @@ def _labelled_lines(
 ) -> tuple[list[str], np.ndarray]:
     """fastText lines (`LABEL text`) of one class, and which of them are held out: chosen by a
     hash of the document id, so the split does not depend on file order."""
+    import numpy as np
+
     ids, texts = _read_texts(inputs, max_docs, seed)
     if not texts:
         raise TokenmillError(f"no documents with text in {', '.join(map(str, inputs))}")
@@ -241,6 +247,8 @@ def _labelled_lines(
 
 def _split(classes: dict[str, tuple[list[str], np.ndarray]], seed: int) -> tuple[list[str], list[tuple[str, str]]]:
     """The training lines (classes interleaved) and the held-out (label, line) pairs."""
+    import numpy as np
+
     train_lines = [line for lines, held in classes.values() for line, h in zip(lines, held) if not h]
     test_items = [(label, line) for label, (lines, held) in classes.items() for line, h in zip(lines, held) if h]
     if not train_lines:
@@ -252,6 +260,8 @@ def _split(classes: dict[str, tuple[list[str], np.ndarray]], seed: int) -> tuple
 
 def _holdout_metrics(model, test_items: list[tuple[str, str]]) -> dict[str, Any]:
     """Accuracy, per-class recall and mean score of the model on the held-out documents."""
+    import numpy as np
+
     metrics: dict[str, Any] = {"n": len(test_items)}
     if test_items:
         scores = predict_hq(model, [line.split(" ", 1)[1] for _, line in test_items])
@@ -301,6 +311,8 @@ def load_model(path: str | Path):
 def pareto_draws(ids: list[str], alpha: float, seed: int = 0) -> np.ndarray:
     """One Lomax(alpha) draw per document id (the distribution of `np.random.pareto(alpha)`),
     a pure function of the id and `seed`."""
+    import numpy as np
+
     hashes = np.fromiter((_id_hash(i, seed) for i in ids), dtype=np.uint64, count=len(ids))
     # the top 53 bits, mapped to (0, 1]
     uniform = ((hashes >> np.uint64(11)).astype(np.float64) + 1.0) / float(1 << 53)
@@ -308,7 +320,7 @@ def pareto_draws(ids: list[str], alpha: float, seed: int = 0) -> np.ndarray:
 
 
 @dataclass
-class ClassifyStage(DocumentStage):
+class ClassifyStage(StageOptions):
     """Add `quality_score` (probability of high quality) and keep by threshold or Pareto rule.
 
     Exactly one of `threshold` and `pareto_alpha`; with neither, `threshold=0.5`."""
@@ -360,7 +372,9 @@ class ClassifyStage(DocumentStage):
         lines = [preprocess(t, self.lowercase) if isinstance(t, str) else "" for t in texts]
         return predict_hq(model, lines)
 
-    def process(self, docs: pd.DataFrame) -> StageOutput:
+    def process(self, docs: pd.DataFrame) -> Batch:
+        import numpy as np
+
         scores = self.score(docs["text"].tolist())
         docs = docs.assign(quality_score=scores)
         if self.pareto_alpha is not None:
@@ -373,7 +387,7 @@ class ClassifyStage(DocumentStage):
         bins = np.minimum((scores * 10).astype(int), 9)
         for b, n in zip(*np.unique(bins, return_counts=True)):
             stats[f"quality_score.{b / 10:.1f}-{(b + 1) / 10:.1f}"] = int(n)
-        return StageOutput(n_in=len(docs), kept=docs[keep], rejected=reject(docs[~keep], reason), stats=stats)
+        return Batch(n_in=len(docs), kept=docs[keep], rejected=reject(docs[~keep], reason), stats=stats)
 
 
 REASONS = {
@@ -408,7 +422,7 @@ class TrainClassifierOptions:
     lowercase: bool = option(True, flag="--keep-case", help="do not lowercase the text")
 
 
-def _train(options: TrainClassifierOptions) -> dict[str, Any]:
+def _run_train_classifier(options: TrainClassifierOptions) -> dict[str, Any]:
     return train_classifier(**asdict(options))
 
 
@@ -429,7 +443,7 @@ STAGES = (
     Stage(
         "train-classifier",
         TrainClassifierOptions,
-        _train,
+        run=_run_train_classifier,
         io="none",
         in_recipes=False,
         report=_report_train,
@@ -441,7 +455,6 @@ STAGES = (
     Stage(
         "classify",
         ClassifyStage,
-        run_stage,
         help="score documents with the quality classifier; keep by --threshold or --pareto-alpha",
         description="Add quality_score (the probability of __label__hq) to every document and keep it when"
         " quality_score >= --threshold, or by GPT-3's Pareto rule with --pareto-alpha (reason classify.below_threshold"

@@ -18,17 +18,16 @@ import io
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from tokenmill.curate.dedup.shingles import ShingleConfig, encode_batch, parse_normalization
 from tokenmill.curate.registry import Stage, option
-from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
+from tokenmill.curate.stage import Batch, PartitionTask, StageOptions, reject, run_stage
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import storage
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 HASH_SEED = 13
@@ -86,6 +85,8 @@ def _ngram_config(ngram: int, normalize: str) -> ShingleConfig:
 
 
 def _long_enough(normalized: list[str], ngram: int) -> np.ndarray:
+    import numpy as np
+
     return np.array([bool(t) and t.count(" ") + 1 >= ngram for t in normalized], dtype=bool)
 
 
@@ -98,6 +99,8 @@ class NgramTable:
 
 
 def build_table(tasks: tuple[EvalTask, ...], ngram: int, normalize: str) -> NgramTable:
+    import numpy as np
+
     from tokenmill.curate.dedup.hashing import shingle_hashes_batch  # numba: loaded by a run
 
     config = _ngram_config(ngram, normalize)
@@ -130,32 +133,72 @@ def _cached_table(tasks: tuple[EvalTask, ...], ngram: int, normalize: str) -> Ng
 
 
 @dataclass
-class Decontaminate(DocumentStage):
-    tasks: tuple[EvalTask, ...] = ()
-    ngram: int = 13
-    normalize: str = "lower,punct"
-    name: str = field(default="decontaminate", init=False)
+class Decontaminate(StageOptions):
+    """Task files (JSONL, `[NAME=]PATH[:FIELD,...]`, or `EvalTask`s) and/or, in a recipe, a
+    directory whose every `.jsonl` file is a task (the benchmark data directory of `eval`)."""
+
+    tasks: list[str | EvalTask] | None = option(
+        None,
+        flag="--task",
+        path=True,
+        cli={"action": "append", "required": True, "metavar": "[NAME=]PATH[:FIELD,...]"},
+        help="an eval JSONL file; repeat for several. Without fields, every string field is eval text",
+    )
+    data_dir: str | None = option(
+        None, cli=False, path=True, help="a directory whose every .jsonl file is an eval task"
+    )
+    ngram: int = option(13, help="words per n-gram (default 13)")
+    normalize: str = option(
+        "lower,punct",
+        help="comma list of lower, punct, nfkc, or none, applied to both sides before n-grams (default lower,punct)",
+    )
+    fields: list[str] | None = option(
+        None,
+        parse=lambda value: [f for f in value.split(",") if f] or None,
+        help="comma list of fields for tasks that name none",
+    )
+    # The tasks, parsed (names, absolute paths, fields), from `tasks` and `data_dir`.
+    eval_tasks: tuple[EvalTask, ...] = field(init=False, repr=False)
+
+    name = "decontaminate"
 
     def __post_init__(self) -> None:
-        if not self.tasks:
-            raise ConfigError("decontamination needs at least one eval task (--task PATH)")
+        parsed = tuple(
+            t if isinstance(t, EvalTask) else EvalTask.parse(t)
+            for t in decontamination_tasks(self.tasks, self.data_dir)
+        )
+        if self.fields:
+            parsed = tuple(EvalTask(t.name, t.path, t.fields or tuple(self.fields)) for t in parsed)
+        names = [t.name for t in parsed]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"eval task names must be unique, got {names}; name them with NAME=PATH")
         if self.ngram < 1:
             raise ConfigError(f"--ngram must be >= 1, got {self.ngram}")
         parse_normalization(self.normalize)
+        self.eval_tasks = parsed
 
-    def config(self) -> dict:
+    def manifest_config(self) -> dict:
         return {
-            "tasks": [vars(t) | {"fields": list(t.fields)} for t in self.tasks],
+            "tasks": [vars(t) | {"fields": list(t.fields)} for t in self.eval_tasks],
             "ngram": self.ngram,
             "normalize": self.normalize,
         }
 
-    def process(self, docs: pd.DataFrame) -> StageOutput:
+    def partitions(self, input: Any) -> list[PartitionTask]:
+        # The table before any worker starts: a bad task file fails the stage at once.
+        _cached_table(self.eval_tasks, self.ngram, self.normalize)
+        return super().partitions(input)
+
+    def finalize(self, manifest: dict[str, Any]) -> None:
+        manifest["eval_tasks"] = _cached_table(self.eval_tasks, self.ngram, self.normalize).stats
+
+    def process(self, docs: pd.DataFrame) -> Batch:
+        import numpy as np
         import pandas as pd
 
         from tokenmill.curate.dedup.hashing import shingle_hashes_batch  # numba: loaded by a run
 
-        table = _cached_table(self.tasks, self.ngram, self.normalize)
+        table = _cached_table(self.eval_tasks, self.ngram, self.normalize)
         batch = encode_batch(docs["text"].fillna("").astype(str).tolist(), _ngram_config(self.ngram, self.normalize))
         hashes, offsets, starts, ends = shingle_hashes_batch(
             batch.buf, batch.offsets, batch.kinds, self.ngram, self.ngram, np.uint64(HASH_SEED)
@@ -183,7 +226,7 @@ class Decontaminate(DocumentStage):
         rejected["matched_ngram"] = ngrams[matched]
         n_matches = np.bincount(doc_of[hit_idx], minlength=len(docs))
         rejected["matched_ngrams"] = n_matches[matched]
-        return StageOutput(
+        return Batch(
             n_in=len(docs), kept=docs[~matched], rejected=rejected, stats={"ngrams_checked": int(long_enough.sum())}
         )
 
@@ -198,47 +241,14 @@ def run_decontaminate(
     fields: list[str] | None = None,
     **runner,
 ) -> dict:
-    parsed = tuple(t if isinstance(t, EvalTask) else EvalTask.parse(t) for t in tasks)
-    if fields:
-        parsed = tuple(EvalTask(t.name, t.path, t.fields or tuple(fields)) for t in parsed)
-    names = [t.name for t in parsed]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"eval task names must be unique, got {names}; name them with NAME=PATH")
-    stage = Decontaminate(tasks=parsed, ngram=ngram, normalize=normalize)
-    table = build_table(parsed, ngram, normalize)  # fail early on bad task files, and record stats
-    return run_stage(stage, input, output, finalize=lambda manifest: manifest.update(eval_tasks=table.stats), **runner)
+    """Decontaminate `input` against eval tasks (`Decontaminate`'s options) into `output`."""
+    stage = Decontaminate(tasks=list(tasks), ngram=ngram, normalize=normalize, fields=fields)
+    return run_stage(stage, input, output, **runner)
 
 
 REASONS = {
     "contaminated:": "shares a {ngram}-word n-gram with the text of this eval task (matched_ngram)",
 }
-
-
-@dataclass
-class DecontaminateOptions:
-    """Task files (JSONL, `[NAME=]PATH[:FIELD,...]`) and/or, in a recipe, a directory whose every
-    `.jsonl` file is a task (the benchmark data directory of `eval`)."""
-
-    tasks: list[str] | None = option(
-        None,
-        flag="--task",
-        path=True,
-        cli={"action": "append", "required": True, "metavar": "[NAME=]PATH[:FIELD,...]"},
-        help="an eval JSONL file; repeat for several. Without fields, every string field is eval text",
-    )
-    data_dir: str | None = option(
-        None, cli=False, path=True, help="a directory whose every .jsonl file is an eval task"
-    )
-    ngram: int = option(13, help="words per n-gram (default 13)")
-    normalize: str = option(
-        "lower,punct",
-        help="comma list of lower, punct, nfkc, or none, applied to both sides before n-grams (default lower,punct)",
-    )
-    fields: list[str] | None = option(
-        None,
-        parse=lambda value: [f for f in value.split(",") if f] or None,
-        help="comma list of fields for tasks that name none",
-    )
 
 
 def decontamination_tasks(tasks: list[str] | None, data_dir: str | None) -> list[str]:
@@ -250,18 +260,10 @@ def decontamination_tasks(tasks: list[str] | None, data_dir: str | None) -> list
     return out
 
 
-def _run(options: DecontaminateOptions, input, output, **runner) -> dict:
-    tasks = decontamination_tasks(options.tasks, options.data_dir)
-    return run_decontaminate(
-        input, output, tasks, ngram=options.ngram, normalize=options.normalize, fields=options.fields, **runner
-    )
-
-
 STAGES = (
     Stage(
         "decontaminate",
-        DecontaminateOptions,
-        _run,
+        Decontaminate,
         help="remove documents sharing a 13-gram with evaluation task text",
         description="Reject documents that share a word n-gram with the text of eval tasks "
         "(reason contaminated:<task>, matched n-gram in matched_ngram).",

@@ -3,7 +3,7 @@
 Required columns: `id` (unique, stable across re-runs), `text`, `source`. Every other column is
 metadata that stages add and keep. Rejected documents carry the same columns plus `reason`.
 The directory contract itself (columns, stage layout, input resolution) is in
-`tokenmill.infra.documents`, which tokenization reads too; this module reads and writes frames.
+`tokenmill.infra.document_dirs`, which tokenization reads too; this module reads and writes frames.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
-from tokenmill.infra.documents import (  # noqa: F401  (the contract, re-exported for the stages)
+from tokenmill.infra.document_dirs import (  # noqa: F401  (the contract, re-exported for the stages)
     KEPT_DIR,
     MANIFEST_FILE,
     REJECTED_DIR,

@@ -13,12 +13,14 @@ memory held by lxml and libxml2 on long runs is returned. Pages larger than `max
 Extractors (`EXTRACTORS`):
 - `trafilatura`: trafilatura's full path (with its readability and jusText fallbacks),
   comments excluded: the quality reference.
-- `lean` (default): the page parsed once by lxml with comments dropped, the subtrees that
-  trafilatura discards anyway (scripts, styles, navigation, footers, asides, forms' widgets,
-  embedded media) stripped in C by `lxml.etree.strip_elements`, then trafilatura's fast-mode
-  passes on that smaller tree with its attribute rules matched in Python instead of XPath
-  (tokenmill/curate/lean_html.py). The reference's F1 on the extraction benchmark (0.962) at
-  about 4 times its speed (docs/extract.md, bench/results/extract.txt).
+- `lean` (default): trafilatura's text (its default mode). The page is parsed once by lxml
+  with comments dropped, the subtrees that trafilatura discards anyway (scripts, styles,
+  navigation, footers, asides, forms' widgets, embedded media) stripped in C by
+  `lxml.etree.strip_elements`, then trafilatura's passes run on that smaller tree with its
+  attribute rules matched in Python instead of XPath (tokenmill/curate/lean_html.py); the
+  comparison with readability and jusText, the baseline and the recall retry run on the page
+  parsed again, unstripped, and only where a bound shows they can change the result.
+- `lean-fast`: the same for trafilatura's fast mode (no readability and jusText comparison).
 - `resiliparse`: Resiliparse's `extract_plain_text` main-content mode on its lexbor parser, without
   comment sections, post meta data, alt texts and list bullets: about 13 times trafilatura's
   speed at F1 0.934 against the reference's 0.960 (more boilerplate kept).
@@ -33,8 +35,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tokenmill.curate.html_text import (
     DEFAULT_EXTRACTOR,
     EXTRACTORS,
@@ -44,7 +44,7 @@ from tokenmill.curate.html_text import (
     utf8_size_over,
 )
 from tokenmill.curate.registry import Stage, option
-from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
+from tokenmill.curate.stage import Batch, StageOptions, reject
 from tokenmill.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -92,12 +92,13 @@ def is_html_type(content_type: Any) -> bool:
 
 
 @dataclass
-class ExtractStage(DocumentStage):
+class ExtractStage(StageOptions):
     extractor: str = option(
         DEFAULT_EXTRACTOR,
         cli={"choices": list(EXTRACTORS)},
-        help=f"lean (default: trafilatura's fast path on a pre-cleaned tree), trafilatura (the quality"
-        f" reference, slower) or resiliparse (fastest, keeps more boilerplate) (default {DEFAULT_EXTRACTOR})",
+        help=f"lean (default: trafilatura's text, on a pre-cleaned tree), lean-fast (trafilatura's fast mode),"
+        f" trafilatura (the quality reference, slower) or resiliparse (fastest, keeps more boilerplate)"
+        f" (default {DEFAULT_EXTRACTOR})",
     )
     max_bytes: int = option(
         4 * 1024 * 1024, help="reject pages larger than this many UTF-8 bytes as extract.too_large (default 4 MiB)"
@@ -124,10 +125,12 @@ class ExtractStage(DocumentStage):
     def versions(self) -> dict[str, str]:
         from importlib.metadata import version
 
-        libraries = {"lean": ("trafilatura", "lxml"), "trafilatura": ("trafilatura", "lxml")}
+        traf = ("trafilatura", "lxml", "jusText")
+        libraries = {"lean": traf, "lean-fast": traf, "trafilatura": traf}
         return {name: version(name) for name in libraries.get(self.extractor, ("resiliparse",))}
 
-    def process(self, docs: pd.DataFrame) -> StageOutput:
+    def process(self, docs: pd.DataFrame) -> Batch:
+        import numpy as np
         import pandas as pd
 
         docs = docs.reset_index(drop=True)
@@ -146,7 +149,7 @@ class ExtractStage(DocumentStage):
         out.loc[html_mask, "text"] = texts
         out.loc[html_mask, "title"] = titles
         stats["extracted"] = int(html_mask.sum() - rejected_mask.sum())
-        return StageOutput(
+        return Batch(
             n_in=len(docs),
             kept=out[~rejected_mask],
             rejected=reject(docs[rejected_mask], pd.Series(reasons[rejected_mask], index=docs.index[rejected_mask])),
@@ -190,7 +193,6 @@ STAGES = (
     Stage(
         "extract",
         ExtractStage,
-        run_stage,
         help="HTML pages -> main text and title (trafilatura, resiliparse, or the lean default)",
         description="Replace the HTML in `text` by the page's main text and add `title`, for documents whose"
         " content_type is HTML (all documents without that column); others pass through unchanged. Pages are"

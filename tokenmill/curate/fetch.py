@@ -256,7 +256,7 @@ STAGES = (
     Stage(
         "fetch-cc",
         FetchOptions,
-        _run,
+        run=_run,
         io="none",
         in_recipes=False,
         report=_report,

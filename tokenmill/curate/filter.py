@@ -18,13 +18,13 @@ import argparse
 import logging
 import textwrap
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.rules import FAMILIES, RuleSet
-from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
+from tokenmill.curate.stage import Batch, StageOptions, reject
 from tokenmill.errors import ConfigError, YamlSyntaxError
 
 if TYPE_CHECKING:
@@ -33,62 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REASONS = {"filter.no_text": "the text is missing (null)"}
-
-
-@dataclass
-class FilterStage(DocumentStage):
-    rules: RuleSet = field(default_factory=RuleSet)
-
-    name = "filter"
-
-    def __post_init__(self) -> None:
-        # a mapping as in a rules YAML file (e.g. from a pipeline recipe): {family: {field: value}}
-        if isinstance(self.rules, dict):
-            rules = RuleSet()
-            rules.update(self.rules)
-            self.rules = rules
-        elif not isinstance(self.rules, RuleSet):
-            raise ConfigError(f"filter rules must be a RuleSet or a mapping, got {type(self.rules).__name__}")
-
-    @classmethod
-    def from_options(
-        cls,
-        config: dict[str, Any] | str | Path | None = None,
-        *,
-        disable: list[str] = (),
-        settings: dict[str, Any] | None = None,
-    ) -> FilterStage:
-        """Rules from defaults, then a config mapping or YAML file, then `disable` (families
-        like `c4` or rules like `c4.curly_bracket`), then `settings` (`family.field: value`)."""
-        rules = RuleSet()
-        if config is not None:
-            rules.update(load_rules_config(config) if isinstance(config, (str, Path)) else config)
-        for name in disable:
-            rules.disable(name)
-        for key, value in (settings or {}).items():
-            rules.set(key, value)
-        return cls(rules=rules)
-
-    def process(self, docs: pd.DataFrame) -> StageOutput:
-        import pandas as pd
-
-        stats: Counter = Counter()
-        apply = self.rules.apply
-        texts: list[Any] = []
-        reasons: list[str | None] = []
-        for text in docs["text"].tolist():
-            if not isinstance(text, str):
-                texts.append(text)
-                reasons.append("filter.no_text")
-                continue
-            new_text, reason = apply(text, stats)
-            texts.append(new_text)
-            reasons.append(reason)
-        reason_series = pd.Series(reasons, index=docs.index, dtype=object)
-        keep = reason_series.isna().to_numpy()
-        kept = docs[keep].assign(text=[t for t, k in zip(texts, keep) if k])
-        rejected = reject(docs[~keep], reason_series[~keep])
-        return StageOutput(n_in=len(docs), kept=kept, rejected=rejected, stats=dict(stats))
 
 
 def load_rules_config(path: str | Path) -> dict[str, Any]:
@@ -114,23 +58,12 @@ def _parse_settings(pairs: list[str]) -> dict[str, str]:
     return settings
 
 
-def rules_help() -> str:
-    lines = ["rules (family.rule) and their settings with defaults:"]
-    for name, family_type in FAMILIES.items():
-        family = family_type()
-        lines.extend(
-            textwrap.wrap(", ".join(family.RULES), width=100, initial_indent=f"  {name}: ", subsequent_indent="      ")
-        )
-        settings = [f"{f.name}={getattr(family, f.name)}" for f in fields(family) if f.name != "enabled"]
-        lines.extend(
-            textwrap.wrap(", ".join(settings), width=100, initial_indent="    settings: ", subsequent_indent="      ")
-        )
-    return "\n".join(lines)
-
-
 @dataclass
-class FilterOptions:
-    """The filter's options: `FilterStage.from_options(config, disable=..., settings=...)`."""
+class FilterStage(StageOptions):
+    """The filter's options, and the `RuleSet` they make: defaults, then `config` (a mapping or
+    YAML file), then `disable` (families like `c4` or rules like `c4.curly_bracket`), then
+    `settings` (`family.field: value`). `rules` given directly (a `RuleSet`, or a mapping as in
+    a rules YAML file) replaces all of that."""
 
     config: dict[str, Any] | str | None = option(
         None,
@@ -148,11 +81,76 @@ class FilterOptions:
         parse=_parse_settings,
         help="change thresholds, e.g. gopher_quality.min_words=100 fineweb.max_short_line_ratio=0.8 (off = rule off)",
     )
+    rules: RuleSet | dict[str, Any] | None = None
+
+    name = "filter"
+
+    def __post_init__(self) -> None:
+        if self.rules is None:
+            rules = RuleSet()
+            if self.config is not None:
+                rules.update(load_rules_config(self.config) if isinstance(self.config, (str, Path)) else self.config)
+            for name in self.disable:
+                rules.disable(name)
+            for key, value in (self.settings or {}).items():
+                rules.set(key, value)
+            self.rules = rules
+        elif isinstance(self.rules, dict):
+            # a mapping as in a rules YAML file (e.g. from a pipeline recipe): {family: {field: value}}
+            rules = RuleSet()
+            rules.update(self.rules)
+            self.rules = rules
+        elif not isinstance(self.rules, RuleSet):
+            raise ConfigError(f"filter rules must be a RuleSet or a mapping, got {type(self.rules).__name__}")
+
+    @classmethod
+    def from_options(
+        cls,
+        config: dict[str, Any] | str | Path | None = None,
+        *,
+        disable: list[str] = (),
+        settings: dict[str, Any] | None = None,
+    ) -> FilterStage:
+        """The stage from a rules file or mapping, rules to turn off and thresholds to change."""
+        return cls(config=config, disable=list(disable), settings=settings)
+
+    def manifest_config(self) -> dict[str, Any]:
+        return {"rules": asdict(self.rules)}
+
+    def process(self, docs: pd.DataFrame) -> Batch:
+        import pandas as pd
+
+        stats: Counter = Counter()
+        apply = self.rules.apply
+        texts: list[Any] = []
+        reasons: list[str | None] = []
+        for text in docs["text"].tolist():
+            if not isinstance(text, str):
+                texts.append(text)
+                reasons.append("filter.no_text")
+                continue
+            new_text, reason = apply(text, stats)
+            texts.append(new_text)
+            reasons.append(reason)
+        reason_series = pd.Series(reasons, index=docs.index, dtype=object)
+        keep = reason_series.isna().to_numpy()
+        kept = docs[keep].assign(text=[t for t, k in zip(texts, keep) if k])
+        rejected = reject(docs[~keep], reason_series[~keep])
+        return Batch(n_in=len(docs), kept=kept, rejected=rejected, stats=dict(stats))
 
 
-def run_filter(options: FilterOptions, input: Any, output: str | Path, **runner: Any) -> dict[str, Any]:
-    stage = FilterStage.from_options(options.config, disable=options.disable, settings=options.settings)
-    return run_stage(stage, input, output, **runner)
+def rules_help() -> str:
+    lines = ["rules (family.rule) and their settings with defaults:"]
+    for name, family_type in FAMILIES.items():
+        family = family_type()
+        lines.extend(
+            textwrap.wrap(", ".join(family.RULES), width=100, initial_indent=f"  {name}: ", subsequent_indent="      ")
+        )
+        settings = [f"{f.name}={getattr(family, f.name)}" for f in fields(family) if f.name != "enabled"]
+        lines.extend(
+            textwrap.wrap(", ".join(settings), width=100, initial_indent="    settings: ", subsequent_indent="      ")
+        )
+    return "\n".join(lines)
 
 
 def _family_flags(parser: argparse.ArgumentParser) -> None:
@@ -163,8 +161,7 @@ def _family_flags(parser: argparse.ArgumentParser) -> None:
 
 def _from_cli(args: argparse.Namespace, values: dict[str, Any]) -> dict[str, Any]:
     values["disable"] = [name for name in FAMILIES if getattr(args, f"no_{name}")] + list(values["disable"])
-    stage = FilterStage.from_options(values["config"], disable=values["disable"], settings=values["settings"])
-    if not stage.rules.enabled():
+    if not FilterStage(**values).rules.enabled():
         raise ConfigError("every rule family is turned off; nothing to filter")
     return values
 
@@ -181,14 +178,12 @@ def _report(manifest: dict[str, Any], args: argparse.Namespace) -> None:
 STAGES = (
     Stage(
         "filter",
-        FilterOptions,
-        run_filter,
+        FilterStage,
         help="Gopher quality / repetition, C4 and FineWeb heuristic rules",
         description="Apply the Gopher quality, Gopher repetition, C4 and FineWeb rules with their published "
         "thresholds. C4's line rules remove lines; the other rules reject documents with the reason "
         "<family>.<rule>.",
         epilog=rules_help(),
-        raw_help=True,
         extend_cli=_family_flags,
         from_cli=_from_cli,
         report=_report,

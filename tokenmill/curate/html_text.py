@@ -33,10 +33,18 @@ def _trafilatura(html: str) -> str | None:
 
 
 def _lean(html: str) -> str | None:
-    # trafilatura's fast path with its XPath rules matched in Python (tokenmill/curate/lean_html.py)
+    # trafilatura's default path with its XPath rules matched in Python, its readability and
+    # jusText comparison run only where it can change the result (tokenmill/curate/lean_html.py)
     from tokenmill.curate.lean_html import extract_text
 
     return extract_text(html)
+
+
+def _lean_fast(html: str) -> str | None:
+    # trafilatura's fast mode (no readability and jusText comparison), the same way
+    from tokenmill.curate.lean_html import extract_text
+
+    return extract_text(html, fast=True)
 
 
 # Resiliparse's main-content heuristics keep comment sections, post meta data (bylines, dates,
@@ -60,6 +68,7 @@ def _resiliparse(html: str) -> str | None:
 
 EXTRACTORS: dict[str, Callable[[str], str | None]] = {
     "lean": _lean,
+    "lean-fast": _lean_fast,
     "trafilatura": _trafilatura,
     "resiliparse": _resiliparse,
 }

@@ -29,19 +29,16 @@ import json
 import logging
 import re
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tokenmill.curate import webarchive
 from tokenmill.curate.registry import Stage, option
-from tokenmill.curate.stage import DocumentBatcher, StageOutput, run_tasks
+from tokenmill.curate.stage import Batch, DocumentBatcher, StageOptions, run_stage
 from tokenmill.curate.text import decode_replacing
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +129,9 @@ REASONS = {
 
 
 @dataclass
-class IngestOptions:
-    """How records map to documents."""
+class IngestStage(StageOptions):
+    """How records map to documents. The stage reads raw files, not documents: `partitions` splits
+    them into partitions (JSONL byte ranges, Parquet row groups, groups of text files, archives)."""
 
     format: str | None = option(
         None,
@@ -161,6 +159,30 @@ class IngestOptions:
         help="a record with undecodable bytes: reject it (invalid_utf8 / invalid_encoding), or replace the bytes"
         " with U+FFFD and count them in the stats (replaced_bytes) (default: reject)",
     )
+
+    name = "ingest"
+
+    def __post_init__(self) -> None:
+        self.encoding = check_encoding(self.encoding)
+        if self.encoding_errors not in ENCODING_ERRORS:
+            raise TokenmillError(
+                f"--encoding-errors must be one of {', '.join(ENCODING_ERRORS)}, got {self.encoding_errors!r}"
+            )
+        if self.separator is not None:
+            try:
+                re.compile(self.separator.encode(self.encoding), re.MULTILINE)
+            except UnicodeEncodeError:
+                raise TokenmillError(f"--separator {self.separator!r} cannot be written in {self.encoding}") from None
+            except re.error as error:
+                raise TokenmillError(
+                    f"--separator {self.separator!r} is not a valid regular expression: {error}"
+                ) from None
+
+    def partitions(self, input: str | Path | list[str | Path]) -> list[Any]:
+        return plan_tasks(list(input) if isinstance(input, (list, tuple)) else [input], self)
+
+    def upstream(self, input: Any) -> None:
+        return None  # raw files: no stage wrote them
 
 
 def detect_format(path: Path) -> str | None:
@@ -195,7 +217,7 @@ def check_encoding(encoding: str) -> str:
 
 
 def _record_to_document(
-    record: Any, doc_id: str, options: IngestOptions, batch: DocumentBatcher, raw: str | bytes | None
+    record: Any, doc_id: str, options: IngestStage, batch: DocumentBatcher, raw: str | bytes | None
 ) -> None:
     if not isinstance(record, dict):
         batch.reject(doc_id, "not_an_object", raw)
@@ -219,7 +241,7 @@ def _record_to_document(
     batch.keep(doc_id, text)
 
 
-def _decode(data: bytes, options: IngestOptions, batch: DocumentBatcher) -> str | None:
+def _decode(data: bytes, options: IngestStage, batch: DocumentBatcher) -> str | None:
     """Decoded text, or None when it has undecodable bytes and they are to be rejected."""
     try:
         return data.decode(options.encoding)
@@ -232,7 +254,7 @@ def _decode(data: bytes, options: IngestOptions, batch: DocumentBatcher) -> str 
     return text
 
 
-def _undecodable_reason(options: IngestOptions) -> str:
+def _undecodable_reason(options: IngestStage) -> str:
     return "invalid_utf8" if codecs.lookup(options.encoding).name == "utf-8" else "invalid_encoding"
 
 
@@ -243,11 +265,11 @@ class JsonlChunk:
     path: str
     prefix: str  # ids are `<prefix>:<byte offset>`
     source: str
-    options: IngestOptions
+    options: IngestStage
     start: int = 0
     end: int | None = None
 
-    def run(self) -> Iterator[StageOutput]:
+    def run(self) -> Iterator[Batch]:
         batch = DocumentBatcher(self.source)
         undecodable = _undecodable_reason(self.options)
         records = 0
@@ -304,11 +326,11 @@ class ParquetChunk:
     path: str
     prefix: str  # ids are `<prefix>:<row>`
     source: str
-    options: IngestOptions
+    options: IngestStage
     row_groups: list[int] = field(default_factory=list)
     first_row: int = 0
 
-    def run(self) -> Iterator[StageOutput]:
+    def run(self) -> Iterator[Batch]:
 
         parquet_file = storage.parquet_file(self.path)
         names = parquet_file.schema_arrow.names
@@ -338,9 +360,9 @@ class TextChunk:
 
     files: list[tuple[str, str]]  # (path, id prefix)
     source: str
-    options: IngestOptions
+    options: IngestStage
 
-    def run(self) -> Iterator[StageOutput]:
+    def run(self) -> Iterator[Batch]:
         batch = DocumentBatcher(self.source)
         undecodable = _undecodable_reason(self.options)
         separator = (
@@ -397,7 +419,7 @@ class UnknownFile:
     prefix: str
     source: str
 
-    def run(self) -> Iterator[StageOutput]:
+    def run(self) -> Iterator[Batch]:
         batch = DocumentBatcher(self.source)
         batch.reject(
             self.prefix,
@@ -417,7 +439,7 @@ class FileRejection:
     reason: str
     raw: str
 
-    def run(self) -> Iterator[StageOutput]:
+    def run(self) -> Iterator[Batch]:
         batch = DocumentBatcher(self.source)
         batch.reject(self.doc_id, self.reason, self.raw)
         yield batch.flush()
@@ -431,7 +453,7 @@ class WithColumns:
     task: Any
     columns: tuple[str, ...]
 
-    def run(self) -> Iterator[StageOutput]:
+    def run(self) -> Iterator[Batch]:
         import pandas as pd
 
         for output in self.task.run():
@@ -442,7 +464,7 @@ class WithColumns:
             yield output
 
 
-def _file_tasks(path: str, prefix: str, source: str, fmt: str, options: IngestOptions) -> list[Any]:
+def _file_tasks(path: str, prefix: str, source: str, fmt: str, options: IngestStage) -> list[Any]:
     if fmt == "jsonl":
         if storage.compression_suffix(path):
             return [JsonlChunk(str(path), prefix, source, options)]
@@ -468,7 +490,7 @@ def _file_tasks(path: str, prefix: str, source: str, fmt: str, options: IngestOp
     return [TextChunk([(str(path), prefix)], source, options)]
 
 
-def plan_tasks(paths: list[str | Path], options: IngestOptions) -> list[Any]:
+def plan_tasks(paths: list[str | Path], options: IngestStage) -> list[Any]:
     """Split the inputs into partition tasks (deterministic order)."""
     if options.format is not None and options.format not in FORMATS:
         raise TokenmillError(f"unknown format {options.format!r}; choose one of {', '.join(FORMATS)}")
@@ -539,48 +561,17 @@ def ingest(
     paths: str | Path | list[str | Path],
     output: str | Path,
     *,
-    format: str | None = None,
-    text_field: str = "text",
-    id_field: str | None = None,
-    source: str | None = None,
-    separator: str | None = None,
-    encoding: str = "utf-8",
-    encoding_errors: str = "reject",
     client=None,
     scheduler: str | None = None,
     workers: int | None = None,
     progress: bool = True,
+    **options: Any,
 ) -> dict[str, Any]:
-    """Read raw corpora into a document stage directory; returns its manifest."""
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    encoding = check_encoding(encoding)
-    if encoding_errors not in ENCODING_ERRORS:
-        raise TokenmillError(f"--encoding-errors must be one of {', '.join(ENCODING_ERRORS)}, got {encoding_errors!r}")
-    if separator is not None:
-        try:
-            re.compile(separator.encode(encoding), re.MULTILINE)
-        except UnicodeEncodeError:
-            raise TokenmillError(f"--separator {separator!r} cannot be written in {encoding}") from None
-        except re.error as error:
-            raise TokenmillError(f"--separator {separator!r} is not a valid regular expression: {error}") from None
-    options = IngestOptions(format, text_field, id_field, source, separator, encoding, encoding_errors)
-    tasks = plan_tasks(list(paths), options)
-    return run_tasks(
-        "ingest",
-        asdict(options),
-        tasks,
-        output,
-        inputs=[storage.absolute(p) for p in paths],
-        client=client,
-        scheduler=scheduler,
-        workers=workers,
-        progress=progress,
+    """Read raw corpora into a document stage directory (`options`: `IngestStage`'s fields);
+    returns its manifest."""
+    return run_stage(
+        IngestStage(**options), paths, output, client=client, scheduler=scheduler, workers=workers, progress=progress
     )
-
-
-def _run(options: IngestOptions, input, output, **runner) -> dict[str, Any]:
-    return ingest(input, output, **asdict(options), **runner)
 
 
 def _report(manifest: dict[str, Any], args: Any) -> None:
@@ -598,8 +589,7 @@ def _report(manifest: dict[str, Any], args: Any) -> None:
 STAGES = (
     Stage(
         "ingest",
-        IngestOptions,
-        _run,
+        IngestStage,
         io="files",
         in_recipes=False,
         report=_report,

@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from tokenmill.curate.registry import Stage, option
-from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
+from tokenmill.curate.stage import Batch, StageOptions, reject
 from tokenmill.errors import TokenmillError
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 # fastText looks at the start of a document; longer texts cost time and change nothing.
@@ -53,6 +52,8 @@ def load_fasttext(path: str | Path):
 
 def predict(model, texts: list[str], k: int = 1) -> tuple[list[str], np.ndarray]:
     """Top label (without `__label__`) and its probability for each text."""
+    import numpy as np
+
     lines = [" ".join(text[:MAX_CHARS].split()) for text in texts]
     labels, probabilities = model.predict(lines, k=k)
     top_labels = [(label[0] if len(label) else "__label__unknown").removeprefix("__label__") for label in labels]
@@ -67,7 +68,7 @@ REASONS = {
 
 
 @dataclass
-class LangIdStage(DocumentStage):
+class LangIdStage(StageOptions):
     """Adds `lang` and `lang_score`; keeps `languages` (all when empty) scored >= `min_score`."""
 
     languages: list[str] = option(
@@ -91,7 +92,9 @@ class LangIdStage(DocumentStage):
     def versions(self) -> dict[str, str]:
         return {"langid_model": Path(self.model).name}
 
-    def process(self, docs: pd.DataFrame) -> StageOutput:
+    def process(self, docs: pd.DataFrame) -> Batch:
+        import numpy as np
+
         labels, scores = predict(load_fasttext(self.model), docs["text"].tolist())
         docs = docs.assign(lang=labels, lang_score=scores)
         low_score = docs["lang_score"].to_numpy() < self.min_score
@@ -100,7 +103,7 @@ class LangIdStage(DocumentStage):
         reasons = np.where(wrong_language, "langid.language", np.where(low_score, "langid.low_score", ""))
         rejected_mask = reasons != ""
         stats = {f"lang.{lang}": int(n) for lang, n in docs["lang"].value_counts().items()}
-        return StageOutput(
+        return Batch(
             n_in=len(docs),
             kept=docs[~rejected_mask],
             rejected=reject(docs[rejected_mask], reasons[rejected_mask]),
@@ -117,7 +120,6 @@ STAGES = (
     Stage(
         "langid",
         LangIdStage,
-        run_stage,
         help="identify the language (fastText lid.176) and keep chosen languages",
         description="Identify each document's language with fastText (the bundled lid.176 model), add lang and"
         " lang_score, and reject documents in other languages (langid.language) or identified with a low"

@@ -22,10 +22,25 @@ from typing import Any
 
 from lxml import etree
 from lxml import html as lxml_html
-from lxml.etree import Element, strip_elements, strip_tags
+from lxml.etree import Element, strip_elements, strip_tags, tostring
 from trafilatura import xpaths as trafilatura_xpaths
-from trafilatura.baseline import baseline
-from trafilatura.core import ESCALATION_ACCEPT_RATIO, ESCALATION_MAX_LENGTH, ESCALATION_PAGE_SHARE
+from trafilatura.baseline import _BLOCK_ELEMS as BASELINE_BLOCK_ELEMS
+from trafilatura.baseline import _spaced_text, baseline
+from trafilatura.core import (
+    ESCALATION_ACCEPT_RATIO,
+    ESCALATION_JUSTEXT_RATIO,
+    ESCALATION_MAX_LENGTH,
+    ESCALATION_PAGE_SHARE,
+    _forum_thread_page,
+)
+from trafilatura.external import (
+    JUSTEXT_OVERRIDE_RATIO,
+    SANITIZED_XPATH,
+    _prefer_readability,
+    justext_rescue,
+    sanitize_tree,
+    try_readability,
+)
 from trafilatura.htmlprocessing import (
     convert_tags,
     delete_by_link_density,
@@ -34,6 +49,8 @@ from trafilatura.htmlprocessing import (
     tree_cleaning,
 )
 from trafilatura.main_extractor import NOT_AT_THE_END, REBUILT_BLOCKS, _elem_text, handle_textelem
+from trafilatura.readability_lxml import REGEXES as READABILITY_REGEXES
+from trafilatura.settings import _COOKIE_CONSENT_RE as COOKIE_CONSENT_RE
 from trafilatura.settings import (
     DEDUPE_SCAN_CAP,
     INLINE_FORMATTABLE,
@@ -41,7 +58,15 @@ from trafilatura.settings import (
     TAG_CATALOG,
     Extractor,
 )
-from trafilatura.utils import SPACING_PROTECTED, normalize_unicode, text_chars_test, trim
+from trafilatura.utils import (
+    DOCTYPE_TAG,
+    FAULTY_HTML,
+    INVALID_XML_CHARS,
+    SPACING_PROTECTED,
+    normalize_unicode,
+    text_chars_test,
+    trim,
+)
 from trafilatura.xml import delete_element, xmltotxt
 
 # ---------------------------------------------------------------------------------------------
@@ -55,7 +80,6 @@ DROPPED_TAGS = (
     "svg",
     "noscript",
     "iframe",
-    "template",
     "nav",
     "footer",
     "aside",
@@ -71,6 +95,9 @@ DROPPED_TAGS = (
     "link",
     "meta",
 )
+# What readability drops first (trafilatura.readability_lxml.Document.summary).
+SCRIPT_TAGS = ("script", "style", "fencedframe")
+_XML_INCOMPATIBLE = tuple(chr(c) for c in [*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF])
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>")
 _parser: Any = None
 
@@ -85,15 +112,38 @@ def _html_parser() -> Any:
     return _parser
 
 
-def parse_html(html: str) -> Any:
-    """The page's lxml tree without the subtrees trafilatura would delete (None: nothing to parse)."""
-    # lxml refuses a str that declares its encoding (XHTML's `<?xml ... encoding="utf-8"?>`).
-    html = _XML_DECLARATION.sub("", html, count=1)
+def repair_html(html: str, characters: bool = True) -> str:
+    """trafilatura's input repair (utils.repair_faulty_html): control and other XML-incompatible
+    characters removed (lxml refuses to store them: "All strings must be XML compatible"), a
+    faulty doctype and a self-closing <html/> fixed; and an XML declaration removed, since lxml
+    refuses a str that declares its encoding. `characters=False` leaves the characters to the
+    caller, which finds them faster in the parsed text (see extract_text)."""
+    if characters:
+        html = INVALID_XML_CHARS.sub("", html)
+    if "doctype" in html[:50].lower():
+        first_line, _, rest = html.partition("\n")
+        html = DOCTYPE_TAG.sub("", first_line, count=1) + "\n" + rest
+    for line in html[:4096].splitlines()[:4]:
+        if "<html" in line and line.endswith("/>"):
+            html = FAULTY_HTML.sub(r"\1>", html, count=1)
+            break
+    return _XML_DECLARATION.sub("", html, count=1)
+
+
+def load_tree(html: str, characters: bool = True) -> Any:
+    """The page's lxml tree, repaired as trafilatura repairs it (see repair_html), comments and
+    processing instructions dropped (None: nothing to parse)."""
     try:
-        tree = lxml_html.document_fromstring(html, parser=_html_parser())
+        return lxml_html.document_fromstring(repair_html(html, characters), parser=_html_parser())
     except etree.ParserError:  # nothing parseable (e.g. only whitespace)
         return None
-    strip_elements(tree, *DROPPED_TAGS, with_tail=False)
+
+
+def parse_html(html: str) -> Any:
+    """load_tree's tree without the subtrees trafilatura's cleaning deletes (None: nothing to parse)."""
+    tree = load_tree(html)
+    if tree is not None:
+        strip_elements(tree, *DROPPED_TAGS, with_tail=False)
     return tree
 
 
@@ -129,9 +179,9 @@ _COMMENTS_LIST_ID = re.compile(f"^(?:{_X._COMMENTS_ID})")
 _COMMENTS_CLASS = re.compile(_X._COMMENTS_CLASS)
 
 
-def raw_tree_boilerplate(tree: Any) -> list:
-    """What RAW_TREE_PRUNE_XPATH and REMOVE_COMMENTS_AND_LISTS_XPATH select: appended articles,
-    share bars, comment sections (document order)."""
+def raw_tree_boilerplate(tree: Any, comments: bool = True) -> list:
+    """What RAW_TREE_PRUNE_XPATH and (with `comments`) REMOVE_COMMENTS_AND_LISTS_XPATH select:
+    appended articles, share bars, comment sections (document order)."""
     doomed = []
     for element in tree.iter("div", "section", "aside", "details", "ol", "ul"):
         id_, class_ = element.get("id", ""), element.get("class", "")
@@ -146,16 +196,23 @@ def raw_tree_boilerplate(tree: Any) -> list:
             or "elementor-share-buttons" in class_
         ):
             doomed.append(element)
-        elif tag != "aside" and (
-            _COMMENTS_CLASS.search(class_) or (_COMMENTS_LIST_ID if tag in ("ol", "ul") else _COMMENTS_ID).search(id_)
+        elif (
+            comments
+            and tag != "aside"
+            and (
+                _COMMENTS_CLASS.search(class_)
+                or (_COMMENTS_LIST_ID if tag in ("ol", "ul") else _COMMENTS_ID).search(id_)
+            )
         ):
             doomed.append(element)
     return doomed
 
 
 def prune_raw_tree(tree: Any) -> None:
-    """Trafilatura's raw-tree prunes, in place (the tail text of a removed element stays)."""
-    for element in raw_tree_boilerplate(tree):
+    """Trafilatura's raw-tree prunes, in place (the tail text of a removed element stays). On a
+    thread-forum page (schema.org DiscussionForumPosting) the comment sections are the posts:
+    trafilatura keeps them there, with comments excluded."""
+    for element in raw_tree_boilerplate(tree, comments=not _forum_thread_page(tree)):
         delete_element(element)
 
 
@@ -207,18 +264,36 @@ def section_matches(tree: Any) -> tuple[list, list, list]:
     boilerplate: list = []
     captions: list = []
     teasers: list = []
+    # the rules read only the tag and the attributes, which repeat within a page (list items,
+    # cards): each combination is judged once
+    verdicts: dict[tuple, tuple[bool, bool, bool]] = {}
     for element in tree.iterdescendants(etree.Element):
-        if not element.attrib:  # every rule tests an attribute
+        attrib = element.attrib
+        if not attrib:  # every rule tests an attribute
             continue
-        if is_boilerplate(element):
+        key = (element.tag, *attrib.items())
+        verdict = verdicts.get(key)
+        if verdict is None:
+            verdict = verdicts[key] = _section_verdict(element)
+        if verdict[0]:
             boilerplate.append(element)
-        if element.tag in _SECTION_TAGS:
-            id_, class_ = element.get("id", ""), element.get("class", "")
-            if "caption" in id_ or "caption" in class_:
-                captions.append(element)
-            if "teaser" in id_.replace("T", "t") or "teaser" in class_.replace("T", "t"):
-                teasers.append(element)
+        if verdict[1]:
+            captions.append(element)
+        if verdict[2]:
+            teasers.append(element)
     return boilerplate, captions, teasers
+
+
+def _section_verdict(element: Any) -> tuple[bool, bool, bool]:
+    """Whether the element is boilerplate, a caption, a teaser (see section_matches)."""
+    if element.tag not in _SECTION_TAGS:
+        return is_boilerplate(element), False, False
+    id_, class_ = element.get("id", ""), element.get("class", "")
+    return (
+        is_boilerplate(element),
+        "caption" in id_ or "caption" in class_,
+        "teaser" in id_.replace("T", "t") or "teaser" in class_.replace("T", "t"),
+    )
 
 
 def prune_sections(tree: Any, potential_tags: set[str], options: Extractor, keep_teasers: bool = False) -> Any:
@@ -376,7 +451,7 @@ def _recover_wild_text(tree: Any, result_body: Any, options: Extractor, consumed
     if options.focus == "recall":
         potential_tags.update(["div", "lb"])
         search_expr += "|.//div|.//lb|.//list"
-    search_tree = prune_sections(tree, potential_tags, options, keep_teasers=True)
+    search_tree = prune_sections(tree, potential_tags, options, keep_teasers=options.fast)
     subelems = search_tree.xpath(search_expr)
     elem_texts = [_elem_text(el) for el in result_body]
     existing = "\n".join(filter(None, elem_texts))
@@ -443,11 +518,149 @@ def extract_content(cleaned_tree: Any, options: Extractor) -> tuple[Any, str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The cascade
+# Bounds that decide, before running them, whether trafilatura's costlier passes can change
+# the result.
 
-OPTIONS = Extractor(output_format="txt", fast=True, comments=False)
-RECALL_OPTIONS = copy(OPTIONS)
-RECALL_OPTIONS.focus = "recall"
+_UNLIKELY = READABILITY_REGEXES["unlikelyCandidatesRe"]
+_MAYBE_CANDIDATE = READABILITY_REGEXES["okMaybeItsACandidateRe"]
+_BLOCKS = tuple(sorted(BASELINE_BLOCK_ELEMS))
+# text readability writes for an embedded video (trafilatura.readability_lxml), at most per <iframe>
+_VIDEO_MARK = len(" VIDEO")
+
+
+_CLASS_AND_ID = etree.XPath("//@class|//@id")
+
+
+def readability_reach(tree: Any) -> int:
+    """An upper bound on the length of the text trafilatura's readability extracts from a
+    raw-pruned `tree` (left unchanged): the page's whitespace-collapsed text less the scripts,
+    styles and unlikely candidates readability removes first. Its output is a subset of what is
+    left, in document order, and removing a contiguous run of text R from a text shortens its
+    collapsed form by at least len(trim(R)) - 1."""
+    removed = set(tree.iter(*SCRIPT_TAGS))
+    removed.update(_unlikely_candidates(tree))
+    reach = _collapsed_length(tree.text_content())
+    # only the outermost removed elements count: their text holds their descendants'
+    covered: dict = {}  # element -> whether it or an ancestor is removed
+    for element in removed:
+        path = []
+        parent = element.getparent()
+        while parent is not None and parent not in removed and parent not in covered:
+            path.append(parent)
+            parent = parent.getparent()
+        hit = parent is not None and (parent in removed or covered[parent])
+        covered.update(dict.fromkeys(path, hit))
+        if not hit:
+            reach -= _collapsed_length(element.text_content()) - 1
+    return reach + _VIDEO_MARK * len(tree.findall(".//iframe"))
+
+
+def _unlikely_candidates(tree: Any) -> list:
+    """The elements readability's remove_unlikely_candidates drops (a class or id matching
+    unlikelyCandidatesRe and not okMaybeItsACandidateRe, <body> spared)."""
+    # the candidates, from their class and id values (XPath lists them in C; each knows its
+    # element); the verdicts are cached per value, the pages repeat a few class names
+    matches: dict[str, bool] = {}
+    candidates = {}
+    for value in _CLASS_AND_ID(tree):
+        hit = matches.get(value)
+        if hit is None:
+            hit = matches[value] = bool(_UNLIKELY.search(value.lower()))
+        if hit:
+            candidates[value.getparent()] = None
+    verdicts: dict[tuple, bool] = {}
+    unlikely = []
+    for element in candidates:
+        key = (element.get("class"), element.get("id"))
+        verdict = verdicts.get(key)
+        if verdict is None:
+            attrs = " ".join(filter(None, key))
+            low = attrs.lower()
+            verdict = verdicts[key] = bool(
+                len(attrs) >= 2 and _UNLIKELY.search(low) and not _MAYBE_CANDIDATE.search(low)
+            )
+        if verdict and element.tag != "body":
+            unlikely.append(element)
+    return unlikely
+
+
+def _collapsed_length(text: str) -> int:
+    """len(trim(text)) without building the collapsed string."""
+    words = text.split()
+    return sum(map(len, words)) + len(words) - 1 if words else 0
+
+
+def page_text_bound(tree: Any) -> int:
+    """An upper bound on len(trafilatura.baseline.html2txt(tree)) for a tree without
+    SCRIPT_TAGS: its body's collapsed text, plus the two spaces html2txt puts around each block."""
+    body = tree.find("body")
+    root = tree if body is None else body
+    return _collapsed_length(root.text_content()) + 2 * sum(1 for _ in root.iter(*_BLOCKS))
+
+
+_BASIC_CLEAN_TAGS = frozenset(("aside", "fencedframe", "footer", "script", "style", "svg", "template"))
+_COOKIE_CONSENT = re.compile(COOKIE_CONSENT_RE, re.I)
+
+
+def basic_clean_matches(root: Any) -> list:
+    """The descendants trafilatura's BASIC_CLEAN_XPATH selects (document order): asides,
+    footers, scripts, styles, SVG, templates, footer divs and cookie-consent banners."""
+    return [
+        element
+        for element in root.iterdescendants(etree.Element)
+        if element.tag in _BASIC_CLEAN_TAGS
+        or (
+            element.attrib
+            and (
+                (element.tag == "div" and "footer" in _first_of(element.attrib, "class", "id"))
+                or _COOKIE_CONSENT.search(element.get("class", ""))
+                or _COOKIE_CONSENT.search(element.get("id", ""))
+            )
+        )
+    ]
+
+
+def page_text_length(raw: Any) -> int:
+    """len(trafilatura.baseline.html2txt(raw)) for a parsed page, its XPath matched in Python."""
+    body = raw.find(".//body")
+    body = copy(raw if body is None else body)
+    _delete_all(basic_clean_matches(body))
+    return len(_spaced_text(body))
+
+
+def external_may_win(body: Any, text: str, reach: int, options: Extractor) -> bool:
+    """Whether trafilatura.external.compare_extraction can replace (body, text), given that
+    readability's text is at most `reach` long: False is certain, True means run it."""
+    length, short = len(text), options.min_extracted_size
+    if options.focus == "recall" and length > short * 10:  # its bypass
+        return False
+    # jusText examines short and unclean results
+    if length < short or body.xpath(SANITIZED_XPATH):
+        return True
+    # readability wins only when its text is over twice as long (1x-1.5x in recall), or when
+    # it is over twice the minimum and the own result has no paragraph text or more tables than paragraphs
+    if reach > (length if options.focus == "recall" else 2 * length):
+        return True
+    return reach > 2 * short and (
+        not body.xpath(".//p//text()") or len(body.findall(".//table")) > len(body.findall(".//p"))
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The cascade: trafilatura.core.trafilatura_sequence (comments excluded, balanced focus), in
+# trafilatura's default mode or its fast mode. The main pass runs on the pre-stripped tree; the
+# later passes, for the pages whose result they can change, on the unstripped page trafilatura
+# sees: in default mode a copy kept before stripping (half the pages need it, and a copy costs
+# a quarter of a parse), in fast mode (a page in ten needs it) the page parsed again.
+
+OPTIONS = Extractor(output_format="txt", fast=False, comments=False)
+FAST_OPTIONS = Extractor(output_format="txt", fast=True, comments=False)
+
+
+def _recall(options: Extractor) -> Extractor:
+    recall = copy(options)
+    recall.focus = "recall"
+    return recall
 
 
 def _extract_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
@@ -455,40 +668,114 @@ def _extract_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
     return extract_content(convert_tags(tree_cleaning(tree, options), options), options)
 
 
-def extract_text(html: str) -> str | None:
-    """The page's main text (None when there is none)."""
-    try:
-        return _extract_text(html)
-    except (TypeError, ValueError):  # what trafilatura's extract() takes as "no text" too
-        return None
+def _compare(raw: Any, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
+    """trafilatura.external.compare_extraction (balanced and recall focus) on the raw tree (left
+    unchanged), adapted from trafilatura 2.3.1 like the main extractor above: the cleaned tree
+    jusText reads is made only when jusText runs (one comparison in forty on the benchmark)."""
+    len_text = len(text)
+    if options.focus == "recall" and len_text > options.min_extracted_size * 10:  # its bypass
+        return body, text
+    algo_body = try_readability(copy(raw))
+    algo_text = trim(tostring(algo_body, method="text", encoding="utf-8").decode("utf-8"))
+    len_algo = len(algo_text)
+    use_readability = _prefer_readability(body, algo_body, algo_text, len_text, len_algo, options)
+    if use_readability:
+        body, text, len_text = algo_body, algo_text, len_algo
+    # an unclean or short result: jusText may replace it
+    unclean = bool(body.xpath(SANITIZED_XPATH))
+    if unclean or len_text < options.min_extracted_size:
+        body2, text2 = justext_rescue(tree_cleaning(copy(raw), options), options)
+        len_text2 = len(text2)
+        if unclean:
+            accept = len_text <= JUSTEXT_OVERRIDE_RATIO * len_text2 and (
+                len_text2 > len_text or not options.images or body.find(".//graphic") is None
+            )
+        else:
+            accept = len_text < len_text2
+        if text2 and accept:
+            body, text = body2, text2
+            use_readability = False
+    if use_readability:
+        body, text = sanitize_tree(body, options)
+    return body, text
 
 
-def _extract_text(html: str) -> str | None:
-    tree = parse_html(html)
+def extract_text(html: str, fast: bool = False) -> str | None:
+    """The page's main text (None when there is none) as trafilatura.extract(html,
+    include_comments=False, fast=fast) finds it."""
+    tree = _load_page(html)
     if tree is None:
         return None
-    prune_raw_tree(tree)
-    # the page's text length, for the recall retry below (trafilatura measures it with html2txt)
-    page = tree.find("body")
-    page_chars = len(" ".join((tree if page is None else page).text_content().split()))
-    # the main pass consumes the tree: the rescues below parse the page again, which costs less
-    # than copying every tree for the few pages that need one
-    body, text = _extract_tree(tree, OPTIONS)
+    options = FAST_OPTIONS if fast else OPTIONS
+    # the raw page for the later passes: in default mode half the pages need it, and copying the
+    # parsed page costs a quarter of parsing it again (fast mode rarely needs it: parsed then)
+    spare = None if fast else deepcopy(tree)
+    strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
+    page_text = tree.text_content()
+    # XML-incompatible characters: trafilatura removes them before parsing. Found faster in the
+    # page's text than in its HTML (the text is what reaches lxml's checks); a NUL may end the
+    # parse, so it is looked for in the HTML.
+    if "\x00" in html or any(char in page_text for char in _XML_INCOMPATIBLE):
+        html = INVALID_XML_CHARS.sub("", html)
+        tree, spare = _load_page(html), None
+        strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
+        page_text = tree.text_content()
+    page_chars = _collapsed_length(page_text)  # bounds readability's text, before its removals
+    page_bound = page_text_bound(tree)
+    strip_elements(tree, *DROPPED_TAGS, with_tail=False)
+    body, text = _extract_tree(tree, options)  # consumes the tree
     raw = None
-    if len(text) < OPTIONS.min_extracted_size:
-        raw = parse_html(html)
-        prune_raw_tree(raw)
+    if not fast and external_may_win(body, text, page_chars, options):
+        raw = _raw_page(html, spare)
+        if external_may_win(body, text, readability_reach(raw), options):
+            body, text = _compare(raw, body, text, options)
+    # baseline rescue on the raw page, kept only if it adds text
+    if len(text) < options.min_extracted_size:
+        raw = raw if raw is not None else _raw_page(html, spare)
         b_body, b_text, b_len = baseline(raw)  # baseline copies its input
         if b_len > len(text):
             body, text = b_body, b_text
-    # a short extraction covering little of the page: retry in recall mode, keep if clearly longer
-    if 0 < len(text) < ESCALATION_MAX_LENGTH and len(text) < ESCALATION_PAGE_SHARE * page_chars:
-        if raw is None:
-            raw = parse_html(html)
-            prune_raw_tree(raw)
-        r_body, r_text = _extract_tree(raw, RECALL_OPTIONS)
-        if len(r_text) >= OPTIONS.min_extracted_size and len(r_text) > ESCALATION_ACCEPT_RATIO * len(text):
-            body, text = r_body, r_text
-    if len(text) < OPTIONS.min_output_size:
+    # a short extraction covering little of the page: retry in recall mode
+    if 0 < len(text) < ESCALATION_MAX_LENGTH and len(text) < ESCALATION_PAGE_SHARE * page_bound:
+        raw = raw if raw is not None else _raw_page(html, spare)
+        if len(text) < ESCALATION_PAGE_SHARE * page_text_length(raw):
+            body, text = _escalate(raw, body, text, options)
+    if len(text) < options.min_output_size:
         return None
-    return normalize_unicode(xmltotxt(body, OPTIONS.formatting))
+    return normalize_unicode(xmltotxt(body, options.formatting).strip())
+
+
+def _raw_page(html: str, spare: Any = None) -> Any:
+    """The raw-pruned page as trafilatura's later passes see it (left unchanged by them):
+    `spare`, the copy of the page parsed as it stands, unless an attribute or a script holds
+    characters that trafilatura's repair removes before parsing."""
+    if spare is not None and not any(char in html for char in _XML_INCOMPATIBLE):
+        return spare
+    raw = load_tree(html)
+    prune_raw_tree(raw)
+    return raw
+
+
+def _load_page(html: str) -> Any:
+    """The raw-pruned tree, XML-incompatible characters left in."""
+    tree = load_tree(html, characters=False)
+    if tree is not None:
+        prune_raw_tree(tree)
+    return tree
+
+
+def _escalate(raw: Any, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
+    """trafilatura's recall escalation: the main pass (and in default mode the comparison) in
+    recall mode, and in default mode a jusText candidate; the clearly longer result wins."""
+    recall = _recall(options)
+    r_body, r_text = _extract_tree(copy(raw), recall)
+    if not options.fast:
+        r_body, r_text = _compare(raw, r_body, r_text, recall)
+    j_text = ""
+    if not options.fast:
+        j_body, j_text = justext_rescue(copy(raw), options)
+    if len(j_text) > len(r_text) and len(j_text) > ESCALATION_JUSTEXT_RATIO * len(text):
+        return j_body, j_text
+    if len(r_text) >= options.min_extracted_size and len(r_text) > ESCALATION_ACCEPT_RATIO * len(text):
+        return r_body, r_text
+    return body, text

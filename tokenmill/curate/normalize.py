@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tokenmill.curate.registry import Stage, option
-from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
+from tokenmill.curate.stage import Batch, StageOptions, reject
 from tokenmill.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ DETOKENIZERS = {"wikitext": detokenize_wikitext}
 
 
 @dataclass
-class NormalizeStage(DocumentStage):
+class NormalizeStage(StageOptions):
     fix_unicode: bool = option(True, help="skip ftfy.fix_text", flag="--no-fix-unicode")
     nfc: bool = option(True, help="skip Unicode NFC normalization", flag="--no-nfc")
     whitespace: bool = option(True, help="skip whitespace clean-up", flag="--no-whitespace")
@@ -128,7 +128,7 @@ class NormalizeStage(DocumentStage):
             text = cleaned
         return text, changed
 
-    def process(self, docs: pd.DataFrame) -> StageOutput:
+    def process(self, docs: pd.DataFrame) -> Batch:
         import pandas as pd
 
         stats: dict[str, int] = {}
@@ -141,7 +141,7 @@ class NormalizeStage(DocumentStage):
         # Strings even when the batch is empty (an empty list would become a float column).
         docs = docs.assign(text=pd.Series(texts, index=docs.index, dtype=object))
         empty = docs["text"].str.strip().str.len() == 0
-        return StageOutput(
+        return Batch(
             n_in=len(docs), kept=docs[~empty], rejected=reject(docs[empty], "empty_after_normalize"), stats=stats
         )
 
@@ -150,7 +150,6 @@ STAGES = (
     Stage(
         "normalize",
         NormalizeStage,
-        run_stage,
         help="fix Unicode (ftfy), NFC, clean whitespace; optionally undo WikiText's tokenization",
         description="Repair mojibake and HTML entities (ftfy), compose Unicode (NFC) and clean whitespace, after"
         " undoing a corpus's tokenization with --detokenize. The stats count the documents each step changed;"

@@ -35,10 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from tokenmill.curate.registry import Stage, option
-from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
+from tokenmill.curate.stage import Batch, StageOptions, reject
 from tokenmill.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -97,7 +95,7 @@ def _digits(text: str) -> int:
 
 
 @dataclass
-class PiiStage(DocumentStage):
+class PiiStage(StageOptions):
     """Replace e-mail addresses, IP addresses and phone numbers in `text` by placeholders."""
 
     kinds: list[str] = option(
@@ -205,7 +203,9 @@ class PiiStage(DocumentStage):
             text = self.replace_phones(text, stats)
         return text
 
-    def process(self, docs: pd.DataFrame) -> StageOutput:
+    def process(self, docs: pd.DataFrame) -> Batch:
+        import numpy as np
+
         stats: Counter = Counter()
         texts: list[object] = []
         missing = []
@@ -227,7 +227,7 @@ class PiiStage(DocumentStage):
         # bool even when empty: an empty object array would select columns, not rows.
         missing_mask = np.array(missing, dtype=bool)
         docs = docs.assign(text=texts)
-        return StageOutput(
+        return Batch(
             n_in=len(docs),
             kept=docs[~missing_mask],
             rejected=reject(docs[missing_mask], "pii.no_text"),
@@ -247,7 +247,6 @@ STAGES = (
     Stage(
         "pii",
         PiiStage,
-        run_stage,
         help="replace e-mail addresses, IP addresses and phone numbers by placeholders",
         description="Replace e-mail addresses, public IP addresses (IPv4 and IPv6) and phone numbers in the text by"
         " <EMAIL>, <IP_ADDRESS> and <PHONE>, as BigScience and datatrove do. Documents are kept; the stats count"

@@ -1,16 +1,20 @@
-"""The curate stages, each declared once: its name, its typed options and the function that runs it.
+"""The curate stages, each declared once: its name and its options, which do its work.
 
-A stage module declares a `Stage` (see `STAGE_MODULES` below for the explicit list). Its options
-are the fields of one dataclass, each made with `option(...)`, which carries the help text and
-how the option appears on the command line and in recipes. From that one declaration come
+A stage module declares a `Stage` in its `STAGES` (`STAGE_MODULES` below is the explicit list of
+those modules). Its options are the fields of one dataclass, each made with `option(...)`, which
+carries the help text and how the option appears on the command line and in recipes. That
+dataclass is a `stage.StageOptions` whose `process` is the per-batch function (`partitions` for a
+stage that splits raw files itself, as ingest), run by `stage.run_stage`. A stage with shuffle
+phases of its own (dedup) or a command that writes no stage directory (fetch-cc,
+train-classifier) names the function that runs it instead (`run`). From that one declaration come
 
 - the `tokenmill curate NAME` subcommand (`add_cli`): one flag per option, and
 - the recipe schema (`options_model`): a strict pydantic model of the recipe's `options:`.
 
 `tokenmill.pipelines` looks stages up here (`recipe_stage`) and nowhere else.
 
-A stage module imports without pandas, pyarrow or numba (it imports them in the functions that
-process a batch, which run in the Dask workers): the command line builds every stage's parser
+A stage module imports without numpy, pandas, pyarrow or numba (it imports them in the functions
+that process a batch, which run in the Dask workers): the command line builds every stage's parser
 from these declarations, and `tokenmill --help` stays instant (docs/architecture.md).
 """
 
@@ -29,6 +33,7 @@ from functools import cache
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from tokenmill.curate.stage import run_stage
 from tokenmill.errors import ConfigError
 from tokenmill.infra import storage
 
@@ -112,16 +117,17 @@ RunFn = Callable[..., dict[str, Any]]
 class Stage:
     """A curate stage: `tokenmill curate NAME` and, when `in_recipes`, `stage: NAME` in a recipe.
 
-    `run(options, input, output, *, client, scheduler, workers, progress) -> manifest`
-    (`run(options) -> result` when `io` is "none")."""
+    `execute(options, input, output, *, client, scheduler, workers, progress) -> manifest`
+    (`execute(options) -> result` when `io` is "none")."""
 
     name: str
     options: type  # a dataclass whose `option(...)` fields are the stage's options
-    run: RunFn
     help: str
     description: str
-    epilog: str | None = None
-    raw_help: bool = False  # keep the epilog's line breaks
+    # None: `run_stage(options, ...)`, the options being a `StageOptions`. A stage with phases of
+    # its own (dedup) or a command (`io` "none") gives its function.
+    run: RunFn | None = None
+    epilog: str | None = None  # printed with its line breaks (a table of rules)
     # documents: --input stage dirs / Parquet, --output STAGE_DIR and the Dask options; files: the
     # same with --input raw files (ingest); none: the options are all the command takes.
     io: str = "documents"
@@ -132,6 +138,10 @@ class Stage:
     from_cli: Callable[[argparse.Namespace, dict[str, Any]], dict[str, Any]] | None = None
     # Lines printed after the summary of a command-line run: report(result, args).
     report: Callable[[dict[str, Any], argparse.Namespace], None] | None = None
+
+    def execute(self, options: Any, *args: Any, **runner: Any) -> dict[str, Any]:
+        """Run the stage with these options (from `cli_options` or `recipe_options`)."""
+        return (self.run or run_stage)(options, *args, **runner)
 
     # ---- recipes
 
@@ -161,9 +171,9 @@ class Stage:
     # ---- command line
 
     def add_cli(self, subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-        extra: dict[str, Any] = {"epilog": self.epilog} if self.epilog else {}
-        if self.raw_help:
-            extra["formatter_class"] = argparse.RawDescriptionHelpFormatter
+        extra: dict[str, Any] = {}
+        if self.epilog:
+            extra = {"epilog": self.epilog, "formatter_class": argparse.RawDescriptionHelpFormatter}
         parser = subparsers.add_parser(self.name, help=self.help, description=self.description, **extra)
         if self.io == "files":
             parser.add_argument(
@@ -218,10 +228,10 @@ class Stage:
     def _command(self, args: argparse.Namespace) -> int:
         options = self.cli_options(args)
         if self.io == "none":
-            result = self.run(options)
+            result = self.execute(options)
         else:
             input = stage_input(args) if self.io == "documents" else args.input
-            result = self.run(options, input, args.output, **runner_options(args))
+            result = self.execute(options, input, args.output, **runner_options(args))
             print_summary(result, args.output)
         if self.report is not None:
             self.report(result, args)

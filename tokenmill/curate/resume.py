@@ -5,7 +5,7 @@ of the stage's name, config, library versions, inputs (each file's path, size an
 number of partitions. A worker that finishes a partition writes its output parts first, then
 `.tasks/task-NNNNN.json` (atomically) with the partition's counts, so a record that exists
 names a partition whose every part is complete. A rerun of the same stage on the same inputs
-finds the directory, skips the recorded partitions, adds their counts, and runs only the rest;
+finds the directory, skips the recorded partitions (`tokenmill.infra.records`), adds their counts, and runs only the rest;
 a changed config or input gives another key, and the old directory is removed. Part files are
 named by partition and batch, so a partition that runs again (after a crash, or on a second
 worker after its first one died) overwrites its own parts instead of adding to them. The
@@ -20,29 +20,16 @@ version (ETag), as local files do by size and mtime.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tokenmill.infra import storage
+from tokenmill.infra import records, storage
 
 log = logging.getLogger(__name__)
 
 TASKS_DIR = ".tasks"
-
-
-def _input_files(inputs: list[str]) -> list[tuple[str, int, str]]:
-    """`storage.fingerprints` of every file under the inputs: a changed input changes the key."""
-    found: list[tuple[str, int, str]] = []
-    for name in inputs:
-        try:
-            found += storage.fingerprints(name)
-        except Exception:  # unreadable here (gone, no access): its name alone is in the key
-            continue
-    return found
 
 
 def stage_key(
@@ -53,11 +40,11 @@ def stage_key(
         "stage": stage_name,
         "config": config,
         "inputs": inputs,
-        "files": _input_files(inputs),
+        "files": records.identity(inputs),
         "versions": versions,
         "tasks": n_tasks,
     }
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return records.digest(identity)
 
 
 def partial_dir(output: str | Path, key: str) -> str:
@@ -79,23 +66,22 @@ def record_path(work_dir: str | Path, task_index: int) -> str:
 
 
 def record_done(work_dir: str | Path, task_index: int, counts: dict[str, Any]) -> None:
-    """Worker side: mark a partition finished, after all its parts are written (one atomic
-    write: a local rename, or a single PUT)."""
-    storage.write_text(record_path(work_dir, task_index), json.dumps(counts, default=int) + "\n")
+    """Worker side: mark a partition finished, after all its parts are written."""
+    records.write_record(record_path(work_dir, task_index), counts, default=int)
 
 
 def finished_tasks(work_dir: str | Path, n_tasks: int) -> dict[int, dict[str, Any]]:
-    """Counts of the partitions a previous run of this stage finished, by task index."""
+    """Counts of the partitions a previous run of this stage finished, by task index (a record
+    torn by a crash of another writer, or gone, leaves its partition to run again)."""
     done: dict[int, dict[str, Any]] = {}
     recorded = {storage.basename(url) for url, _ in storage.list_files(storage.join(work_dir, TASKS_DIR))}
     for index in range(n_tasks):
         path = record_path(work_dir, index)
         if storage.basename(path) not in recorded:
             continue
-        try:
-            counts = json.loads(storage.read_text(path))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-            continue  # torn by a crash of another writer, or gone: run the partition again
+        counts = records.read_record(path)
+        if counts is None:
+            continue
         counts["rejected"] = Counter(counts.get("rejected", {}))
         counts["stats"] = Counter(counts.get("stats", {}))
         done[index] = counts

@@ -1,9 +1,13 @@
 """The stage contract: documents in, `kept/` + `rejected/` + `manifest.json` out, atomically.
 
-A stage is split into partition tasks that run on Dask workers. Each task yields one or more
-`StageOutput` batches, written as `part-<task>-<batch>.parquet` in `kept/` and `rejected/`, so
-memory is bounded by a batch, not by the corpus, and the set of output documents does not
-depend on the number of workers. The runner checks `in == kept + rejected` for every batch.
+A stage (declared in `tokenmill.curate.registry`) is one `StageOptions` dataclass: its fields
+are the options, `process` the per-batch function. `run_stage` splits the input into partition
+tasks (`StageOptions.partitions`: one per input Parquet file, or a stage's own split, as ingest's of
+raw files) that run on Dask workers. Each task yields one or more `Batch`es, written as
+`part-<task>-<batch>.parquet` in `kept/` and `rejected/`, so memory is bounded by a batch, not
+by the corpus, and the set of output documents does not depend on the number of workers. The
+runner checks `in == kept + rejected` for every batch. A stage with shuffle phases of its own
+(dedup) ends with `run_tasks`, the same loop.
 """
 
 from __future__ import annotations
@@ -13,8 +17,6 @@ import logging
 import platform
 import shutil
 import time
-import uuid
-from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
@@ -35,7 +37,7 @@ from tokenmill.curate.documents import (
 )
 from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import replace_dir
-from tokenmill.infra.cluster import client_or_new, collect, external_scheduler
+from tokenmill.infra.cluster import client_or_new, external_scheduler, submit_and_collect
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -47,8 +49,9 @@ PARQUET_BATCH_ROWS = 20_000
 
 
 @dataclass
-class StageOutput:
-    """The result of one batch: kept documents, rejected ones (with `reason`), counters."""
+class Batch:
+    """What a stage made of one batch of documents: kept ones, rejected ones (with `reason`),
+    counters."""
 
     n_in: int
     kept: pd.DataFrame
@@ -61,7 +64,7 @@ RAW_PREVIEW_CHARS = 2_000
 
 
 class DocumentBatcher:
-    """Kept and rejected documents of one source, emitted as `StageOutput` batches.
+    """Kept and rejected documents of one source, emitted as `Batch` batches.
 
     `columns` are the document columns beyond id, text and source (web archives add url, date
     and the like); a record leaves out those it does not know, and they are null.
@@ -100,12 +103,12 @@ class DocumentBatcher:
     def __len__(self) -> int:
         return len(self.kept) + len(self.rejected)
 
-    def flush(self) -> StageOutput:
+    def flush(self) -> Batch:
         import pandas as pd
 
         kept = pd.DataFrame(self.kept, columns=self.kept_columns)
         rejected = pd.DataFrame(self.rejected, columns=self.rejected_columns)
-        output = StageOutput(n_in=len(kept) + len(rejected), kept=kept, rejected=rejected, stats=self.stats)
+        output = Batch(n_in=len(kept) + len(rejected), kept=kept, rejected=rejected, stats=self.stats)
         self.kept, self.rejected, self.stats = [], [], {}
         return output
 
@@ -120,39 +123,53 @@ def reject(frame: pd.DataFrame, reason: str | pd.Series) -> pd.DataFrame:
 class PartitionTask(Protocol):
     """A picklable unit of work that yields batches of output."""
 
-    def run(self) -> Iterator[StageOutput]: ...
+    def run(self) -> Iterator[Batch]: ...
 
 
-class DocumentStage(ABC):
-    """A stage that decides, document by document, what to keep.
+class StageOptions:
+    """A stage's options and its work, declared once.
 
-    Subclasses are dataclasses whose fields are the stage's options (they go into the manifest)
-    and implement `process` for one partition. Expensive state (models) is loaded lazily in
-    the worker, never pickled.
+    Subclasses are dataclasses whose fields are the stage's options (made with
+    `registry.option`; they go into the manifest) and implement `process` for one batch of
+    documents. A stage that reads something other than documents (ingest's raw files) splits
+    its input itself (`partitions`). Expensive state (models) is loaded lazily in the worker, never
+    pickled.
     """
 
     name: str = "stage"
 
-    @abstractmethod
-    def process(self, docs: pd.DataFrame) -> StageOutput:
-        """Split one partition into kept and rejected documents."""
+    def process(self, docs: pd.DataFrame) -> Batch:
+        """Split one batch into kept and rejected documents."""
+        raise NotImplementedError(f"{type(self).__name__} processes no document batch")
 
-    def config(self) -> dict[str, Any]:
+    def partitions(self, input: Any) -> list[PartitionTask]:
+        """The partition tasks over the input: one per Parquet file, batched by `process`."""
+        return [ParquetPartition(str(path), self) for path in resolve_input_files(input)]
+
+    def upstream(self, input: Any) -> dict[str, Any] | None:
+        """The manifest of the stage that wrote the input, if any (summed up in this one's)."""
+        return upstream_manifest(input)
+
+    def manifest_config(self) -> dict[str, Any]:
+        """The options as the manifest records them (and `tokenmill inspect` reads them)."""
         return asdict(self) if is_dataclass(self) else {}
 
     def versions(self) -> dict[str, str]:
         """Versions of the libraries whose behaviour shapes this stage's output."""
         return {}
 
+    def finalize(self, manifest: dict[str, Any]) -> None:
+        """Add stage-specific entries to the manifest before it is published."""
+
 
 @dataclass
 class ParquetPartition:
-    """One input Parquet file, processed in row batches by a `DocumentStage`."""
+    """One input Parquet file, processed in row batches by a stage's `process`."""
 
     path: str
-    stage: DocumentStage
+    stage: StageOptions
 
-    def run(self) -> Iterator[StageOutput]:
+    def run(self) -> Iterator[Batch]:
         parquet_file = storage.parquet_file(self.path)
         check_document_columns(parquet_file.schema_arrow.names, self.path)
         if parquet_file.metadata.num_rows <= PARQUET_BATCH_ROWS:
@@ -163,16 +180,14 @@ class ParquetPartition:
 
 
 def _library_versions() -> dict[str, str]:
-    import dask
-    import pandas as pd
-    import pyarrow
+    # The installed distributions' versions, read from their metadata: the process that
+    # submits a stage never imports pandas (over a CPU second) just to name its version.
+    from importlib.metadata import version
 
     return {
         "tokenmill": __version__,
         "python": platform.python_version(),
-        "pandas": pd.__version__,
-        "pyarrow": pyarrow.__version__,
-        "dask": dask.__version__,
+        **{name: version(name) for name in ("pandas", "pyarrow", "dask")},
     }
 
 
@@ -253,7 +268,7 @@ def run_tasks(
     tmp_dir: Any = None
     address: str | None = None
 
-    def tally(_future, counts: dict[str, Any]) -> dict[str, int]:
+    def tally(_index: int, counts: dict[str, Any]) -> dict[str, int]:
         _add_counts(totals, counts)
         return {"kept": totals["kept"], "rejected": sum(totals["rejected"].values())}
 
@@ -264,16 +279,17 @@ def run_tasks(
             # nothing beside the output (and an older run's partitions where they are).
             tmp_dir = _work_dir(output, key, remote)
             done = _resumed_tasks(stage_name, tmp_dir, len(tasks), totals)
-            futures = [
-                dask.submit(
-                    _run_task, task, index, str(tmp_dir), key=f"{stage_name}-{uuid.uuid4().hex[:6]}-{index}", pure=False
-                )
-                for index, task in enumerate(tasks)
-                if index not in done
-            ]
             n_workers = len(dask.scheduler_info(n_workers=-1).get("workers", {}))
-            collect(
-                futures, tally, total=len(tasks), initial=len(done), desc=stage_name, unit="part", progress=progress
+            submit_and_collect(
+                dask,
+                _run_task,
+                ((index, (task, index, str(tmp_dir))) for index, task in enumerate(tasks) if index not in done),
+                tally,
+                desc=stage_name,
+                unit="part",
+                progress=progress,
+                total=len(tasks),
+                initial=len(done),
             )
         manifest = _stage_manifest(
             stage_name, config, inputs, upstream, versions, started, n_workers, len(tasks), len(done), totals
@@ -417,7 +433,7 @@ def _add_counts(totals: dict[str, Any], counts: dict[str, Any]) -> None:
 
 
 def run_stage(
-    stage: DocumentStage,
+    stage: StageOptions,
     input: str | Path | list,
     output: str | Path,
     *,
@@ -425,22 +441,21 @@ def run_stage(
     scheduler: str | None = None,
     workers: int | None = None,
     progress: bool = True,
-    finalize: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run a `DocumentStage` over a document input (stage directory or Parquet files)."""
-    files = resolve_input_files(input)
-    tasks = [ParquetPartition(str(path), stage) for path in files]
+    """Run a stage over its input (stage directories or Parquet files; raw files for ingest)
+    and publish `output`; returns the manifest."""
+    inputs = input if isinstance(input, (list, tuple)) else [input]
     return run_tasks(
         stage.name,
-        stage.config(),
-        tasks,
+        stage.manifest_config(),
+        stage.partitions(input),
         output,
-        inputs=[storage.absolute(p) for p in (input if isinstance(input, (list, tuple)) else [input])],
-        upstream=upstream_manifest(input),
+        inputs=[storage.absolute(p) for p in inputs],
+        upstream=stage.upstream(input),
         versions=stage.versions(),
         client=client,
         scheduler=scheduler,
         workers=workers,
         progress=progress,
-        finalize=finalize,
+        finalize=stage.finalize,
     )

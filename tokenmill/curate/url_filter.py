@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlsplit
 
 from tokenmill.curate.registry import Stage, option
-from tokenmill.curate.stage import DocumentStage, StageOutput, reject, run_stage
+from tokenmill.curate.stage import Batch, StageOptions, reject
 from tokenmill.errors import ConfigError
 from tokenmill.infra import storage
 
@@ -300,7 +300,7 @@ def _digest(path: Path) -> str:
 
 
 @dataclass
-class UrlFilterStage(DocumentStage):
+class UrlFilterStage(StageOptions):
     """Reject documents by their `url`: blocklists first, then banned words."""
 
     blocklist: list[str] = option(
@@ -371,6 +371,13 @@ class UrlFilterStage(DocumentStage):
         self._soft_terms = frozenset(" ".join(w) for w in self._soft)  # distinct words (or phrases)
         self._subword_regex = re.compile("|".join(map(re.escape, self._subwords))) if self._subwords else None
 
+    def finalize(self, manifest: dict[str, Any]) -> None:
+        """The manifest's `blocklists`: entries read and skipped per list."""
+        tally = Blocklists(index=False)
+        for name, path in self._sources:
+            tally.add_file(name, path)
+        manifest["blocklists"] = tally.sizes
+
     def versions(self) -> dict[str, str]:
         files = [(f"blocklist:{name}:{path.name}", path) for name, path in self._sources]
         for kind in ("banned_words", "soft_banned_words", "banned_subwords"):
@@ -411,7 +418,7 @@ class UrlFilterStage(DocumentStage):
             return f"url.blocklist:{name}"
         return self.banned_reason(url)
 
-    def process(self, docs: pd.DataFrame) -> StageOutput:
+    def process(self, docs: pd.DataFrame) -> Batch:
         import pandas as pd
 
         lists = load_blocklists(self._sources) if self._sources else None
@@ -430,28 +437,15 @@ class UrlFilterStage(DocumentStage):
             reasons.append(reason)
         reason_series = pd.Series(reasons, index=docs.index, dtype=object)
         keep = reason_series.isna().to_numpy()
-        return StageOutput(
+        return Batch(
             n_in=len(docs), kept=docs[keep], rejected=reject(docs[~keep], reason_series[~keep]), stats=dict(stats)
         )
-
-
-def run_url_filter(stage: UrlFilterStage, input: Any, output: str | Path, **runner: Any) -> dict[str, Any]:
-    """`run_stage` with the manifest's `blocklists`: entries read and skipped per list."""
-
-    def add_list_sizes(manifest: dict) -> None:
-        tally = Blocklists(index=False)
-        for name, path in stage._sources:
-            tally.add_file(name, path)
-        manifest["blocklists"] = tally.sizes
-
-    return run_stage(stage, input, output, finalize=add_list_sizes, **runner)
 
 
 STAGES = (
     Stage(
         "url-filter",
         UrlFilterStage,
-        run_url_filter,
         help="reject web documents by URL: domain/URL blocklists (line files, UT1 categories) and banned words",
         description="Reject documents whose url is on a blocklist (one domain or URL per line, or UT1 category"
         " folders; a domain entry blocks its subdomains too) with the reason url.blocklist:<list>, or whose URL"

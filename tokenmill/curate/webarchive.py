@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenmill.curate.html_text import HTML_TYPES
-from tokenmill.curate.stage import DocumentBatcher, StageOutput
+from tokenmill.curate.stage import Batch, DocumentBatcher
 from tokenmill.curate.text import decode_replacing
 from tokenmill.infra import storage
 
@@ -207,7 +207,7 @@ class WarcFile:
     source: str
     kind: str = "warc"  # "warc": HTML responses; "wet": conversion records
 
-    def run(self) -> Iterator[StageOutput]:
+    def run(self) -> Iterator[Batch]:
         from fastwarc.warc import ArchiveIterator, WarcRecordType
 
         batch = DocumentBatcher(self.source, WEB_COLUMNS)
@@ -353,7 +353,7 @@ class HtmlFiles:
     files: list[tuple[str, str]]  # (path, id)
     source: str
 
-    def run(self) -> Iterator[StageOutput]:
+    def run(self) -> Iterator[Batch]:
         batch = DocumentBatcher(self.source, WEB_COLUMNS)
         for path, doc_id in self.files:
             meta = {"url": None, "date": None, "warc_record_id": None, "content_type": "text/html", "charset": None}

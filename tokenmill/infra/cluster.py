@@ -3,11 +3,12 @@ default, or an existing cluster given by its scheduler address."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Sized
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,6 +17,44 @@ from tokenmill.errors import TokenmillError
 
 def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+@functools.cache  # once per process
+def guard_expression_singletons() -> None:
+    """Close a race in Dask's expression singletons (dask/_expr.py, `SingletonExpr.__new__`).
+
+    It asks ``name in cls._instances`` and then reads ``cls._instances[name]`` from a
+    WeakValueDictionary; the instance can die in between. A LocalCluster's scheduler runs in
+    the process that submits the graph (the command's, or a test session's), so the submitter's
+    expressions, garbage-collected on its thread, are exactly those the scheduler's thread is
+    rebuilding from the same graph: now and then a dedup phase failed with ``KeyError:
+    'taskshuffle-...'``. This reads the entry once (`get`), as the check means to. Applied only
+    where Dask's method has the racy form, so a Dask that fixes it is left alone."""
+    import inspect
+
+    try:
+        from dask._expr import SingletonExpr
+    except ImportError:  # a Dask without expression singletons
+        return
+    try:
+        racy = "if _name in cls._instances" in inspect.getsource(SingletonExpr.__new__)
+    except (OSError, TypeError):
+        return
+    if not racy:
+        return
+    import weakref
+
+    def __new__(cls, *args, _determ_token=None, **kwargs):  # noqa: N807 - replaces Dask's own
+        if not hasattr(cls, "_instances"):
+            cls._instances = weakref.WeakValueDictionary()
+        inst = super(SingletonExpr, cls).__new__(cls, *args, _determ_token=_determ_token, **kwargs)
+        existing = cls._instances.get(inst._name)
+        if existing is not None and cls.__init__ == object.__init__:
+            return existing
+        cls._instances[inst._name] = inst
+        return inst
+
+    SingletonExpr.__new__ = staticmethod(__new__)  # as a class body makes it
 
 
 @contextmanager
@@ -31,6 +70,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
     """
     from distributed import Client, LocalCluster
 
+    guard_expression_singletons()
     if not scheduler and not workers:
         scheduler = os.environ.get("DASK_SCHEDULER_ADDRESS") or None
     if scheduler:
@@ -235,3 +275,23 @@ def collect(
                 bar.set_postfix(**postfix)
     if errors:
         raise errors[0]
+
+
+def submit_and_collect(
+    client,
+    fn: Callable[..., Any],
+    calls: Iterable[tuple[int, tuple[Any, ...]]],
+    on_result: Callable[[int, Any], dict[str, Any] | None],
+    *,
+    desc: str,
+    key: str | None = None,
+    **wait: Any,
+) -> None:
+    """Run `fn(*args)` on the cluster for each `(index, args)` of `calls` and take the results
+    as they finish: `on_result(index, result)`, with `collect`'s progress bar (`desc`, and its
+    other keywords in `wait`). The one loop of every stage's partitions, dedup's per-file
+    phases and the encoder's parts. Each task gets its own key (`KEY-RUN-INDEX`, KEY being
+    `desc` unless given), so that a rerun never picks up a stale result of an earlier one."""
+    prefix = f"{(key or desc).replace(' ', '-')}-{os.urandom(3).hex()}"
+    futures = {client.submit(fn, *args, key=f"{prefix}-{index}", pure=False): index for index, args in calls}
+    collect(futures, lambda future, result: on_result(futures[future], result), desc=desc, **wait)

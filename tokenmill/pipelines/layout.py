@@ -1,5 +1,5 @@
 """The training part of `--dry-run`: the layout the recipe asks for, its model size, and the
-planner's memory estimate (tokenmill.train.plan): per GPU for a run on GPUs, per process in
+planner's memory estimate (tokenmill.train.layout_planner): per GPU for a run on GPUs, per process in
 host memory for a run on the CPU (`parallel.device: cpu`, or `auto` without CUDA)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from tokenmill.pipelines.schema import Recipe, TrainSpec
 
 if TYPE_CHECKING:
-    from tokenmill.train.plan import Shape
+    from tokenmill.train.layout_planner import Shape
 
 
 def describe_layout(recipe: Recipe) -> list[str]:
@@ -19,14 +19,16 @@ def describe_layout(recipe: Recipe) -> list[str]:
     tp, pp, zero = layout["tp"], layout["pp"], layout["zero"]
     world_size = recipe.train_world_size()
     lines = [
-        f"training layout: tp={tp} x pp={pp} x dp={layout['dp']} = {world_size} process(es), ZeRO {zero}"
+        f"training layout: tp={tp} x pp={pp} x dp={layout['dp']}"
+        + (f" x cp={layout['cp']}" if layout["cp"] > 1 else "")
+        + f" = {world_size} process(es), ZeRO {zero}"
         + (f", {spec.nnodes} nodes" if spec.nnodes > 1 else "")
     ]
     from tokenmill.train.config import model_config_from, padded_vocab_size
 
     raw = recipe.train_config_dict()
     dataset, schedule = raw.get("dataset") or {}, raw.get("schedule") or {}
-    from tokenmill.train.plan import Hardware, Layout, Shape, bubble_fraction, estimate
+    from tokenmill.train.layout_planner import Hardware, Layout, Shape, bubble_fraction, estimate
 
     model_spec = raw.get("model", {"preset": "tiny"})
     if isinstance(model_spec, str):
@@ -52,13 +54,14 @@ def describe_layout(recipe: Recipe) -> list[str]:
     gpus = spec.gpus or world_size
     memory, memory_origin = _gpu_memory(spec.gpu_memory)
     hw = Hardware(gpus=gpus, gpu_memory=memory)
-    dp = gpus // (tp * pp) if spec.gpus else layout["dp"]
+    cp = layout["cp"]
+    dp = gpus // (tp * pp * cp) if spec.gpus else layout["dp"]
     if global_batch % max(1, dp * micro):
         lines.append(
             f"(no memory estimate: global batch {global_batch} is not a multiple of dp {dp} x micro-batch {micro})"
         )
         return lines
-    est = estimate(shape, hw, Layout(tp, pp, dp, zero, micro), global_batch)
+    est = estimate(shape, hw, Layout(tp, pp, dp, zero, micro, cp), global_batch)
     gib = 2**30
     lines.append(
         f"planner estimate on {gpus} GPU(s) of {memory / gib:.0f} GiB{memory_origin} (dp={dp}): per GPU weights"
@@ -92,7 +95,7 @@ def _trains_on_cpu(device: str, spec: TrainSpec) -> bool:
 
 def _gpu_memory(given: str | None) -> tuple[int, str]:
     """The memory per GPU the estimate is for, and how it was chosen (said in the plan)."""
-    from tokenmill.train.plan import parse_bytes
+    from tokenmill.train.layout_planner import parse_bytes
 
     if given:
         return parse_bytes(given), ""
@@ -119,13 +122,13 @@ def _cpu_estimate(recipe: Recipe, shape: Shape, global_batch: int, micro: int, p
     """
     layout, world_size = recipe.train_layout(), recipe.train_world_size()
     tp, pp, dp, zero = layout["tp"], layout["pp"], layout["dp"], layout["zero"]
-    from tokenmill.train.plan import Hardware, Layout, bubble_fraction, estimate
+    from tokenmill.train.layout_planner import Hardware, Layout, bubble_fraction, estimate
 
     if global_batch % max(1, dp * micro):
         return [f"(no memory estimate: global batch {global_batch} is not a multiple of dp {dp} x micro-batch {micro})"]
     # The memory budget only decides whether recomputation is needed; a CPU run does not recompute.
     hw = Hardware(gpus=world_size, gpu_memory=2**62)
-    est = estimate(shape, hw, Layout(tp, pp, dp, zero, micro), global_batch)
+    est = estimate(shape, hw, Layout(tp, pp, dp, zero, micro, layout["cp"]), global_batch)
     weights, grads, optim = est.weights * 2, est.grads * 2, est.optim * 8 / 12
     activations = est.act_full * (1 if precision == "bf16" else 2)
     total = weights + grads + optim + activations

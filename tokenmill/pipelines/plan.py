@@ -14,7 +14,6 @@ whose output is still there.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +22,7 @@ from typing import Any
 from tokenmill import __version__
 from tokenmill.curate.registry import recipe_stage
 from tokenmill.errors import TokenmillError, suggest
-from tokenmill.infra import storage
-from tokenmill.infra.atomic import read_json
+from tokenmill.infra import records
 from tokenmill.pipelines.recipe import Recipe
 from tokenmill.pipelines.schema import ClassifierSpec, CurateStep, Source
 
@@ -96,16 +94,6 @@ class Step:
     inputs: list[str] = field(default_factory=list)  # human-readable, for the plan
 
 
-def _file_identity(path: Path) -> list[Any]:
-    """`storage.fingerprints` of a raw input file or of every file under a directory; a missing
-    path is its name alone."""
-    return [list(item) for item in storage.fingerprints(path)] or [[str(path), None, None]]
-
-
-def _hash(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def curate_steps_for(recipe: Recipe, source: str) -> list[tuple[int, Any]]:
     return [(i, c) for i, c in enumerate(recipe.curate) if c.sources is None or source in c.sources]
 
@@ -148,7 +136,7 @@ def _ingest_step(recipe: Recipe, workdir: Path, source: Source) -> Step:
         inputs = ["python installation (pydoc topics, stdlib docstrings, package METADATA/LICENSE)"]
     else:
         paths = [recipe.resolve(p) for p in source.paths()]
-        raw = [item for p in paths for item in _file_identity(p)]
+        raw = records.identity(paths)
         config["paths"] = [str(p) for p in paths]
         inputs = [str(p) for p in paths]
     return Step(
@@ -179,13 +167,12 @@ def _curate_step(recipe: Recipe, workdir: Path, source: str, previous: Step, n: 
     config: dict[str, Any] = {"stage": c.stage, "options": options, "index": i}
     # Files an option names (a blocklist, a rules file, a task directory) are inputs too: an
     # edited list re-runs the step, as an edited raw file re-runs ingest.
-    files = [
-        item
+    files = records.identity(
+        Path(value)
         for option in kind.input_path_options
         for value in (options.get(option) if isinstance(options.get(option), list) else [options.get(option)])
         if isinstance(value, str)
-        for item in _file_identity(Path(value))
-    ]
+    )
     if files:
         config["files"] = files
     if c.stage == "classify" and "classifier" in options:
@@ -231,7 +218,7 @@ def _tokenize_steps(recipe: Recipe, workdir: Path, final_docs: dict[str, Step]) 
     tok_config: dict[str, Any] = tok.model_dump()
     if tok.file:
         tok_config["file"] = str(recipe.resolve(tok.file))
-        tok_config["raw"] = _file_identity(recipe.resolve(tok.file))
+        tok_config["raw"] = records.identity([recipe.resolve(tok.file)])
     steps = [
         Step(
             StepRef.tokenizer(),
@@ -291,7 +278,8 @@ def _train_step(recipe: Recipe, workdir: Path) -> Step:
         workdir / "train",
         {"config": train_config, **train.model_dump(exclude={"config", "gpus", "gpu_memory"})},
         description=f"train under torchrun, tp={layout['tp']} pp={layout['pp']} dp={layout['dp']}"
-        f" zero={layout['zero']} ({world_size} process{'es' if world_size > 1 else ''})",
+        + (f" cp={layout['cp']}" if layout["cp"] > 1 else "")
+        + f" zero={layout['zero']} ({world_size} process{'es' if world_size > 1 else ''})",
         inputs=[str(workdir / "blend" / "blend.json")],
     )
 
@@ -318,7 +306,7 @@ def _set_fingerprints(steps: list[Step]) -> None:
     (`steps` in dependency order), so a change upstream reaches every step downstream."""
     fingerprints: dict[str, str] = {}
     for step in steps:
-        step.fingerprint = _hash(
+        step.fingerprint = records.digest(
             {
                 "name": step.name,
                 "config": step.config,
@@ -415,9 +403,11 @@ def state_path(workdir: Path, step: Step) -> Path:
 
 
 def read_state(workdir: Path, step: Step) -> dict[str, Any] | None:
-    return read_json(state_path(workdir, step))
+    """The record of the step's last finished run (`infra.records`), of any fingerprint."""
+    return records.read_record(state_path(workdir, step))
 
 
 def is_fresh(workdir: Path, step: Step) -> bool:
-    state = read_state(workdir, step)
-    return bool(state) and state.get("fingerprint") == step.fingerprint and step.output.exists()
+    """Whether the step's record is of its current fingerprint and its output is still there."""
+    state = records.read_record(state_path(workdir, step), key=step.fingerprint, field="fingerprint")
+    return state is not None and step.output.exists()

@@ -15,7 +15,6 @@ import base64
 import json
 import math
 import time
-import warnings
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -233,9 +232,7 @@ def _planned_samples(config: dict[str, Any]) -> int:
     from tokenmill.train.config import config_from_dict
     from tokenmill.train.optim import Schedule
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return Schedule(config_from_dict(config)).total_samples
+    return Schedule(config_from_dict(config)).total_samples
 
 
 def realised_blend(blend_file: Path, samples: int) -> list[int]:
@@ -341,7 +338,8 @@ def _training(recipe: Recipe, workdir: Path, section: Section) -> None:
     config = train_config(recipe, workdir)
     if config:
         p = config["parallel"]
-        rows.append(["layout", f"tp={p['tp']} pp={p['pp']} dp={p['dp']} zero={p['zero']}"])
+        cp = f" cp={p['cp']}" if p.get("cp", 1) > 1 else ""  # configs saved before cp have none
+        rows.append(["layout", f"tp={p['tp']} pp={p['pp']} dp={p['dp']}{cp} zero={p['zero']}"])
     section.table(["quantity", "value"], rows)
     series = {"train loss": loss}
     if val:

@@ -20,7 +20,7 @@ from typing import Any
 
 from tokenmill import __version__
 from tokenmill.errors import DiskFullError, TokenmillError
-from tokenmill.infra import faults, storage
+from tokenmill.infra import faults, records, storage
 from tokenmill.infra.atomic import atomic_write_text, remove_leftovers
 from tokenmill.pipelines.context import Context
 from tokenmill.pipelines.plan import (
@@ -219,7 +219,7 @@ def _execute(ctx: Context, step: Step) -> StepResult:
         "result": outcome,
     }
     with _disk_full_is_an_error(step.name, workdir):
-        atomic_write_text(state_path(workdir, step), json.dumps(state, indent=2, default=str) + "\n")
+        records.write_record(state_path(workdir, step), state, indent=2)
     if remote is not None:
         remote.push_step(step)
     return StepResult(step.name, "ran", seconds, summary)

@@ -221,7 +221,7 @@ class Recipe(_Strict):
         return _merge_sections(data, self.train.sections())
 
     def train_layout(self) -> dict[str, int]:
-        """The run's tp, pp, dp and zero (the trainer config's `parallel`, checked by
+        """The run's tp, pp, dp, cp and zero (the trainer config's `parallel`, checked by
         pipelines/checks.py), for plans and job scripts; with a config file that is not there
         (a template checked without its paths), the sections written in `train:`."""
         assert self.train is not None
@@ -230,12 +230,12 @@ class Recipe(_Strict):
         else:
             data = self.train_config_dict()
         parallel = data.get("parallel") if isinstance(data.get("parallel"), dict) else {}
-        defaults = {"tp": 1, "pp": 1, "dp": 1, "zero": 0}
+        defaults = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "zero": 0}
         return {key: int(parallel.get(key, default)) for key, default in defaults.items()}
 
     def train_world_size(self) -> int:
         layout = self.train_layout()
-        return layout["tp"] * layout["pp"] * layout["dp"]
+        return layout["tp"] * layout["pp"] * layout["dp"] * layout["cp"]
 
 
 def _merge_sections(data: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:

@@ -66,7 +66,7 @@ def _curate(ctx: Context, step: Step) -> dict[str, Any]:
         # --force, a changed upstream), instead of being found there as duplicates of itself.
         where = ctx.remote.url if ctx.remote is not None else str(ctx.workdir)
         config = replace(config, index_owner=f"{where}#{step.name}")
-    return kind.run(config, str(upstream), step.output, client=ctx.client(), progress=ctx.progress)
+    return kind.execute(config, str(upstream), step.output, client=ctx.client(), progress=ctx.progress)
 
 
 def _classifier(ctx: Context, step: Step) -> dict[str, Any]:

@@ -95,7 +95,7 @@ def _changed_files(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
 
 def _resume_note(run_dir: Path) -> str:
     """Which checkpoint the trainer resumes (it says itself when that one finished training)."""
-    from tokenmill.train.checkpoint import LATEST
+    from tokenmill.train.checkpoint_files import LATEST
 
     latest = run_dir / "checkpoints" / LATEST
     name = latest.read_text().strip() if latest.is_file() else ""
@@ -185,7 +185,7 @@ def _supervise(ctx: Context, step: Step, run_dir: Path, argv: list[str]) -> int:
     spec = ctx.recipe.train
     assert spec is not None
     from tokenmill.train.launch import child_env
-    from tokenmill.train.lifecycle import LAUNCHER_PID_ENV, PIPELINE_PID_ENV
+    from tokenmill.train.lifecycle import PIPELINE_PID_ENV
 
     # The trainer imports the installed package whatever the cwd holds, and ends with this run.
     env = {
@@ -193,7 +193,6 @@ def _supervise(ctx: Context, step: Step, run_dir: Path, argv: list[str]) -> int:
         PIPELINE_PID_ENV: str(os.getpid()),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
-    env.pop(LAUNCHER_PID_ENV, None)
     process = subprocess.Popen(argv, env=env)
 
     def on_sigterm(signum: int, frame: Any) -> None:

@@ -117,7 +117,7 @@ class RemoteWorkdir:
         """While a training step runs: upload its newest checkpoint if it is not ``done`` (the one
         uploaded last), with the step's config and fingerprint, so that a rerun on another
         machine resumes the training from it. Returns the checkpoint now on the URL."""
-        from tokenmill.train.checkpoint import LATEST, RemoteRun
+        from tokenmill.train.checkpoint_files import LATEST, RemoteRun
 
         latest = run_dir / "checkpoints" / LATEST
         name = latest.read_text().strip() if latest.is_file() else None

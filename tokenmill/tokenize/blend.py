@@ -22,7 +22,7 @@ import numpy as np
 
 from tokenmill.errors import TokenmillError, YamlSyntaxError
 from tokenmill.infra import storage
-from tokenmill.tokenize.gpt_dataset import CACHE_VERSION, GPTDataset, SampleDataset, _save_npy
+from tokenmill.tokenize.gpt_dataset import CACHE_VERSION, GPTDataset, SampleDataset, load_or_build_shared
 from tokenmill.tokenize.indexed import bin_path, cached_shard, idx_path
 
 MID_LEVEL_SURPLUS = 0.005
@@ -173,12 +173,9 @@ class BlendedDataset(SampleDataset):
         key = hashlib.md5(json.dumps(description, sort_keys=True).encode()).hexdigest()[:16]
         cache_dir = Path(f"{self.entries[0].prefix}.cache")
         paths = [cache_dir / f"{key}-blend-dataset_index.npy", cache_dir / f"{key}-blend-dataset_sample_index.npy"]
-        if all(p.is_file() for p in paths):
-            return np.load(paths[0], mmap_mode="r"), np.load(paths[1], mmap_mode="r")
-        dataset_index, dataset_sample_index = build_blending_indices(weights, self.size)
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        _save_npy(paths[0], dataset_index)
-        _save_npy(paths[1], dataset_sample_index)
+        (dataset_index, dataset_sample_index), _ = load_or_build_shared(
+            paths, lambda: build_blending_indices(weights, self.size)
+        )
         return dataset_index, dataset_sample_index
 
     def __len__(self) -> int:

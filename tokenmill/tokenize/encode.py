@@ -10,7 +10,6 @@ partition order, into `PREFIX.bin/.idx`, and the work directory is removed.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import os
@@ -26,10 +25,9 @@ import numpy as np
 
 from tokenmill import __version__
 from tokenmill.errors import TokenmillError
-from tokenmill.infra import faults, storage
-from tokenmill.infra.atomic import atomic_write_text
-from tokenmill.infra.cluster import client_or_new, collect, external_scheduler
-from tokenmill.infra.documents import check_document_columns, resolve_input_files, upstream_manifest
+from tokenmill.infra import faults, records, storage
+from tokenmill.infra.cluster import client_or_new, external_scheduler, submit_and_collect
+from tokenmill.infra.document_dirs import check_document_columns, resolve_input_files, upstream_manifest
 from tokenmill.tokenize.indexed import (
     CHECKSUM_ALGORITHM,
     IndexedDatasetWriter,
@@ -111,14 +109,14 @@ def _part_key(partition: EncodePartition, settings: EncodeSettings) -> str:
         "dtype": settings.dtype,
     }
     identity.pop("index")
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    return records.digest(identity, length=None)
 
 
-def _read_part_marker(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+def _finished_part(parts_dir: Path, partition: EncodePartition, settings: EncodeSettings) -> dict[str, Any] | None:
+    """The completion record of a partition's part shard, if it is of these settings and the
+    shard is there."""
+    done = records.read_record(parts_dir / f"{partition.name}.json", key=_part_key(partition, settings))
+    return done if done is not None and idx_path(parts_dir / partition.name).exists() else None
 
 
 # One tokenizer per worker process, loaded on first use and never pickled.
@@ -153,8 +151,8 @@ def encode_partition(partition: EncodePartition, settings: EncodeSettings) -> di
     parts_dir = Path(settings.parts_dir)
     marker = parts_dir / f"{partition.name}.json"
     key = _part_key(partition, settings)
-    done = _read_part_marker(marker)
-    if done and done.get("key") == key and idx_path(parts_dir / partition.name).exists():
+    done = _finished_part(parts_dir, partition, settings)
+    if done is not None:
         return {**done, "resumed": True}
 
     try:
@@ -214,7 +212,7 @@ def encode_partition(partition: EncodePartition, settings: EncodeSettings) -> di
         "tokens": tokens,
         "rejected": {reason: n for reason, n in rejected.items() if n},
     }
-    atomic_write_text(marker, json.dumps(result) + "\n")
+    records.write_record(marker, result)
     return {**result, "resumed": False}
 
 
@@ -223,23 +221,28 @@ def _encode_partitions(
 ) -> dict[int, dict[str, Any]]:
     """Encode every partition on the cluster; the results by partition index."""
     results: dict[int, dict[str, Any]] = {}
-    futures = {
-        dask.submit(
-            encode_partition, partition, settings, pure=False, key=f"encode-{partition.name}-{os.urandom(3).hex()}"
-        ): partition
-        for partition in partitions
-    }
     tokens = 0
 
-    def add(future, result: dict[str, Any]) -> dict[str, int]:
+    def add(index: int, result: dict[str, Any]) -> dict[str, int]:
         nonlocal tokens
-        results[futures[future].index] = result
+        results[index] = result
         tokens += result["tokens"]
         return {"tokens": tokens}
 
     # Every partition runs to completion even when one fails, so that a re-run after
     # fixing the bad input only redoes what failed.
-    collect(futures, add, desc="encode", unit="part", progress=progress, keep_going=True)
+    calls = ((partition.index, (partition, settings)) for partition in partitions)
+    submit_and_collect(
+        dask,
+        encode_partition,
+        calls,
+        add,
+        desc="encode",
+        key="encode-part",
+        unit="part",
+        progress=progress,
+        keep_going=True,
+    )
     return results
 
 
@@ -248,8 +251,7 @@ def _finished_partitions(partitions: list[EncodePartition], settings: EncodeSett
     parts_dir = Path(settings.parts_dir)
     finished = 0
     for partition in partitions:
-        done = _read_part_marker(parts_dir / f"{partition.name}.json")
-        if done and done.get("key") == _part_key(partition, settings) and idx_path(parts_dir / partition.name).exists():
+        if _finished_part(parts_dir, partition, settings) is not None:
             finished += 1
     return finished
 

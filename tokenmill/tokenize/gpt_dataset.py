@@ -21,10 +21,13 @@ import functools
 import hashlib
 import json
 import re
+import sys
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
@@ -36,7 +39,7 @@ from tokenmill.tokenize.indexed import IndexedDataset, file_checksum, idx_path
 SPLITS = ("train", "valid", "test")
 # Megatron's threshold under which the last epoch is shuffled separately.
 SEPARATE_LAST_EPOCH_THRESHOLD = 0.80
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: sample_index int32 where it fits, as Megatron's
 
 
 class SampleDataset(ABC):
@@ -84,12 +87,73 @@ def num_epochs_for(tokens_per_epoch: int, num_samples: int, seq_len: int) -> int
     return max(1, -(-needed // tokens_per_epoch))
 
 
+# MT19937 as NumPy's legacy RandomState runs it (numpy/random/src/mt19937/mt19937.c).
+_MT_N = 624
+_MT_M = 397
+_MT_MATRIX_A = np.uint64(0x9908B0DF)
+_MT_UPPER = np.uint64(0x80000000)
+_MT_LOWER = np.uint64(0x7FFFFFFF)
+
+
+@numba.njit(cache=True)
+def _mt_regenerate(key):  # pragma: no cover - compiled
+    for i in range(_MT_N):
+        y = (np.uint64(key[i]) & _MT_UPPER) | (np.uint64(key[(i + 1) % _MT_N]) & _MT_LOWER)
+        mag = _MT_MATRIX_A if y & np.uint64(1) else np.uint64(0)
+        key[i] = np.uint32(np.uint64(key[(i + _MT_M) % _MT_N]) ^ (y >> np.uint64(1)) ^ mag)
+
+
+@numba.njit(cache=True)
+def _mt_shuffle(x, key, pos):  # pragma: no cover - compiled
+    """`RandomState.shuffle(x)` for a 1-D array of fewer than 2**32 items, bit for bit: from the
+    last position down, swap with `random_interval(i)` (the smallest all-ones mask >= i, 32-bit
+    draws rejected above i). Returns the generator's new position; `key` is updated in place."""
+    for i in range(x.shape[0] - 1, 0, -1):
+        mask = np.uint64(i)
+        mask |= mask >> np.uint64(1)
+        mask |= mask >> np.uint64(2)
+        mask |= mask >> np.uint64(4)
+        mask |= mask >> np.uint64(8)
+        mask |= mask >> np.uint64(16)
+        while True:
+            if pos == _MT_N:
+                _mt_regenerate(key)
+                pos = 0
+            y = np.uint64(key[pos])
+            pos += 1
+            y ^= y >> np.uint64(11)
+            y ^= (y << np.uint64(7)) & np.uint64(0x9D2C5680)
+            y ^= (y << np.uint64(15)) & np.uint64(0xEFC60000)
+            y ^= y >> np.uint64(18)
+            j = y & mask
+            if j <= np.uint64(i):
+                break
+        k = np.int64(j)
+        tmp = x[i]
+        x[i] = x[k]
+        x[k] = tmp
+    return pos
+
+
+def legacy_shuffle(rng: np.random.RandomState, x: np.ndarray) -> None:
+    """`rng.shuffle(x)` for a 1-D array, with the same result and the same generator state after
+    it, compiled: NumPy's loop makes an indirect call per draw and a memcpy per move, which was
+    most of the index build (Megatron shuffles with NumPy)."""
+    state = rng.get_state(legacy=True)
+    if state[0] != "MT19937" or x.ndim != 1 or x.shape[0] - 1 > 0xFFFFFFFF:
+        rng.shuffle(x)  # 64-bit draws: NumPy's own path
+        return
+    key = np.array(state[1], dtype=np.uint32)
+    pos = _mt_shuffle(x, key, int(state[2]))
+    rng.set_state((state[0], key, pos, *state[3:]))
+
+
 def build_document_index(
     documents: np.ndarray, num_epochs: int, rng: np.random.RandomState, separate_last: bool
 ) -> np.ndarray:
     if not separate_last or num_epochs == 1:
         index = np.tile(np.asarray(documents, dtype=np.int32), num_epochs)
-        rng.shuffle(index)
+        legacy_shuffle(rng, index)
         return index
     first = build_document_index(documents, num_epochs - 1, rng, False)
     last = build_document_index(documents, 1, rng, False)
@@ -97,49 +161,58 @@ def build_document_index(
 
 
 @numba.njit(cache=True)
-def _sample_index_kernel(sizes, document_index, seq_len, num_samples, extra):  # pragma: no cover - compiled
-    out = np.empty((num_samples + 1, 2), dtype=np.int64)
-    doc_pos = 0
-    offset = 0
-    out[0, 0] = 0
+def _sample_index_kernel(sizes, document_index, seq_len, out):  # pragma: no cover - compiled
+    """out[k] = (position in document_index, offset) of token k * seq_len of the shuffled
+    concatenation, for k <= num_samples = out.shape[0] - 1 (which must lie inside it).
+
+    Megatron walks document by document with a branch on whether the sample ends inside it
+    (a mispredict, and a stalled random read of `sizes`, per document). Here each document
+    only writes the first sample start at or after its own start, ceil(start / seq_len): the
+    last document to write a k is the one holding token k * seq_len (later ones start after
+    it), and a k no document wrote lies inside a long document, one seq_len past k - 1."""
+    num_samples = out.shape[0] - 1
+    for k in range(num_samples + 1):
+        out[k, 0] = -1
+    # ceil(start / seq_len) by a float multiply and one correction: exact below 2**51 tokens,
+    # without an integer division per document.
+    inverse = 1.0 / seq_len
+    start = np.int64(0)
+    for i in range(document_index.shape[0]):
+        k = np.int64(start * inverse)
+        k += k * seq_len < start
+        if k <= num_samples:
+            out[k, 0] = i
+            out[k, 1] = k * seq_len - start
+        start += sizes[document_index[i]]
+    out[0, 0] = 0  # Megatron's first sample starts at (0, 0) even after empty documents
     out[0, 1] = 0
-    last = document_index.shape[0] - 1
     for k in range(1, num_samples + 1):
-        remaining = seq_len + extra
-        while remaining != 0:
-            doc_length = sizes[document_index[doc_pos]] - offset
-            remaining -= doc_length
-            if remaining <= 0:
-                # The sample ends inside this document; the next one starts on its last token.
-                offset += remaining + doc_length - extra
-                remaining = 0
-            else:
-                if doc_pos == last:
-                    offset = sizes[document_index[doc_pos]] - extra
-                    break
-                doc_pos += 1
-                offset = 0
-        out[k, 0] = doc_pos
-        out[k, 1] = offset
-    return out
+        if out[k, 0] < 0:
+            out[k, 0] = out[k - 1, 0]
+            out[k, 1] = out[k - 1, 1] + seq_len
 
 
 def build_sample_index(
     sizes: np.ndarray, document_index: np.ndarray, seq_len: int, num_epochs: int, tokens_per_epoch: int
 ) -> np.ndarray:
-    """[num_samples + 1, 2] starts of samples of seq_len + 1 tokens (last partial sample dropped)."""
+    """[num_samples + 1, 2] starts of samples of seq_len + 1 tokens (last partial sample dropped);
+    int32 when the positions and offsets fit, as Megatron's `build_sample_idx` chooses."""
     num_samples = (num_epochs * tokens_per_epoch - 1) // seq_len
-    return _sample_index_kernel(np.ascontiguousarray(sizes, dtype=np.int32), document_index, seq_len, num_samples, 1)
+    sizes = np.ascontiguousarray(sizes, dtype=np.int32)
+    fits = max(document_index.shape[0], int(sizes.max())) <= np.iinfo(np.int32).max
+    out = np.empty((num_samples + 1, 2), dtype=np.int32 if fits else np.int64)
+    _sample_index_kernel(sizes, document_index, seq_len, out)
+    return out
 
 
 def build_shuffle_index(num_samples: int, total_size: int, rng: np.random.RandomState) -> np.ndarray:
     dtype = np.uint32 if total_size < np.iinfo(np.uint32).max - 1 else np.int64
     first = np.arange(num_samples, dtype=dtype)
-    rng.shuffle(first)
+    legacy_shuffle(rng, first)
     if num_samples == total_size:
         return first
     last = np.arange(num_samples, total_size, dtype=dtype)
-    rng.shuffle(last)
+    legacy_shuffle(rng, last)
     return np.concatenate((first, last))
 
 
@@ -181,6 +254,51 @@ def _save_npy(path: Path, array: np.ndarray) -> None:
         np.save(f, array, allow_pickle=False)
 
 
+def _process_group() -> Any:
+    """`torch.distributed` when a process group is up, else None. torch is not imported for
+    this: a process that set up a group has imported it."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist
+
+
+def load_or_build_shared(
+    paths: Sequence[Path], build: Callable[[], tuple[np.ndarray, ...]]
+) -> tuple[tuple[np.ndarray, ...], bool]:
+    """Index arrays memory-mapped from their cache files, or built by `build` and saved (each
+    file atomically). Returns (arrays, whether this process built them).
+
+    Under torch.distributed, as Megatron's builder does: rank 0 loads or builds and saves,
+    every rank then meets at one barrier (unconditionally, so that the ranks' barrier counts
+    agree whatever each one saw on disk), and the other ranks memory-map rank 0's files. A rank
+    that still finds no files after the barrier (a cache folder not shared with rank 0) builds
+    them itself."""
+
+    def load() -> tuple[np.ndarray, ...] | None:
+        if not all(p.is_file() for p in paths):
+            return None
+        return tuple(np.load(p, mmap_mode="r") for p in paths)
+
+    def build_and_save() -> tuple[np.ndarray, ...]:
+        arrays = build()
+        paths[0].parent.mkdir(parents=True, exist_ok=True)
+        for path, array in zip(paths, arrays):
+            _save_npy(path, array)
+        return arrays
+
+    dist = _process_group()
+    if dist is not None and dist.get_rank() != 0:
+        dist.barrier()
+        loaded = load()
+        return (loaded, False) if loaded is not None else (build_and_save(), True)
+    loaded = load()
+    result = (loaded, False) if loaded is not None else (build_and_save(), True)
+    if dist is not None:
+        dist.barrier()
+    return result
+
+
 class GPTDataset(SampleDataset):
     """Samples of `seq_len + 1` tokens from one shard's split, built and cached as Megatron does."""
 
@@ -212,6 +330,7 @@ class GPTDataset(SampleDataset):
             )
         self.document_range = bounds
         self.build_seconds = 0.0
+        self.built = False  # whether this process built the indices (else: read from the cache)
         self.document_index, self.sample_index, self.shuffle_index = self._load_or_build(cache)
 
     def _cache_paths(self) -> dict[str, Path]:
@@ -228,22 +347,21 @@ class GPTDataset(SampleDataset):
         return {name: cache_dir / f"{key}-{self.config.split}-{name}.npy" for name in self.INDEX_NAMES}
 
     def _load_or_build(self, cache: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        def build() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            started = time.perf_counter()
+            documents = np.arange(*self.document_range, dtype=np.int32)
+            # Reading the lengths into memory once beats random page faults in the sample loop.
+            sizes = np.array(self.indexed.sequence_lengths, dtype=np.int32)
+            indices = build_indices(sizes, documents, self.config)
+            self.build_seconds = time.perf_counter() - started
+            return indices
+
         paths = self._cache_paths()
         if not cache:
-            paths = {}
-        if paths and all(p.is_file() for p in paths.values()):
-            return tuple(np.load(paths[name], mmap_mode="r") for name in self.INDEX_NAMES)  # type: ignore[return-value]
-        started = time.perf_counter()
-        documents = np.arange(*self.document_range, dtype=np.int32)
-        # Reading the lengths into memory once beats random page faults in the sample loop.
-        sizes = np.array(self.indexed.sequence_lengths, dtype=np.int32)
-        indices = build_indices(sizes, documents, self.config)
-        self.build_seconds = time.perf_counter() - started
-        if paths:
-            next(iter(paths.values())).parent.mkdir(parents=True, exist_ok=True)
-            for name, array in zip(self.INDEX_NAMES, indices):
-                _save_npy(paths[name], array)
-        return indices
+            self.built = True
+            return build()
+        indices, self.built = load_or_build_shared([paths[name] for name in self.INDEX_NAMES], build)
+        return indices  # type: ignore[return-value]
 
     def __len__(self) -> int:
         return self.sample_index.shape[0] - 1

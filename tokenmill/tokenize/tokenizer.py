@@ -14,7 +14,7 @@ import xxhash
 
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
-from tokenmill.infra.documents import check_document_columns, resolve_input_files
+from tokenmill.infra.document_dirs import check_document_columns, resolve_input_files
 from tokenmill.tokenize.special import EOD_TOKEN, PAD_TOKEN, eod_id, pad_id  # noqa: F401  (re-exported)
 
 # 256 byte symbols plus the two special tokens.

@@ -15,6 +15,7 @@ from tokenmill.infra.slurm_options import add_slurm_options, check_slurm_only_op
 if TYPE_CHECKING:
     from tokenmill.train.config import TrainConfig
     from tokenmill.train.loop import TrainResult
+    from tokenmill.train.preflight import Prepared
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ def _bundled_names() -> str:
 
 TRAIN_HELP = "train a GPT model on token shards"
 TRAIN_DESCRIPTION = (
-    "Train on a shard prefix or blend; re-launches itself under torchrun when tp*pp*dp > 1. "
+    "Train on a shard prefix or blend; starts one process per rank when tp*pp*dp*cp > 1. "
     "Ctrl-C stops it; SIGUSR1 or SIGTERM (or the file RUN/STOP) makes it write a checkpoint after the "
     "current step and exit with status 99; run the same command with --resume to continue from the last "
     "checkpoint."
@@ -50,6 +51,55 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its latest)")
     export.add_argument("outdir", help="output directory")
     export.set_defaults(func=run_export)
+
+    _register_plan(subparsers)
+
+
+def _register_plan(subparsers: argparse._SubParsersAction) -> None:
+    """`tokenmill plan`, whose estimates (train/layout_planner.py) load when it runs."""
+    p = subparsers.add_parser(
+        "plan",
+        help="rank 4D-parallel layouts (tp, pp, dp, cp, ZeRO, micro-batch) for a model on a cluster",
+        description="Estimate memory per GPU and throughput of every (tp, pp, dp, cp, zero, micro-batch) layout "
+        "and print the best ones.",
+    )
+    p.add_argument("--params", type=float, required=True, help="parameter count, e.g. 530e9")
+    p.add_argument("--gpus", type=int, required=True, help="GPUs in the cluster (tp x pp x dp x cp uses all of them)")
+    p.add_argument("--gpu-memory", default="80GiB", help="memory per GPU (default 80GiB)")
+    p.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence (default 2048)")
+    p.add_argument("--global-batch", type=int, required=True, help="sequences per step")
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=8,
+        help="GPUs per node; tensor parallelism beyond it crosses the slower network (default 8)",
+    )
+    p.add_argument("--peak-tflops", type=float, default=312.0, help="dense bf16 peak per GPU (A100: 312)")
+    p.add_argument("--layers", type=int, help="override the layer count derived from --params")
+    p.add_argument("--hidden", type=int, help="override the hidden size derived from --params")
+    p.add_argument("--heads", type=int, help="override the attention heads derived from --params")
+    p.add_argument("--vocab-size", type=int, default=51200, help="padded vocabulary size (default 51200)")
+    p.add_argument(
+        "--optimizer-bytes",
+        type=float,
+        default=12.0,
+        help="K: optimizer bytes per parameter (12: fp32 master + Adam m, v)",
+    )
+    p.add_argument(
+        "--cp",
+        default="1",
+        metavar="SIZES",
+        help="context-parallel sizes to consider, e.g. 1,2,4,8 for long sequences (default 1)",
+    )
+    p.add_argument("--top", type=int, default=15, help="rows to print")
+    p.add_argument("--find", metavar="TP,PP", help="also print the best row with this tp and pp")
+    p.set_defaults(func=run_plan)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from tokenmill.train.layout_planner import run
+
+    return run(args)
 
 
 def add_train_arguments(train: argparse.ArgumentParser) -> None:
@@ -74,6 +124,7 @@ def add_train_arguments(train: argparse.ArgumentParser) -> None:
         ("tp", "tensor-parallel size"),
         ("pp", "pipeline-parallel size"),
         ("dp", "data-parallel size"),
+        ("cp", "context-parallel size (ring attention; seq_len divisible by 2 x cp)"),
         ("zero", "ZeRO stage 0-3 over the data-parallel ranks"),
     ):
         train.add_argument(f"--{name}", type=int, help=f"{meaning}; overrides `{name}:`")
@@ -102,8 +153,8 @@ def add_train_arguments(train: argparse.ArgumentParser) -> None:
         "--max-restarts",
         type=_non_negative,
         metavar="N",
-        help="when a rank fails, restart all ranks from the latest checkpoint, up to N times "
-        "(torchrun's elastic agent); overrides `parallel.max_restarts`",
+        help="when a rank fails, restart all ranks from the latest checkpoint, up to N times; "
+        "overrides `parallel.max_restarts`",
     )
     train.add_argument(
         "--float8", action="store_true", help="Linear layers in float8 (needs torchao); overrides `parallel.float8`"
@@ -123,9 +174,9 @@ def _non_negative(text: str) -> int:
 
 
 def restart_resume(cfg: TrainConfig, resume: bool | str) -> bool | str:
-    """What a rank resumes from: on a restart by the elastic agent, the run's latest complete
-    checkpoint (when it has one); otherwise what the command line asked for."""
-    from tokenmill.train.checkpoint import list_checkpoints
+    """What a rank resumes from: on a restart (by the supervisor or torchrun), the run's latest
+    complete checkpoint (when it has one); otherwise what the command line asked for."""
+    from tokenmill.train.checkpoint_files import list_checkpoints
 
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if restart == 0:
@@ -140,19 +191,19 @@ def restart_resume(cfg: TrainConfig, resume: bool | str) -> bool | str:
 def run_train(args: argparse.Namespace) -> int:
     """`tokenmill train`: one command line, played in one of four roles (docs/processes.md).
 
-    - a rank under torchrun (``LOCAL_RANK`` and ``WORLD_SIZE`` set: started by the launcher's
-      agent, or by torchrun in a Slurm job): `run_rank`;
+    - a rank (``LOCAL_RANK`` and ``WORLD_SIZE`` set: started by the launcher's supervisor, or
+      by torchrun in a Slurm job): `run_rank`;
     - with ``--slurm``, the submitter of a Slurm job whose ranks run under torchrun:
       `submit_slurm_job`;
-    - the launcher of the agent and its ranks, when the run needs several processes or restarts:
-      `run_launcher`;
+    - the launcher and supervisor of the ranks, when the run needs several processes or
+      restarts: `run_launcher`;
     - otherwise the whole run in this process: `run_single`.
 
     A trainer started by `tokenmill run` is a launcher or a single process tied to the run's
     lifetime (`tie_to_parents`)."""
-    from tokenmill.train.launch import under_torchrun
+    from tokenmill.train.launch import is_rank
 
-    rank = under_torchrun()
+    rank = is_rank()
     tie_to_parents(rank)
     config_path, cfg = load_train_config(args)
     check_slurm_only_options(args)
@@ -163,7 +214,7 @@ def run_train(args: argparse.Namespace) -> int:
     if rank:
         return run_rank(args, cfg)
     try:
-        if cfg.world_size > 1 or cfg.parallel.max_restarts > 0:  # restarts need an agent too
+        if cfg.world_size > 1 or cfg.parallel.max_restarts > 0:  # restarts need a supervisor too
             return run_launcher(args, cfg, config_path)
         return run_single(args, cfg)
     except KeyboardInterrupt:
@@ -173,14 +224,12 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def tie_to_parents(rank: bool) -> None:
-    """End this process with the ones it must not outlive: a rank of `tokenmill train`'s own
-    agent ends with the agent and the launcher; the trainer of a `tokenmill run` (and so its
-    ranks) with the run. Ranks of a plain torchrun (a Slurm job) are left to torchrun."""
-    from tokenmill.train.lifecycle import AGENT_PID_ENV, LAUNCHER_PID_ENV, PIPELINE_PID_ENV, die_with_parent, env_pid
+    """End this process with the one it must not outlive: the trainer of a `tokenmill run` (and
+    so its ranks) with the run. The ranks of `tokenmill train`'s own supervisor are tied to it
+    already (rank_server.py); ranks of torchrun (a Slurm job) are left to torchrun."""
+    from tokenmill.train.lifecycle import PIPELINE_PID_ENV, die_with_parent, env_pid
 
-    if rank and env_pid(AGENT_PID_ENV):
-        die_with_parent(expected_parent=env_pid(AGENT_PID_ENV), also_watch=env_pid(LAUNCHER_PID_ENV))
-    elif not rank and env_pid(PIPELINE_PID_ENV):
+    if not rank and env_pid(PIPELINE_PID_ENV):
         die_with_parent(expected_parent=env_pid(PIPELINE_PID_ENV))
 
 
@@ -198,6 +247,7 @@ def load_train_config(args: argparse.Namespace) -> tuple[str | Path, TrainConfig
         "parallel.tp": args.tp,
         "parallel.pp": args.pp,
         "parallel.dp": args.dp,
+        "parallel.cp": args.cp,
         "parallel.zero": args.zero,
         "parallel.device": args.device,
         "parallel.precision": args.precision,
@@ -231,29 +281,40 @@ def submit_slurm_job(args: argparse.Namespace, cfg: TrainConfig, config_path: st
     return 0
 
 
-def run_single(args: argparse.Namespace, cfg: TrainConfig) -> int:
-    """The whole run in this process, on one device."""
-    from tokenmill.train.loop import train
-
-    return _finish(cfg, train(cfg, resume=args.resume))
-
-
-def run_launcher(args: argparse.Namespace, cfg: TrainConfig, config_path: str | Path) -> int:
-    """Check everything that needs no rank, once, then start the agent (agent.py) and its
-    ranks (worker.py) and wait for them; their exit status is this process's."""
-    from tokenmill.train.launch import launch_torchrun
+def check_before_start(args: argparse.Namespace, cfg: TrainConfig) -> Prepared | None:
+    """Every mistake that needs no process group, reported before torch loads (well under a
+    second, not several); None, once said, when the run has nothing left to do."""
     from tokenmill.train.lifecycle import check_run_unlocked
-    from tokenmill.train.loop import nothing_to_do, prepare, refuse_fresh_start
+    from tokenmill.train.preflight import nothing_to_do, prepare, refuse_fresh_start
 
-    # Every mistake that needs no worker is reported here, once, before torchrun starts.
     prepared = prepare(cfg, resume=args.resume)
     check_run_unlocked(cfg.run_dir)
     refuse_fresh_start(cfg, args.resume)
     done = nothing_to_do(cfg, prepared)
     if done is not None:
         log.log(*done)
+        return None
+    return prepared
+
+
+def run_single(args: argparse.Namespace, cfg: TrainConfig) -> int:
+    """The whole run in this process, on one device."""
+    prepared = check_before_start(args, cfg)
+    if prepared is None:
         return 0
-    return launch_torchrun(
+    from tokenmill.train.loop import train
+
+    return _finish(cfg, train(cfg, resume=args.resume, prepared=prepared))
+
+
+def run_launcher(args: argparse.Namespace, cfg: TrainConfig, config_path: str | Path) -> int:
+    """Check everything that needs no rank, once, then start the ranks (worker.py) and
+    supervise them (supervisor.py); their exit status is this process's."""
+    from tokenmill.train.launch import launch_ranks
+
+    if check_before_start(args, cfg) is None:
+        return 0
+    return launch_ranks(
         cfg.world_size,
         worker_argv(args, config_path),
         max_restarts=cfg.parallel.max_restarts,
@@ -262,18 +323,20 @@ def run_launcher(args: argparse.Namespace, cfg: TrainConfig, config_path: str | 
 
 
 def run_rank(args: argparse.Namespace, cfg: TrainConfig) -> NoReturn:
-    """One rank under torchrun (the launcher's agent, or torchrun in a Slurm job)."""
+    """One rank (of the launcher's supervisor, or of torchrun in a Slurm job)."""
     from tokenmill.train.loop import train
 
     if int(os.environ["WORLD_SIZE"]) != cfg.world_size:
-        raise ConfigError(f"tp x pp x dp = {cfg.world_size} but torchrun started {os.environ['WORLD_SIZE']} processes")
+        raise ConfigError(
+            f"tp x pp x dp x cp = {cfg.world_size} but the launch started {os.environ['WORLD_SIZE']} processes"
+        )
     status = _finish(cfg, train(cfg, resume=restart_resume(cfg, args.resume)))
     from tokenmill.train.parallel.mesh import shutdown_distributed
 
     shutdown_distributed()
     # A finished rank ends here, without the interpreter's teardown: C++ static destructors
     # of torch and pyarrow can abort a process whose work is done (SIGABRT, "terminate called
-    # without an active exception" with no Python frame), which the agent would report as a
+    # without an active exception" with no Python frame), which the supervisor would report as a
     # failed rank. Everything this rank owns is closed and flushed by now.
     logging.shutdown()
     sys.stdout.flush()
@@ -282,7 +345,7 @@ def run_rank(args: argparse.Namespace, cfg: TrainConfig) -> NoReturn:
 
 
 def _resume_hint(cfg: TrainConfig) -> str:
-    from tokenmill.train.loop import latest_checkpoint
+    from tokenmill.train.preflight import latest_checkpoint
 
     try:
         latest = latest_checkpoint(cfg)
@@ -295,7 +358,7 @@ def _resume_hint(cfg: TrainConfig) -> str:
 
 def _finish(cfg: TrainConfig, result: TrainResult) -> int:
     """The run's last line (rank 0) and its exit status."""
-    from tokenmill.train.loop import checkpoint_location
+    from tokenmill.train.preflight import checkpoint_location
     from tokenmill.train.stop import STOPPED_EXIT
 
     status = STOPPED_EXIT if result.stopped else 0
@@ -323,6 +386,7 @@ def worker_argv(args: argparse.Namespace, config: str | Path | None = None) -> l
         "tp",
         "pp",
         "dp",
+        "cp",
         "zero",
         "device",
         "precision",

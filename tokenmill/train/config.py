@@ -39,7 +39,7 @@ from pydantic_core import PydanticCustomError
 
 from tokenmill.errors import ConfigError, YamlSyntaxError, suggest
 from tokenmill.problems import Problems, pydantic_problems
-from tokenmill.train.model import PRESETS, ModelConfig, preset
+from tokenmill.train.model_config import PRESETS, ModelConfig, preset
 
 PRECISIONS = ("fp32", "bf16")
 CHECKPOINTING = ("off", "full", "selective")
@@ -227,6 +227,8 @@ class ParallelConfig(_Section):
     tp: Positive = 1
     pp: Positive = 1
     dp: Positive = 1
+    # Context parallel: ranks splitting every sequence (ring attention, load-balanced causal split).
+    cp: Positive = 1
     zero: Int = 0
     pp_schedule: Annotated[str, BeforeValidator(_str), _choice(PP_SCHEDULES)] = "1f1b"
     virtual_stages: Positive = 1
@@ -240,7 +242,7 @@ class ParallelConfig(_Section):
     # The SDPA kernel attention runs with (forward and backward); one the device lacks is an error.
     attention_backend: Annotated[str, BeforeValidator(_str), _choice(ATTENTION_BACKENDS)] = "auto"
     device: Str = "auto"  # auto | cpu | cuda | cuda:N
-    # Restarts of all ranks after one fails (torchrun's --max-restarts); each restart resumes
+    # Restarts of all ranks after one fails (train/supervisor.py); each restart resumes
     # from the run's latest complete checkpoint. 0: a failed rank ends the job.
     max_restarts: NonNegativeInt = 0
     # Seconds a rank may wait in one collective for the other ranks before the job ends with
@@ -249,7 +251,7 @@ class ParallelConfig(_Section):
 
     @property
     def world_size(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.cp
 
     @property
     def stages_per_rank(self) -> int:
@@ -417,7 +419,8 @@ def layout_problems(
             (
                 ("parallel",),
                 (
-                    f"tp x pp x dp = {p.tp} x {p.pp} x {p.dp} = {p.world_size} "
+                    f"tp x pp x dp{' x cp' if p.cp > 1 else ''} = {p.tp} x {p.pp} x {p.dp}"
+                    f"{f' x {p.cp}' if p.cp > 1 else ''} = {p.world_size} "
                     f"but {world_size} processes were launched; they must be equal"
                 ),
             )
@@ -429,8 +432,22 @@ def layout_problems(
         out.append((("parallel", "float8"), f"float8 is not supported with tensor parallel (tp = {p.tp}); use tp = 1"))
     if p.pp_schedule == "interleaved" and p.virtual_stages < 2:
         out.append((("parallel", "virtual_stages"), "the interleaved schedule needs virtual_stages >= 2"))
+    if p.cp > 1 and seq_len is not None and seq_len % (2 * p.cp):
+        out.append(
+            (
+                ("parallel", "cp"),
+                f"seq_len {seq_len} does not split into 2 x cp = {2 * p.cp} equal chunks (load-balanced causal split)",
+            )
+        )
     if model is None:
         return out
+    if p.cp > 1 and model.dropout > 0:
+        out.append(
+            (
+                ("parallel", "cp"),
+                f"ring attention has no attention dropout; set model.dropout = 0 (got {model.dropout})",
+            )
+        )
     if p.tp > 1:
         assert model.n_kv_heads is not None and model.ffn_hidden is not None
         for name, value in (
@@ -442,8 +459,9 @@ def layout_problems(
             if value % p.tp:
                 out.append((("parallel", "tp"), f"{p.tp} does not divide model.{name} = {value}"))
                 break  # one line: the first dimension tp does not divide
-        if p.sequence_parallel and seq_len is not None and seq_len % p.tp:
-            out.append((("parallel", "sequence_parallel"), f"seq_len {seq_len} is not divisible by tp = {p.tp}"))
+        if p.sequence_parallel and seq_len is not None and seq_len % (p.tp * p.cp):
+            split = f"tp = {p.tp}" if p.cp == 1 else f"tp x cp = {p.tp} x {p.cp}"
+            out.append((("parallel", "sequence_parallel"), f"seq_len {seq_len} is not divisible by {split}"))
     if p.num_stages > model.n_layers:
         out.append(
             (
@@ -463,6 +481,41 @@ def check_layout(parallel: ParallelConfig, model: ModelConfig, seq_len: int, wor
     for loc, message in layout_problems(parallel, model, seq_len, world_size):
         problems.add(loc, message)
     _raise(problems)
+
+
+def pipeline_microbatches(local_batch: int, n_micro: int, pp: int, pp_schedule: str) -> int:
+    """The schedule's micro-batch count: the configured one, or pp when fewer (a pipeline
+    needs one per stage; equal smaller micro-batches give the same mean gradient)."""
+    n = n_micro
+    if n < pp:
+        if local_batch % pp:
+            raise ConfigError(
+                f"schedule.micro_batch_size: local batch {local_batch} gives {n_micro} micro-batch(es) for {pp} pipeline stages and "
+                f"cannot be split into {pp}; raise global_batch_size or lower micro_batch_size"
+            )
+        n = pp
+    if pp_schedule == "interleaved" and n % max(1, n // pp):
+        raise ConfigError(
+            f"schedule.micro_batch_size: the interleaved schedule needs the micro-batch count ({n}) to be a "
+            f"multiple of {max(1, n // pp)} (micro-batches // pp); make local batch / micro_batch_size a "
+            f"multiple of pp = {pp}"
+        )
+    return n
+
+
+def check_batch_layout(cfg: TrainConfig, dims: ParallelConfig) -> None:
+    """Raise ConfigError, before any process starts, if a batch of the run (the ramp-up's
+    included) cannot be cut into the pipeline's micro-batches."""
+    if dims.pp <= 1:
+        return
+    sizes = {cfg.schedule.global_batch_size}
+    if cfg.schedule.rampup_batch_size is not None:
+        start, increment, _ = cfg.schedule.rampup_batch_size
+        sizes.update(range(start, cfg.schedule.global_batch_size + 1, increment))
+    mbs = cfg.local_micro_batch_size
+    for size in sorted(sizes):
+        local = size // dims.dp
+        pipeline_microbatches(local, local // mbs, dims.pp, dims.pp_schedule)
 
 
 def config_problems(cfg: TrainConfig, problems: Problems, prefix: tuple[Any, ...] = ()) -> None:
@@ -485,7 +538,7 @@ def config_problems(cfg: TrainConfig, problems: Problems, prefix: tuple[Any, ...
         add(("schedule", "warmup_steps"), "give either warmup_steps or warmup_samples, not both")
     if sched.decay_steps is not None and sched.decay_samples is not None:
         add(("schedule", "decay_steps"), "give either decay_steps or decay_samples, not both")
-    for loc, message in layout_problems(cfg.parallel):
+    for loc, message in layout_problems(cfg.parallel, seq_len=cfg.sequence_length):
         add(loc, message)
     # Every global batch (also during ramp-up) splits into dp ranks x whole micro-batches.
     dp = cfg.parallel.dp

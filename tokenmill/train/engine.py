@@ -2,7 +2,7 @@
 
 The loop only talks to an ``Engine``: it hands it a local batch of token rows and asks for a
 step. ``SingleProcessEngine`` is the one-device implementation; the parallel one
-(``tokenmill.train.parallel.engine.build_parallel_engine``) satisfies the same protocol.
+(``tokenmill.train.parallel.parallel_engine.build_parallel_engine``) satisfies the same protocol.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from safetensors.torch import save_file
 from tokenmill.errors import TokenmillError
 from tokenmill.tokenize.special import find_eod_id
 from tokenmill.train.checkpoint import load_for_inference
-from tokenmill.train.model import GPT, ModelConfig
+from tokenmill.train.model import GPT
+from tokenmill.train.model_config import ModelConfig
 
 
 def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from tokenmill.train.checkpoint import AsyncCheckpointer, RemoteRun, rng_state, save_checkpoint
+from tokenmill.train.checkpoint import AsyncCheckpointer, rng_state, save_checkpoint
+from tokenmill.train.checkpoint_files import RemoteRun
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.engine import Engine
 from tokenmill.train.faults import inject

@@ -2,12 +2,11 @@
 the `tokenmill train` that started it.
 
 - ``RunLock``: ``RUN/.lock``, held with ``fcntl.flock`` by the process that writes the run
-  (the single process, or rank 0 under torchrun). The kernel releases it when that process
+  (the single process, or rank 0 of several). The kernel releases it when that process
   ends, however it ends, so a killed run never leaves a stale lock behind.
 - ``die_with_parent``: on Linux the kernel kills this process when its parent dies
-  (``prctl(PR_SET_PDEATHSIG, SIGKILL)``); a thread also polls the parent and the launcher
-  pids, which covers other systems and a launcher that is a grandparent (workers run under
-  the torchrun agent, not directly under `tokenmill train`).
+  (``prctl(PR_SET_PDEATHSIG, SIGKILL)``); a thread also polls the parent, which covers other
+  systems.
 """
 
 from __future__ import annotations
@@ -21,16 +20,17 @@ import time
 from pathlib import Path
 
 from tokenmill.errors import TokenmillError
-from tokenmill.infra.lock import PidLock, pid_alive
+from tokenmill.infra.lock import PidLock
 
 LOCK_NAME = ".lock"
-# Set by the launcher and the agent for their children: the processes a worker must not outlive.
-LAUNCHER_PID_ENV = "TOKENMILL_LAUNCHER_PID"
-AGENT_PID_ENV = "TOKENMILL_AGENT_PID"
+# Set by the supervisor (supervisor.py) for its ranks: the process a rank must not outlive, and
+# the mark of a rank for whom SIGTERM means stop now (stop.py).
+SUPERVISOR_PID_ENV = "TOKENMILL_SUPERVISOR_PID"
 # Set by `tokenmill run` for the `tokenmill train` it starts, which must not outlive the run.
 PIPELINE_PID_ENV = "TOKENMILL_PIPELINE_PID"
 POLL_SECONDS = 0.5
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 
 
 class RunInUseError(TokenmillError):
@@ -62,8 +62,8 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def die_with_parent(expected_parent: int | None = None, also_watch: int | None = None) -> None:
-    """End this process (SIGKILL) as soon as its parent, or the process ``also_watch``, is gone.
+def die_with_parent(expected_parent: int | None = None) -> None:
+    """End this process (SIGKILL) as soon as its parent is gone.
 
     ``expected_parent``: the pid the parent had when it started us; if we were re-parented
     before the kernel hook was set, the parent is already gone and we end now.
@@ -77,16 +77,24 @@ def die_with_parent(expected_parent: int | None = None, also_watch: int | None =
     parent = os.getppid()
     if expected_parent is not None and parent != expected_parent:
         _die()
-    if also_watch is not None and not pid_alive(also_watch):
-        _die()
 
     def watch() -> None:
         while True:
             time.sleep(POLL_SECONDS)
-            if os.getppid() != parent or (also_watch is not None and not pid_alive(also_watch)):
+            if os.getppid() != parent:
                 _die()
 
     threading.Thread(target=watch, name="tokenmill-parent-watch", daemon=True).start()
+
+
+def name_process(name: str) -> None:
+    """Name this process as `ps -o comm`, `top` and psutil's ``name()`` show it (Linux; at most
+    15 bytes), where its command line is its parent's (a forked rank)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
 
 
 def env_pid(name: str) -> int | None:

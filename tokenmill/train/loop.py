@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,26 +21,18 @@ import torch
 import yaml
 
 from tokenmill.errors import ConfigError, TokenmillError
-from tokenmill.infra import storage
-from tokenmill.infra.atomic import read_json
-from tokenmill.train.checkpoint import (
-    CheckpointError,
-    RemoteRun,
-    list_checkpoints,
-    load_checkpoint,
-    read_meta,
-    resolve_checkpoint,
-    set_rng_state,
-)
-from tokenmill.train.config import TrainConfig, resolve_vocab_size
+from tokenmill.train.checkpoint import load_checkpoint, set_rng_state
+from tokenmill.train.checkpoint_files import read_meta
+from tokenmill.train.config import TrainConfig
 from tokenmill.train.engine import Engine, SingleProcessEngine, pick_device
 from tokenmill.train.hooks import Checkpoints, Faults, Hook, Report, StepEnd, Stop, Throughput, Validation, after_step
 from tokenmill.train.lifecycle import RunLock
 from tokenmill.train.model import GPT
 from tokenmill.train.optim import Schedule, adamw_implementation
-from tokenmill.train.parallel.engine import build_parallel_engine
 from tokenmill.train.parallel.mesh import release_own_group
+from tokenmill.train.parallel.parallel_engine import build_parallel_engine
 from tokenmill.train.parallel.parallelize import uses_fsdp
+from tokenmill.train.preflight import Prepared, checkpoint_location, nothing_to_do, prepare, refuse_fresh_start
 from tokenmill.train.stop import StopRequest
 from tokenmill.train.watchdog import CollectiveWatchdog, collective_failure
 
@@ -59,54 +51,6 @@ class TrainResult:
 
 
 # ---------------------------------------------------------------------------- data
-
-
-def check_data(data: str | None) -> list[str]:
-    """The shard prefixes behind ``data`` (a prefix or a blend file), checked to exist and
-    opened once, so that a damaged index is refused here, before any worker starts."""
-    if not data:
-        raise ConfigError("data: no training data given; set `data:` in the config or pass --data PREFIX")
-    from tokenmill.tokenize.indexed import IndexedDataset
-    from tokenmill.tokenize.loader import resolve_blend
-
-    resolved = resolve_blend(data)  # raises a TokenmillError naming a missing shard or blend file
-    prefixes = [resolved] if isinstance(resolved, str) else [entry.prefix for entry in resolved]
-    for prefix in prefixes:
-        IndexedDataset(prefix).close()  # raises a TokenmillError naming the shard and the bad entry
-    return prefixes
-
-
-def data_metadata(prefixes: list[str]) -> dict[str, Any]:
-    """vocab_size (the largest, and the ``PREFIX.json`` naming it), tokenizer path and EOD id
-    from the ``PREFIX.json`` files, where present."""
-    vocab, source, tokenizer, eod = 0, None, None, None
-    for prefix in prefixes:
-        path = Path(f"{prefix}.json")
-        meta = read_json(path)
-        if not isinstance(meta, dict):
-            continue
-        if int(meta.get("vocab_size") or 0) > vocab:
-            vocab, source = int(meta["vocab_size"]), str(path)
-        tok = meta.get("tokenizer")
-        tokenizer = tokenizer or (tok.get("path") if isinstance(tok, dict) else tok)
-        eod = eod if eod is not None else meta.get("eod_id")
-    return {"vocab_size": vocab or None, "vocab_source": source, "tokenizer": tokenizer, "eod_id": eod}
-
-
-def empty_valid_split(cfg: TrainConfig, prefixes: list[str]) -> str | None:
-    """Why validation cannot run (a shard whose valid split has no documents), or None."""
-    from tokenmill.tokenize.gpt_dataset import split_document_range
-    from tokenmill.tokenize.indexed import IndexedDataset
-
-    for prefix in prefixes:
-        documents = len(IndexedDataset(prefix))
-        bounds = split_document_range(documents, cfg.dataset.split, "valid")
-        if bounds is None or bounds[1] <= bounds[0]:
-            return (
-                f"the valid split of {prefix} has no documents ({documents} documents, split "
-                f"{cfg.dataset.split!r}); give it more documents or a larger valid share in `dataset.split`"
-            )
-    return None
 
 
 def build_streams(
@@ -142,115 +86,6 @@ def build_streams(
     return stream, valid_batches
 
 
-# ---------------------------------------------------------------------------- preparation
-
-
-@dataclass
-class Prepared:
-    """What `prepare` found: the data's shards and metadata, the checkpoint to resume from."""
-
-    prefixes: list[str]
-    data: dict[str, Any]
-    checkpoint: Path | None
-    no_validation: str | None  # why validation is skipped, or None
-    checkpoint_meta: dict[str, Any] = field(default_factory=dict)  # its meta.json, unverified
-
-    @property
-    def checkpoint_step(self) -> int | None:
-        """The step `checkpoint` was saved at."""
-        step = self.checkpoint_meta.get("step")
-        return None if step is None else int(step)
-
-
-def resume_checkpoint(run_dir: Path, resume: bool | str | Path) -> Path | None:
-    if not resume:
-        return None
-    if not storage.Location(resume).is_local:
-        raise CheckpointError(f"--resume {resume}: a checkpoint on object storage is resumed with --out URL --resume")
-    if resume is True and not list_checkpoints(run_dir):
-        return None  # --resume on a fresh run directory simply starts
-    return resolve_checkpoint(run_dir if resume is True else Path(resume))
-
-
-def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
-    """Every check that needs no process group, in the order a user fixes things: config,
-    data, checkpoint, vocabulary, parallel layout. Sets model.vocab_size when the config
-    takes it from the data. The launcher calls this before starting any worker."""
-    cfg.validate()
-    prefixes = check_data(cfg.dataset.path)
-    meta_data = data_metadata(prefixes)
-    if cfg.out_is_url and resume is True:
-        ckpt_path = RemoteRun(cfg.out).pull()  # the URL, not the local cache, says where the run is
-    else:
-        ckpt_path = resume_checkpoint(cfg.run_dir, resume)
-    ckpt_meta = read_meta(ckpt_path, verify=False) if ckpt_path is not None else {}
-    if cfg.vocab_from_data and ckpt_path is not None:
-        # A resumed run keeps its vocabulary, also under another tp (whose padding differs).
-        saved = int(ckpt_meta.get("model", {}).get("vocab_size") or 0)
-        if saved >= (meta_data["vocab_size"] or 0) and saved % cfg.parallel.tp == 0:
-            cfg.model = replace(cfg.model, vocab_size=saved)
-            cfg.vocab_from_data = False
-    resolve_vocab_size(cfg, meta_data["vocab_size"], meta_data["vocab_source"] or "the data")
-    if cfg.world_size > 1:
-        from tokenmill.train.config import check_layout
-        from tokenmill.train.parallel.engine import check_batch_layout
-
-        check_layout(cfg.parallel, cfg.model, cfg.sequence_length)
-        check_batch_layout(cfg, cfg.parallel)
-    no_validation = empty_valid_split(cfg, prefixes) if cfg.logging.eval_interval > 0 else None
-    return Prepared(prefixes, meta_data, ckpt_path, no_validation, ckpt_meta)
-
-
-def checkpoint_location(cfg: TrainConfig, checkpoint: Path) -> str:
-    """A checkpoint as the user knows it: for a run on object storage, its URL (not the cache)."""
-    if cfg.out_is_url and checkpoint.parent == cfg.run_dir / "checkpoints":
-        return storage.join(cfg.out, "checkpoints", checkpoint.name)
-    return str(checkpoint)
-
-
-def latest_checkpoint(cfg: TrainConfig) -> str | None:
-    """The run's latest complete checkpoint (a path, or a URL for a run on object storage)."""
-    found = list_checkpoints(cfg.run_dir)
-    if found:
-        return checkpoint_location(cfg, found[-1])
-    if cfg.out_is_url:
-        from tokenmill.train.checkpoint import LATEST
-
-        pointer = RemoteRun(cfg.out).mirror.read(f"checkpoints/{LATEST}")
-        name = pointer.decode().strip() if pointer else ""
-        if name:
-            return storage.join(cfg.out, "checkpoints", name)
-    return None
-
-
-def refuse_fresh_start(cfg: TrainConfig, resume: bool | str | Path) -> None:
-    """A run directory that holds checkpoints is continued only when asked (``--resume``):
-    started afresh there, a run would replace the metrics and rotate the checkpoints away."""
-    if resume:
-        return
-    latest = latest_checkpoint(cfg)
-    if latest is not None:
-        raise TokenmillError(
-            f"{cfg.out} already holds a run's checkpoints (latest {latest}); rerun with --resume to continue "
-            "it, or pass another --out to start a new run"
-        )
-
-
-def nothing_to_do(cfg: TrainConfig, prepared: Prepared) -> tuple[int, str] | None:
-    """(log level, message) when the resumed checkpoint is already at or past the last step."""
-    step = prepared.checkpoint_step
-    if prepared.checkpoint is None or step is None or step < cfg.schedule.steps:
-        return None
-    read_meta(prepared.checkpoint)  # a damaged last checkpoint is refused, not reported as done
-    where = checkpoint_location(cfg, prepared.checkpoint)
-    if step == cfg.schedule.steps:
-        return logging.INFO, f"nothing to do: the run already reached its last step, {step} ({where})"
-    return logging.WARNING, (
-        f"nothing to do: the checkpoint {where} is at step {step}, past the {cfg.schedule.steps} steps asked for "
-        f"(--steps, schedule.steps); ask for more than {step} steps to train further"
-    )
-
-
 # ---------------------------------------------------------------------------- engine
 
 
@@ -275,9 +110,16 @@ def seed_everything(seed: int) -> None:
 # ---------------------------------------------------------------------------- loop
 
 
-def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine | None = None) -> TrainResult:
-    """Train ``cfg.schedule.steps`` steps (counted from step 0, so a resumed run does the rest)."""
-    prepared = prepare(cfg, resume)
+def train(
+    cfg: TrainConfig,
+    *,
+    resume: bool | str | Path = False,
+    engine: Engine | None = None,
+    prepared: Prepared | None = None,
+) -> TrainResult:
+    """Train ``cfg.schedule.steps`` steps (counted from step 0, so a resumed run does the rest).
+    ``prepared``: what `prepare` found, when the caller already checked the run."""
+    prepared = prepared or prepare(cfg, resume)
     # The writing process (rank 0 under torchrun) holds the run directory before anything in
     # it is changed; a second run on it stops here.
     rank = int(os.environ.get("RANK", "0"))
@@ -311,7 +153,7 @@ def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine
     stop.install()
     built_here = engine is None
     try:
-        return _train(cfg, prepared, engine, stop)
+        return _train_steps(cfg, prepared, engine, stop)
     except RuntimeError as error:
         # A peer that died or stopped answering: one line naming this rank and the operation.
         failure = collective_failure(error, rank) if cfg.world_size > 1 else None
@@ -328,7 +170,7 @@ def train(cfg: TrainConfig, *, resume: bool | str | Path = False, engine: Engine
             lock.release()
 
 
-def _train(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, stop: StopRequest) -> TrainResult:
+def _train_steps(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, stop: StopRequest) -> TrainResult:
     """The loop: forward and backward, clip, optimizer step; the rest hangs off it as hooks."""
     schedule = Schedule(cfg)
     seed_everything(cfg.schedule.seed)

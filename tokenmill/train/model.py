@@ -12,170 +12,23 @@ layout of this file is part of the contract:
   ``forward`` then takes / returns hidden states.
 - Attention reshapes with ``.view(B, T, -1, head_dim)`` so a tensor-parallel shard holding a
   subset of the heads runs the same code.
+- Context parallelism sets two hooks: ``Attention.core`` (causal attention of q on k, v in
+  [B, heads, T, head_dim]; None: ``scaled_dot_product_attention``) and ``GPT.positions``
+  (the global positions of the tokens of this process's slice of each sequence; None:
+  0..T-1), which RoPE and the learned position embeddings use.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tokenmill.train.flops import flops_per_token
-
-FLAVOURS = ("gpt2", "llama")
-
-
-@dataclass
-class ModelConfig:
-    flavour: str = "gpt2"
-    vocab_size: int = 50304
-    n_layers: int = 12
-    hidden: int = 768
-    n_heads: int = 12
-    n_kv_heads: int | None = None  # None: as many as query heads (no GQA)
-    ffn_hidden: int | None = None  # None: 4*hidden (gpt2) or ~8/3*hidden rounded (llama)
-    max_seq_len: int = 1024
-    norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    tie_embeddings: bool = False
-    dropout: float = 0.0
-    init_std: float = 0.02
-
-    def __post_init__(self) -> None:
-        # Resolve the defaults here so that the saved config is explicit.
-        if self.n_kv_heads is None:
-            self.n_kv_heads = self.n_heads
-        if self.ffn_hidden is None:
-            if self.flavour == "llama":
-                # SwiGLU keeps the MLP's parameter count near 8h^2: 2/3 of 4h, rounded up.
-                multiple = 256 if self.hidden >= 1024 else 16
-                self.ffn_hidden = multiple * math.ceil(int(8 * self.hidden / 3) / multiple)
-            else:
-                self.ffn_hidden = 4 * self.hidden
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.n_heads
-
-    def validate(self) -> None:
-        """Raise ValueError naming the field when the shape cannot be built."""
-        if self.flavour not in FLAVOURS:
-            raise ValueError(f"flavour: {self.flavour!r} is not one of {', '.join(FLAVOURS)}")
-        for name in ("vocab_size", "n_layers", "hidden", "n_heads", "max_seq_len", "ffn_hidden"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}: must be positive, got {getattr(self, name)}")
-        if self.hidden % self.n_heads:
-            raise ValueError(f"hidden: {self.hidden} is not divisible by n_heads={self.n_heads}")
-        assert self.n_kv_heads is not None
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_kv_heads: {self.n_kv_heads} does not divide n_heads={self.n_heads}")
-        if self.flavour == "gpt2" and self.n_kv_heads != self.n_heads:
-            raise ValueError("n_kv_heads: grouped-query attention needs flavour 'llama'")
-        if self.flavour == "llama" and self.head_dim % 2:
-            raise ValueError(f"hidden: head_dim {self.head_dim} must be even for rotary embeddings")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout: must be in [0, 1), got {self.dropout}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ModelConfig:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-    def num_params(self, include_embeddings: bool = True) -> int:
-        """Exact parameter count of ``GPT(self)`` (tested against the module)."""
-        h, f, v, L = self.hidden, self.ffn_hidden, self.vocab_size, self.n_layers
-        assert f is not None and self.n_kv_heads is not None
-        kv = self.n_kv_heads * self.head_dim
-        if self.flavour == "gpt2":
-            attn = (h * h + h) + h * kv + (h * kv + kv) + (h * h + h)  # no key bias
-            mlp = (h * f + f) + (f * h + h)
-            norms = 2 * 2 * h
-            final_norm = 2 * h
-        else:
-            attn = h * h + 2 * h * kv + h * h
-            mlp = 3 * h * f
-            norms = 2 * h
-            final_norm = h
-        total = L * (attn + mlp + norms) + final_norm
-        if include_embeddings:
-            total += v * h  # token embeddings
-            if self.flavour == "gpt2":
-                total += self.max_seq_len * h
-        if not self.tie_embeddings or not include_embeddings:
-            total += v * h  # output head (a matmul, so counted even without embeddings)
-        return total
-
-    def flops_per_token(self, seq_len: int | None = None) -> float:
-        """Training FLOPs per token (forward + backward, no recomputation) at `seq_len`
-        (default: `max_seq_len`), as `tokenmill.train.flops` counts them."""
-        assert self.ffn_hidden is not None and self.n_kv_heads is not None
-        return flops_per_token(
-            self.n_layers,
-            self.hidden,
-            self.ffn_hidden,
-            self.vocab_size,
-            seq_len or self.max_seq_len,
-            kv_dim=self.n_kv_heads * self.head_dim,
-            gated=self.flavour == "llama",
-        )
-
-
-def _gpt2(n_layers: int, hidden: int, n_heads: int, seq: int = 2048, **kw) -> ModelConfig:
-    # GPT-2 and Megatron share the input embedding with the output head.
-    return ModelConfig("gpt2", 50304, n_layers, hidden, n_heads, max_seq_len=seq, tie_embeddings=True, **kw)
-
-
-def _llama3(n_layers: int, hidden: int, n_heads: int, ffn_hidden: int, seq: int, **kw) -> ModelConfig:
-    # The Llama 3 family: 128256-token vocabulary, 8 key/value heads, rope theta 5e5.
-    return ModelConfig(
-        "llama",
-        128256,
-        n_layers,
-        hidden,
-        n_heads,
-        n_kv_heads=8,
-        ffn_hidden=ffn_hidden,
-        max_seq_len=seq,
-        norm_eps=1e-5,
-        rope_theta=500000.0,
-        **kw,
-    )
-
-
-PRESETS: dict[str, ModelConfig] = {
-    # For tests and the smoke recipe: seconds per step on a laptop CPU.
-    "tiny": ModelConfig("gpt2", 512, 2, 64, 4, max_seq_len=128),
-    "tiny-llama": ModelConfig("llama", 512, 2, 64, 4, n_kv_heads=2, ffn_hidden=160, max_seq_len=128),
-    # GPT-2 / GPT-3 sizes (Megatron's padded GPT-2 vocabulary, 50304).
-    "gpt2-125m": _gpt2(12, 768, 12, 1024),
-    "gpt2-350m": _gpt2(24, 1024, 16, 1024),
-    "gpt2-1.3b": _gpt2(24, 2048, 32),
-    "gpt3-175b": _gpt2(96, 12288, 96, init_std=0.006),
-    # Megatron-Turing NLG 530B (init std 4e-3 as published).
-    "mtnlg-530b": _gpt2(105, 20480, 128, init_std=0.004),
-    # Llama 3.2 1B's and 3B's shapes (tied embeddings): the llamas of the GPU throughput
-    # measurements (bench/train_mfu.py).
-    "llama-1b": _llama3(16, 2048, 32, 8192, seq=2048, tie_embeddings=True),
-    "llama-3b": _llama3(28, 3072, 24, 8192, seq=2048, tie_embeddings=True),
-    "llama-8b": _llama3(32, 4096, 32, 14336, seq=8192),
-}
-
-
-def preset(name: str, **overrides) -> ModelConfig:
-    """A copy of a preset with some fields replaced (resolved defaults recomputed)."""
-    base = PRESETS[name]
-    if "n_heads" in overrides and "n_kv_heads" not in overrides and base.n_kv_heads == base.n_heads:
-        overrides["n_kv_heads"] = None
-    if ("hidden" in overrides or "flavour" in overrides) and "ffn_hidden" not in overrides:
-        overrides["ffn_hidden"] = None
-    return replace(base, **overrides)
+from tokenmill.train.model_config import ModelConfig
 
 
 class RMSNorm(nn.Module):
@@ -224,6 +77,7 @@ class Attention(nn.Module):
         self.wk = nn.Linear(cfg.hidden, cfg.n_kv_heads * cfg.head_dim, bias=False)
         self.wv = nn.Linear(cfg.hidden, cfg.n_kv_heads * cfg.head_dim, bias=bias)
         self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.hidden, bias=bias)
+        self.core: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
         B, T, _ = x.shape
@@ -235,10 +89,13 @@ class Attention(nn.Module):
             assert rope is not None
             q, k = apply_rope(q, rope), apply_rope(k, rope)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, heads, T, head_dim]
-        gqa = q.shape[1] != k.shape[1]
-        out = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0, enable_gqa=gqa
-        )
+        if self.core is not None:
+            out = self.core(q, k, v)
+        else:
+            gqa = q.shape[1] != k.shape[1]
+            out = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0, enable_gqa=gqa
+            )
         return self.wo(out.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -304,6 +161,7 @@ class GPT(nn.Module):
             self.register_buffer("rope", rope_cache(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta), persistent=False)
         else:
             self.rope = None
+        self.positions: torch.Tensor | None = None
         self.tie_embedding_weights()
         self.init_weights()
 
@@ -349,16 +207,17 @@ class GPT(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, T] -> logits [B, T, vocab]; hidden states in/out on middle stages."""
+        T, positions = tokens.shape[1], self.positions
         if self.tok_embeddings is not None:
             h = self.tok_embeddings(tokens)
             if self.pos_embeddings is not None:
-                positions = torch.arange(tokens.shape[1], device=tokens.device)
-                h = h + self.pos_embeddings(positions)
+                h = h + self.pos_embeddings(torch.arange(T, device=tokens.device) if positions is None else positions)
             h = self.dropout(h)
         else:
             h = tokens
+        rope = self.rope if self.rope is None or positions is None else self.rope[:, positions]
         for layer in self.layers.values():
-            h = layer(h, self.rope)
+            h = layer(h, rope)
         if self.norm is not None:
             h = self.norm(h)
         if self.output is not None:

@@ -3,10 +3,10 @@
 A request is one of:
 
 - SIGUSR1 to a training process (Slurm's warning signal, `--signal=USR1@SECONDS`);
-- SIGTERM to a training process that is not a worker of `tokenmill train`'s own agent (a
-  single process, or ranks under a plain torchrun as in a Slurm job: Slurm sends SIGTERM at
-  the time limit and on pre-emption, then SIGKILL after its KillWait). Workers of the local
-  agent are sent SIGTERM when another rank failed or on Ctrl-C, which means stop now;
+- SIGTERM to a training process that is not a rank of `tokenmill train`'s own supervisor (a
+  single process, or ranks under torchrun as in a Slurm job: Slurm sends SIGTERM at the time
+  limit and on pre-emption, then SIGKILL after its KillWait). Ranks of the supervisor
+  (supervisor.py) are sent SIGTERM when another rank failed or on Ctrl-C, which means stop now;
 - the file ``RUN/STOP`` (``touch RUN/STOP``): how the launcher of a multi-rank run and a Slurm
   batch script, which cannot signal ranks on other nodes, pass the request on. Rank 0 alone
   looks for it, once per step.
@@ -23,11 +23,13 @@ import os
 import signal
 from pathlib import Path
 from types import FrameType
-
-import torch
+from typing import TYPE_CHECKING
 
 from tokenmill.errors import TokenmillError
-from tokenmill.train.lifecycle import AGENT_PID_ENV
+from tokenmill.train.lifecycle import SUPERVISOR_PID_ENV
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ class TrainingStopped(TokenmillError):
 
 def stop_signals() -> list[signal.Signals]:
     """The signals this process treats as a request to stop at the next step's end."""
-    if os.environ.get(AGENT_PID_ENV):
+    if os.environ.get(SUPERVISOR_PID_ENV):
         return [signal.SIGUSR1]
     return [signal.SIGUSR1, signal.SIGTERM]
 
@@ -90,6 +92,9 @@ class StopRequest:
             self.reason = f"{self.file}"
         if self.world_size == 1:
             return self.reason is not None
+        # Imported here: the launcher and the recipe runner read this module's constants and
+        # never load torch.
+        import torch
         import torch.distributed as dist
 
         flag = torch.tensor([1 if self.reason is not None else 0], dtype=torch.int32, device=device)

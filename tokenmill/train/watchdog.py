@@ -6,7 +6,7 @@ creates (DeviceMesh sub-groups default to 30 minutes). A thread of each rank loo
 main thread's stack every second: when the same torch.distributed call has been waiting
 longer than the timeout, it prints one line naming this rank and the operation (the
 torch.distributed function, and the tokenmill function that called it) and ends the process
-with `HANG_EXIT`, so the agent stops the job, or restarts it under ``--max-restarts``.
+with `HANG_EXIT`, so the launcher stops the job, or restarts it under ``--max-restarts``.
 A collective that fails (a peer died: "Connection reset by peer") is reported the same way,
 as one line naming the rank and the operation (`collective_failure`).
 """
@@ -26,7 +26,7 @@ from tokenmill.errors import TEMPFAIL_EXIT, TokenmillError
 log = logging.getLogger(__name__)
 
 HANG_EXIT = 124  # as timeout(1): the job did not finish in time
-PEER_FAILED_EXIT = TEMPFAIL_EXIT  # EX_TEMPFAIL: this rank is fine, a peer failed (the agent looks past it)
+PEER_FAILED_EXIT = TEMPFAIL_EXIT  # EX_TEMPFAIL: this rank is fine, a peer failed (the launcher looks past it)
 POLL_SECONDS = 1.0
 _TORCH_DISTRIBUTED = os.sep + os.path.join("torch", "distributed") + os.sep
 _TOKENMILL = os.sep + "tokenmill" + os.sep

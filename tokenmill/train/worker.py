@@ -1,7 +1,7 @@
 """The entry point of the training processes tokenmill starts itself:
 ``python -m tokenmill.train.worker CONFIG [OPTIONS]``, with the arguments of `tokenmill train`.
 
-The ranks of the launcher's agent (agent.py), the ranks of a Slurm job (train_job.py) and the
+The ranks the launcher starts (supervisor.py), the ranks of a Slurm job (train_job.py) and the
 trainer of a `tokenmill run` (pipelines/runner.py) start here rather than from the whole
 `tokenmill` command line, so each imports the training code alone, not every command's parser.
 What ends them is said as `tokenmill` says it (entry.py): one ``tokenmill: error: ...`` line

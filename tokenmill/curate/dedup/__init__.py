@@ -74,7 +74,7 @@ STAGES = (
     Stage(
         "dedup",
         DedupConfig,
-        _run,
+        run=_run,
         help="remove exact and near-duplicate documents (MinHash LSH, datasketch-compatible)",
         description=_DESCRIPTION,
     ),

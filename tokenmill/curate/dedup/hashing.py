@@ -46,82 +46,92 @@ def _rotl64(x, n):
     return (x << U64(n)) | (x >> U64(64 - n))
 
 
-@njit(cache=True)
-def _sha1_block(block, h):
-    """One 64-byte SHA-1 block (`block`: uint8[64]) into state `h` (uint64[5], 32-bit values)."""
-    w = np.empty(80, dtype=np.uint64)
-    for t in range(16):
-        w[t] = (
-            (U64(block[4 * t]) << U64(24))
-            | (U64(block[4 * t + 1]) << U64(16))
-            | (U64(block[4 * t + 2]) << U64(8))
-            | U64(block[4 * t + 3])
-        )
+@njit(cache=True, inline="always")
+def _sha1_compress(w, h0, h1, h2, h3, h4):
+    """One SHA-1 block whose 16 big-endian words are in w[0:16] (w: uint64[80] scratch, 32-bit
+    values); returns the new state. The schedule lives in a scratch array the caller owns (no
+    allocation per block)."""
     for t in range(16, 80):
         w[t] = _rotl32(w[t - 3] ^ w[t - 8] ^ w[t - 14] ^ w[t - 16], 1)
-    a = h[0]
-    b = h[1]
-    c = h[2]
-    d = h[3]
-    e = h[4]
-    for t in range(80):
-        if t < 20:
-            f = (b & c) | ((~b & MASK32) & d)
-            k = U64(0x5A827999)
-        elif t < 40:
-            f = b ^ c ^ d
-            k = U64(0x6ED9EBA1)
-        elif t < 60:
-            f = (b & c) | (b & d) | (c & d)
-            k = U64(0x8F1BBCDC)
-        else:
-            f = b ^ c ^ d
-            k = U64(0xCA62C1D6)
-        temp = (_rotl32(a, 5) + f + e + k + w[t]) & MASK32
-        e = d
-        d = c
-        c = _rotl32(b, 30)
-        b = a
-        a = temp
-    h[0] = (h[0] + a) & MASK32
-    h[1] = (h[1] + b) & MASK32
-    h[2] = (h[2] + c) & MASK32
-    h[3] = (h[3] + d) & MASK32
-    h[4] = (h[4] + e) & MASK32
+    a = h0
+    b = h1
+    c = h2
+    d = h3
+    e = h4
+    for group in range(4):
+        for t in range(20 * group, 20 * group + 20):
+            # The round function of rounds 0-19, 20-39, 40-59, 60-79; branches that depend on
+            # the outer loop's counter only, which LLVM predicts (or unswitches) well.
+            if group == 0:
+                f = (d ^ (b & (c ^ d))) + U64(0x5A827999)
+            elif group == 2:
+                f = ((b & c) | (d & (b | c))) + U64(0x8F1BBCDC)
+            else:
+                f = (b ^ c ^ d) + (U64(0x6ED9EBA1) if group == 1 else U64(0xCA62C1D6))
+            temp = (_rotl32(a, 5) + f + e + w[t]) & MASK32
+            e = d
+            d = c
+            c = _rotl32(b, 30)
+            b = a
+            a = temp
+    return (h0 + a) & MASK32, (h1 + b) & MASK32, (h2 + c) & MASK32, (h3 + d) & MASK32, (h4 + e) & MASK32
+
+
+@njit(cache=True, inline="always")
+def _padded_byte(buf, pos, rest, i):
+    """Byte i of the last message block(s): data, then 0x80, then zeros (length added apart)."""
+    if i < rest:
+        return U64(buf[pos + i])
+    return U64(0x80) if i == rest else U64(0)
 
 
 @njit(cache=True)
-def sha1_first4_le(buf, start, end, block, h):
+def sha1_first4_le(buf, start, end, w):
     """datasketch's base hash: the first 4 bytes of SHA-1(buf[start:end]) read little-endian.
 
-    `block` (uint8[64]) and `h` (uint64[5]) are scratch arrays reused across calls."""
-    h[0] = U64(0x67452301)
-    h[1] = U64(0xEFCDAB89)
-    h[2] = U64(0x98BADCFE)
-    h[3] = U64(0x10325476)
-    h[4] = U64(0xC3D2E1F0)
-    length = end - start
+    `w` (uint64[80]) is scratch reused across calls. Words are read from `buf` in place; only
+    the padded tail is assembled byte by byte."""
+    h0 = U64(0x67452301)
+    h1 = U64(0xEFCDAB89)
+    h2 = U64(0x98BADCFE)
+    h3 = U64(0x10325476)
+    h4 = U64(0xC3D2E1F0)
     pos = start
     while end - pos >= 64:
-        for i in range(64):
-            block[i] = buf[pos + i]
-        _sha1_block(block, h)
+        for t in range(16):
+            p = pos + 4 * t
+            w[t] = (
+                (U64(buf[p]) << U64(24)) | (U64(buf[p + 1]) << U64(16)) | (U64(buf[p + 2]) << U64(8)) | U64(buf[p + 3])
+            )
+        h0, h1, h2, h3, h4 = _sha1_compress(w, h0, h1, h2, h3, h4)
         pos += 64
     rest = end - pos
-    for i in range(rest):
-        block[i] = buf[pos + i]
-    block[rest] = 0x80
-    for i in range(rest + 1, 64):
-        block[i] = 0
-    if rest >= 56:
-        _sha1_block(block, h)
-        for i in range(64):
-            block[i] = 0
-    bits = U64(length) * U64(8)
-    for i in range(8):
-        block[63 - i] = np.uint8((bits >> U64(8 * i)) & U64(0xFF))
-    _sha1_block(block, h)
-    h0 = h[0]
+    # rest + 1 (0x80) + 8 (length) bytes need a second block when rest >= 56.
+    n_tail = 2 if rest >= 56 else 1
+    bits = U64(end - start) * U64(8)
+    for blk in range(n_tail):
+        base = blk * 64
+        for t in range(16):
+            i = base + 4 * t
+            if i + 4 <= rest:
+                p = pos + i
+                w[t] = (
+                    (U64(buf[p]) << U64(24))
+                    | (U64(buf[p + 1]) << U64(16))
+                    | (U64(buf[p + 2]) << U64(8))
+                    | U64(buf[p + 3])
+                )
+            else:
+                w[t] = (
+                    (_padded_byte(buf, pos, rest, i) << U64(24))
+                    | (_padded_byte(buf, pos, rest, i + 1) << U64(16))
+                    | (_padded_byte(buf, pos, rest, i + 2) << U64(8))
+                    | _padded_byte(buf, pos, rest, i + 3)
+                )
+        if blk == n_tail - 1:
+            w[14] = bits >> U64(32)
+            w[15] = bits & MASK32
+        h0, h1, h2, h3, h4 = _sha1_compress(w, h0, h1, h2, h3, h4)
     # Digest byte 0..3 are h0 big-endian; read them little-endian = byte-swap.
     return (
         ((h0 & U64(0xFF)) << U64(24))
@@ -290,8 +300,7 @@ def minhash_batch(buf, offsets, kinds, n_word, n_char, a, b, scheme, seed, out, 
     num_perm = a.shape[0]
     n_docs = offsets.shape[0] - 1
     starts, ends = _span_buffers(offsets)
-    block = np.empty(64, dtype=np.uint8)
-    state = np.empty(5, dtype=np.uint64)
+    w = np.empty(80, dtype=np.uint64)
     for d in range(n_docs):
         sig = out[d]
         for j in range(num_perm):
@@ -306,11 +315,11 @@ def minhash_batch(buf, offsets, kinds, n_word, n_char, a, b, scheme, seed, out, 
                 for j in range(num_perm):
                     sig[j] = min(sig[j], (a[j] * h + b[j]) >> U64(32))
             elif scheme == AFFINE32:
-                h = _fmix32(sha1_first4_le(buf, starts[i], ends[i], block, state))
+                h = _fmix32(sha1_first4_le(buf, starts[i], ends[i], w))
                 for j in range(num_perm):
                     sig[j] = min(sig[j], (a[j] * h + b[j]) & MASK32)
             else:
-                h = sha1_first4_le(buf, starts[i], ends[i], block, state)
+                h = sha1_first4_le(buf, starts[i], ends[i], w)
                 for j in range(num_perm):
                     x = a[j] * h + b[j]
                     x = (x & MERSENNE_61) + (x >> U64(61))
@@ -328,8 +337,7 @@ def minhash_batch32(buf, offsets, kinds, n_word, n_char, a, b, scheme, seed, out
     num_perm = a.shape[0]
     n_docs = offsets.shape[0] - 1
     starts, ends = _span_buffers(offsets)
-    block = np.empty(64, dtype=np.uint8)
-    state = np.empty(5, dtype=np.uint64)
+    w = np.empty(80, dtype=np.uint64)
     for d in range(n_docs):
         sig = out[d]
         for j in range(num_perm):
@@ -342,7 +350,7 @@ def minhash_batch32(buf, offsets, kinds, n_word, n_char, a, b, scheme, seed, out
                 h64 = xxh64(buf, starts[i], ends[i], seed)
                 h = (h64 ^ (h64 >> U64(32))) & MASK32
             else:
-                h = _fmix32(sha1_first4_le(buf, starts[i], ends[i], block, state))
+                h = _fmix32(sha1_first4_le(buf, starts[i], ends[i], w))
             h32 = np.uint32(h)
             for j in range(num_perm):
                 sig[j] = min(sig[j], np.uint32((a[j] * h32 + b[j]) & MASK32))

@@ -88,7 +88,7 @@ class MinHasher:
         """Signatures (uint64[n, num_perm], values < 2**32) and shingle counts (int64[n]).
         A document without shingles keeps the all-MAX signature, as datasketch does."""
         batch = encode_batch(texts, self.shingles)
-        n = len(batch.texts)
+        n = batch.n_docs
         out = np.empty((n, self.num_perm), dtype=np.uint64)
         counts = np.zeros(n, dtype=np.int64)
         if n and self.scheme == "legacy":
@@ -131,12 +131,12 @@ def shingle_sets(texts, config: ShingleConfig, seed: int = 0) -> list[np.ndarray
     """The set of 64-bit shingle hashes of each document (sorted, unique): the exact Jaccard
     of two documents is the Jaccard of these sets up to a 2**-64 collision chance."""
     batch = encode_batch(texts, config)
-    if not batch.texts:
+    if not batch.n_docs:
         return []
     hashes, doc_offsets, _, _ = shingle_hashes_batch(
         batch.buf, batch.offsets, batch.kinds, config.ngram, config.char_ngram, np.uint64(seed)
     )
-    return [np.unique(hashes[doc_offsets[i] : doc_offsets[i + 1]]) for i in range(len(batch.texts))]
+    return [np.unique(hashes[doc_offsets[i] : doc_offsets[i + 1]]) for i in range(batch.n_docs)]
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:

@@ -13,7 +13,6 @@ fixed-width integers) in the global ones; the client holds only counters.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -41,11 +40,11 @@ from tokenmill.curate.dedup.work import (
 )
 from tokenmill.curate.documents import check_document_columns, resolve_input_files, upstream_manifest
 from tokenmill.curate.registry import phases_text
-from tokenmill.curate.stage import StageOutput, reject, run_tasks
+from tokenmill.curate.stage import Batch, reject, run_tasks
 from tokenmill.errors import ConfigError, TokenmillError
-from tokenmill.infra import faults, storage
+from tokenmill.infra import faults, records, storage
 from tokenmill.infra.atomic import atomic_write_text
-from tokenmill.infra.cluster import client_or_new, collect, external_scheduler
+from tokenmill.infra.cluster import client_or_new, external_scheduler, submit_and_collect
 
 log = logging.getLogger(__name__)
 
@@ -160,14 +159,14 @@ def hash_file(path: str, part: int, out: str, config: DedupConfig) -> dict[str, 
 def _run_per_file(
     client, func, files: list[Path], out: Path, config: DedupConfig, desc: str, progress: bool
 ) -> dict[str, int]:
-    futures = [client.submit(func, str(path), part, str(out), config, pure=False) for part, path in enumerate(files)]
     totals = {"docs": 0, "resumed": 0}
 
-    def add(_future, result: dict[str, int]) -> None:
+    def add(_part: int, result: dict[str, int]) -> None:
         totals["docs"] += result["docs"]
         totals["resumed"] += result["resumed"]
 
-    collect(futures, add, desc=desc, unit="file", progress=progress)
+    calls = ((part, (str(path), part, str(out), config)) for part, path in enumerate(files))
+    submit_and_collect(client, func, calls, add, desc=desc, unit="file", progress=progress)
     return totals
 
 
@@ -310,7 +309,7 @@ class ApplyDecisions:
     reason: str
     batch_rows: int
 
-    def run(self) -> Iterator[StageOutput]:
+    def run(self) -> Iterator[Batch]:
         files = parquet_files(Path(self.decisions) / f"part={self.part}")
         decided = (
             pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
@@ -333,7 +332,7 @@ class ApplyDecisions:
             )
             kept = docs[~rejected_mask].drop(columns=["kept_id"])
             rejected = reject(docs[rejected_mask], self.reason)
-            yield StageOutput(
+            yield Batch(
                 n_in=len(docs),
                 kept=kept.reset_index(drop=True),
                 rejected=rejected.reset_index(drop=True),
@@ -413,11 +412,11 @@ _NOT_IN_RUN_KEY = (
 
 def run_key(config: DedupConfig, inputs: list) -> str:
     """The key under which a run's kept documents enter the index: a digest of the config and the
-    inputs (`storage.fingerprint` of each: path, size, version), never of the index, so that the
+    inputs (`records.identity`: path, size, version), never of the index, so that the
     run's own append leaves it unchanged and a rerun recognises its batch."""
     settings = {k: v for k, v in asdict(config).items() if k not in _NOT_IN_RUN_KEY}
     payload = {"config": settings, "inputs": inputs}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    return records.digest(payload, length=32)
 
 
 @dataclass
@@ -550,7 +549,7 @@ def run_dedup(
     mirror = index_mirror(config)
     if mirror is not None:
         config = replace(config, index=str(mirror.local))
-    inputs = [storage.fingerprint(p) for p in files]
+    inputs = records.identity(files)
     key = run_key(config, inputs)
     view = index_view(config, key)
     fingerprint = {
@@ -817,20 +816,12 @@ def _update_index(
     if first is None:
         first = 0 if not existing else max(int(Path(f).stem.split("-")[1]) for f in existing) + 1
     rows = {int(Path(f).stem.split("-")[1]): f for f in parquet_files(work.dir(config.first_phase))}
-    futures = [
-        client.submit(
-            _index_rows,
-            rows[part],
-            str(work.dir("decisions")),
-            part,
-            first + part,
-            str(rows_dir),
-            config.verify,
-            pure=False,
-        )
+    counts = [0] * len(files)
+    calls = (
+        (part, (rows[part], str(work.dir("decisions")), part, first + part, str(rows_dir), config.verify))
         for part in range(len(files))
-    ]
-    counts = [f.result() for f in futures]
+    )
+    submit_and_collect(client, _index_rows, calls, counts.__setitem__, desc="dedup index", unit="file", progress=False)
     added = sum(counts)
     if meta is not None and "files" in meta:
         names = list(meta["files"])

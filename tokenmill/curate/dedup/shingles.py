@@ -1,8 +1,9 @@
 """Text normalization and shingling shared by exact dedup, fuzzy dedup and decontamination.
 
-A document is normalized in Python once (lower-casing, punctuation to spaces, whitespace
-collapsed to single spaces), then the compiled kernels in `hashing` cut shingles out of the
-UTF-8 bytes without creating a Python object per shingle. With whitespace collapsed, the
+A document is normalized once (lower-casing, punctuation to spaces, whitespace collapsed to
+single spaces: `TextNormalization.apply` in Python, the reference, and `textnorm`'s compiled
+kernel for batches), then the compiled kernels in `hashing` cut shingles out of the UTF-8 bytes
+without creating a Python object per shingle. With whitespace collapsed, the
 bytes of a word n-gram are exactly `" ".join(words[i:i+n])`, which is what a datasketch user
 would feed to `MinHash.update_batch`.
 
@@ -13,16 +14,19 @@ per document (`shingle="auto"`) or for every document (`"word"` / `"char"`).
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Literal
 
 from tokenmill.errors import ConfigError
 
-# Shingle kinds, per document (the compiled kernels in `hashing` branch on them).
+if TYPE_CHECKING:
+    import numpy as np
+
+# Shingle kinds, per document (the compiled kernels branch on them); the values live in
+# `textnorm` (compiled, loaded lazily) and are repeated here for numba-free importers.
 WORD = 0
 CHAR = 1
 
@@ -30,12 +34,18 @@ CHAR = 1
 _PUNCT = re.compile(r"[^\w\s]+")
 _WS = re.compile(r"\s+")
 # Runs of non-word characters: punctuation to spaces and whitespace collapsed in one pass
-# (same result as _PUNCT then _WS, half the regex time, which dominates batch hashing).
+# (same result as _PUNCT then _WS). Batches are normalized by `textnorm`'s kernel, whose code
+# point classes come from these same expressions.
 _NON_WORD = re.compile(r"[^\w]+")
-# Scripts written without spaces between words: CJK ideographs, kana, Thai, Lao, Myanmar, Khmer.
-_NO_SPACE_SCRIPT = re.compile(
-    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]"
-)
+
+
+@functools.cache
+def _no_space_script() -> re.Pattern[str]:
+    """Scripts written without spaces between words: CJK ideographs, kana, Thai, Lao, Myanmar,
+    Khmer. Compiled on first use: its ranges take milliseconds to compile, and the command line
+    imports this module to build dedup's parser."""
+    return re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]")
+
 
 ShingleMode = Literal["auto", "word", "char"]
 
@@ -94,7 +104,7 @@ def uses_chars(normalized: str, config: ShingleConfig) -> bool:
         return config.mode == "char"
     if not normalized:
         return False
-    n_no_space = len(_NO_SPACE_SCRIPT.findall(normalized))
+    n_no_space = len(_no_space_script().findall(normalized))
     if n_no_space == 0:
         return False
     return n_no_space >= config.no_space_fraction * (len(normalized) - normalized.count(" "))
@@ -107,28 +117,79 @@ class EncodedBatch:
     buf: np.ndarray  # uint8
     offsets: np.ndarray  # int64[n_docs + 1]
     kinds: np.ndarray  # int8[n_docs], WORD or CHAR
-    texts: list[str]  # the normalized texts (CHAR documents without spaces)
+
+    @property
+    def n_docs(self) -> int:
+        return self.offsets.shape[0] - 1
+
+    @property
+    def texts(self) -> list[str]:
+        """The normalized texts (CHAR documents without spaces), decoded on demand."""
+        data = self.buf.tobytes()
+        return [data[self.offsets[i] : self.offsets[i + 1]].decode("utf-8") for i in range(self.n_docs)]
+
+
+@functools.cache
+def code_point_classes() -> np.ndarray:
+    """uint8 class bits per code point (textnorm.IS_WORD, IS_SPACE, IS_NO_SPACE_SCRIPT), filled
+    lazily by `classify_code_points` as batches meet new code points; ASCII up front."""
+    import numpy as np
+
+    from tokenmill.curate.dedup import textnorm
+
+    classes = np.full(textnorm.N_CODE_POINTS, textnorm.UNKNOWN, dtype=np.uint8)
+    classify_code_points(classes, np.arange(128))
+    return classes
+
+
+def classify_code_points(classes: np.ndarray, code_points: np.ndarray) -> None:
+    """Classes from the very regular expressions `TextNormalization.apply` and `uses_chars` use."""
+    import numpy as np
+
+    from tokenmill.curate.dedup import textnorm
+
+    no_space = _no_space_script()
+    values = np.empty(len(code_points), dtype=np.uint8)
+    for i, cp in enumerate(code_points.tolist()):
+        c = chr(cp)
+        values[i] = (
+            (0 if _NON_WORD.match(c) else textnorm.IS_WORD)
+            | (textnorm.IS_SPACE if _WS.match(c) else 0)
+            | (textnorm.IS_NO_SPACE_SCRIPT if no_space.match(c) else 0)
+        )
+    # Thread-safe without a lock: an entry goes from UNKNOWN to its final value in one byte
+    # write, and a batch that finds it UNKNOWN classifies it itself before normalizing.
+    classes[code_points] = values
 
 
 def encode_batch(texts, config: ShingleConfig) -> EncodedBatch:
-    normalized: list[str] = []
-    kinds = np.empty(len(texts), dtype=np.int8)
+    """Normalize and encode a batch: NFKC and lower-casing by Python's str methods, the rest
+    (punctuation, whitespace, word or character shingles) by the compiled kernel."""
+    import numpy as np
+
+    from tokenmill.curate.dedup import textnorm
+
     norm = config.normalization
-    for i, text in enumerate(texts):
-        t = norm.apply(text) if isinstance(text, str) else ""
-        if uses_chars(t, config):
-            t = t.replace(" ", "")
-            kinds[i] = CHAR
-        else:
-            kinds[i] = WORD
-        normalized.append(t)
-    encoded = [t.encode("utf-8") for t in normalized]
+    encoded = []
+    for text in texts:
+        t = text if isinstance(text, str) else ""
+        if norm.unicode_nfkc:
+            t = unicodedata.normalize("NFKC", t)
+        if norm.lowercase:
+            t = t.lower()
+        encoded.append(t.encode("utf-8"))
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum([len(e) for e in encoded], out=offsets[1:])
-    buf = np.frombuffer(b"".join(encoded), dtype=np.uint8) if encoded else np.zeros(0, np.uint8)
-    if buf.size == 0:
-        buf = np.zeros(1, dtype=np.uint8)  # numba wants a non-empty array to index safely
-    return EncodedBatch(buf=buf, offsets=offsets, kinds=kinds, texts=normalized)
+    raw = np.frombuffer(b"".join(encoded), dtype=np.uint8) if encoded else np.zeros(0, np.uint8)
+    classes = code_point_classes()
+    missing = textnorm.unknown_code_points(raw, classes)
+    if missing.size:
+        classify_code_points(classes, missing)
+    buf, out_offsets, kinds = textnorm.normalize_batch(
+        raw, offsets, classes, norm.strip_punctuation, textnorm.MODE_CODES[config.mode], config.no_space_fraction
+    )
+    # numba wants a non-empty array to index safely; normalize_batch never returns an empty one.
+    return EncodedBatch(buf=buf, offsets=out_offsets, kinds=kinds)
 
 
 def python_shingles(text: str, config: ShingleConfig) -> list[str]:

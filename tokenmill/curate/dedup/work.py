@@ -9,8 +9,6 @@ exists is complete.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,7 +18,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill.infra.atomic import atomic_path, read_json
+from tokenmill.infra import records
+from tokenmill.infra.atomic import atomic_path
 from tokenmill.infra.cluster import collect
 
 
@@ -48,31 +47,33 @@ def parquet_files(directory: str | Path) -> list[str]:
 
 
 class WorkDir:
+    """The checkpoints of one dedup run, kept under the key of its config and inputs (the
+    completion records of `tokenmill.infra.records`: `config.json` with the key, one
+    `<phase>.done` per finished phase)."""
+
     def __init__(self, path: str | Path, fingerprint: dict[str, Any]):
         self.path = Path(path).resolve()
-        digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()
+        digest = records.digest(fingerprint, length=None)
         config_file = self.path / "config.json"
-        if config_file.exists():
-            old = (read_json(config_file) or {}).get("digest")
-            if old != digest:
-                # Checkpoints of another config or other inputs must not be reused.
-                shutil.rmtree(self.path)
+        if config_file.exists() and records.read_record(config_file, key=digest, field="digest") is None:
+            # Checkpoints of another config or other inputs must not be reused.
+            shutil.rmtree(self.path)
         self.path.mkdir(parents=True, exist_ok=True)
         if not config_file.exists():
-            config_file.write_text(json.dumps({"digest": digest, "fingerprint": fingerprint}, indent=2, default=str))
+            records.write_record(config_file, {"digest": digest, "fingerprint": fingerprint}, indent=2)
         self.resumed: list[str] = []
 
     def dir(self, phase: str) -> Path:
         return self.path / phase
 
     def done(self, phase: str) -> bool:
-        return (self.path / f"{phase}.done").exists()
+        return records.read_record(self.path / f"{phase}.done") is not None
 
     def mark_done(self, phase: str, info: dict[str, Any] | None = None) -> None:
-        (self.path / f"{phase}.done").write_text(json.dumps(info or {}, default=str))
+        records.write_record(self.path / f"{phase}.done", info or {})
 
     def info(self, phase: str) -> dict[str, Any]:
-        return json.loads((self.path / f"{phase}.done").read_text())
+        return records.read_record(self.path / f"{phase}.done") or {}
 
     def phase(self, phase: str, run: Callable[[Path], dict[str, Any] | None]) -> dict[str, Any]:
         """Run `run(directory)` unless the phase finished before; return its info."""

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from itertools import count
 from typing import ClassVar
 
-import numpy as np
-
 from tokenmill.curate.rules.base import Doc, RuleFamily
 
 _PARAGRAPHS = re.compile(r"\n{2,}")
@@ -40,6 +38,8 @@ class NgramLevels:
     position of its first occurrence. Two n-grams are the same when their words are the same."""
 
     def __init__(self, words: list[str]):
+        import numpy as np  # loaded by a run: the filter's parser imports this module
+
         self.n_words = len(words)
         vocab: dict[str, int] = {}
         self.ids = np.fromiter(map(vocab.setdefault, words, count()), dtype=np.int64, count=self.n_words)
@@ -51,6 +51,8 @@ class NgramLevels:
 
     def advance(self) -> bool:
         """Move to the next n; False when there are fewer than n words."""
+        import numpy as np
+
         n = self.n + 1
         m = self.n_words - n + 1
         if m <= 0:
@@ -70,7 +72,7 @@ class NgramLevels:
     def top_chars(self) -> int:
         """len(" ".join(gram)) * count for the most frequent n-gram (earliest first on a tie)."""
         top = self.counts.max()
-        start = int(np.argmax(self.counts == top))
+        start = int((self.counts == top).argmax())
         return (self.chars(start) + self.n - 1) * int(top)
 
     def has_repeats(self) -> bool:
@@ -84,7 +86,7 @@ class NgramLevels:
         n = self.n
         # only positions whose n-gram occurs more than once can branch; between them every
         # position is visited one by one
-        events = np.flatnonzero(self.counts[self.codes] > 1)
+        events = (self.counts[self.codes] > 1).nonzero()[0]
         grams = self.codes[events].tolist()
         lengths = (self.cumulative[events + n] - self.cumulative[events]).tolist()
         seen: set[int] = set()

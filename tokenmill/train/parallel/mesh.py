@@ -1,7 +1,10 @@
 """The process layout (`tokenmill.train.config.ParallelConfig`, which also checks that it
 can hold the model) as processes: the distributed launch and the
-`DeviceMesh` with dims ("pp", "dp", "tp") (tp innermost, so a tensor-parallel group sits
-inside one node when ranks are numbered node by node)."""
+`DeviceMesh` with dims ("pp", "dp", "cp", "tp") (tp innermost, so a tensor-parallel group
+sits inside one node when ranks are numbered node by node; cp next, its ring exchanging
+key/value blocks every layer). The dp and cp dims are also flattened into "dp_cp": every
+parameter is replicated over cp as over dp, so gradients are averaged, and ZeRO shards, over
+both (torchtitan shards FSDP over dp x cp too)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from tokenmill.errors import ConfigError
 from tokenmill.train.config import ParallelConfig
 
-MESH_DIMS = ("pp", "dp", "tp")
+MESH_DIMS = ("pp", "dp", "cp", "tp")
 _own_group = False  # init_distributed made an in-memory group of one (no torchrun)
 
 
@@ -34,7 +37,7 @@ def init_distributed(device: torch.device | None = None, world_size: int | None 
             dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
             _own_group = True
         else:
-            raise ConfigError("tp x pp x dp > 1 needs a distributed launch (torchrun or `tokenmill train`)")
+            raise ConfigError("tp x pp x dp x cp > 1 needs a distributed launch (torchrun or `tokenmill train`)")
     if use_cuda:
         if "LOCAL_RANK" not in os.environ and device is not None and device.index is not None:
             return device
@@ -63,22 +66,22 @@ def shutdown_distributed() -> None:
         dist.destroy_process_group()
 
 
-def build_mesh(dims: ParallelConfig, device_type: str = "cpu") -> DeviceMesh:
-    """A 3D mesh ("pp", "dp", "tp"); every dim exists even when its size is 1."""
-    return init_device_mesh(device_type, (dims.pp, dims.dp, dims.tp), mesh_dim_names=MESH_DIMS)
+def build_mesh(dims: ParallelConfig, device_type: str = "cpu") -> tuple[DeviceMesh, DeviceMesh]:
+    """The 4D mesh ("pp", "dp", "cp", "tp"), every dim present even when its size is 1, and
+    its "dp" x "cp" dims flattened into the 1D "dp_cp" mesh (gradient reduction and ZeRO)."""
+    mesh = init_device_mesh(device_type, (dims.pp, dims.dp, dims.cp, dims.tp), mesh_dim_names=MESH_DIMS)
+    return mesh, mesh["dp", "cp"]._flatten("dp_cp")
 
 
 def embedding_group(mesh: DeviceMesh) -> dist.ProcessGroup | None:
-    """Megatron's embedding group: the first and the last pipeline rank at this rank's (dp, tp)
-    position, which hold the two copies of tied input/output embeddings (None off those ranks).
+    """Megatron's embedding group: the first and the last pipeline rank at this rank's
+    (dp, cp, tp) position, which hold the two copies of tied input/output embeddings (None off those ranks).
     Every rank takes part in creating every pair's group, as `new_group` requires."""
-    ranks = mesh.mesh
-    pp = ranks.shape[0]
+    ranks = mesh.mesh.reshape(mesh.mesh.shape[0], -1)
     mine = None
-    for dp_index in range(ranks.shape[1]):
-        for tp_index in range(ranks.shape[2]):
-            pair = [int(ranks[0, dp_index, tp_index]), int(ranks[pp - 1, dp_index, tp_index])]
-            group = dist.new_group(pair)
-            if dist.get_rank() in pair:
-                mine = group
+    for position in range(ranks.shape[1]):
+        pair = [int(ranks[0, position]), int(ranks[-1, position])]
+        group = dist.new_group(pair)
+        if dist.get_rank() in pair:
+            mine = group
     return mine

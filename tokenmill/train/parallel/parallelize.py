@@ -1,9 +1,11 @@
-"""`parallelize_gpt`: the plain GPT under this rank's share of tp x pp x dp, in one function a
-reader follows top to bottom (torchtitan's `parallelize_llama`, plus the pipeline split).
+"""`parallelize_gpt`: the plain GPT under this rank's share of tp x pp x dp x cp, in one
+function a reader follows top to bottom (torchtitan's `parallelize_llama`, plus the pipeline
+split).
 
 Order (torchtitan's): the model exists on the meta device; split it into this rank's pipeline
 stages; then, per stage, tensor (+ sequence) parallel, activation checkpointing, `compile` per
-block, FSDP2 (ZeRO-2/3); and only then allocate and initialize this rank's share.
+block, FSDP2 (ZeRO-2/3, over dp x cp); then allocate and initialize this rank's share, and
+make its attention a ring over the cp ranks.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from tokenmill.train.config import ParallelConfig, TrainConfig
 from tokenmill.train.engine import apply_activation_checkpointing, compile_blocks, materialize
 from tokenmill.train.model import GPT
+from tokenmill.train.parallel.context_parallel import apply_context_parallel
 from tokenmill.train.parallel.data_parallel import apply_fsdp
 from tokenmill.train.parallel.float8 import apply_float8
 from tokenmill.train.parallel.pipeline import make_stage_module, split_layers
@@ -22,12 +25,19 @@ from tokenmill.train.parallel.tensor_parallel import apply_tensor_parallel
 
 
 def parallelize_gpt(
-    model: GPT, dims: ParallelConfig, config: TrainConfig, mesh: DeviceMesh, stage_ids: list[int], device: torch.device
+    model: GPT,
+    dims: ParallelConfig,
+    config: TrainConfig,
+    mesh: DeviceMesh,
+    replica_mesh: DeviceMesh,
+    stage_ids: list[int],
+    device: torch.device,
 ) -> list[nn.Module]:
     """This rank's model parts (one per pipeline stage it runs), parallelized and initialized.
     `model` is the whole GPT on the meta device; every parameter's initial value depends only
     on the model's init seed and the parameter's name, so any layout starts from the weights
-    one process would (the parity tests rely on this)."""
+    one process would (the parity tests rely on this). `replica_mesh` is `mesh`'s dp x cp
+    flattened (`build_mesh`), the ranks over which every parameter is replicated."""
     # 1. Pipeline: keep only this rank's stages (the embedding on the first, the head on the last).
     if dims.pp > 1:
         bounds = split_layers(model.config, dims.num_stages)
@@ -46,16 +56,19 @@ def parallelize_gpt(
         # 4. compile, block by block.
         if config.parallel.compile:
             compile_blocks(part)
-        # 5. FSDP2 over the "dp" mesh dim for ZeRO-2/3 (ZeRO-1 is the optimizer's, see the engine);
-        # under bf16 it gathers bf16 parameters and reduces gradients in fp32.
+        # 5. FSDP2 over the flattened "dp_cp" mesh dim for ZeRO-2/3 (ZeRO-1 is the optimizer's,
+        # see the engine); under bf16 it gathers bf16 parameters and reduces gradients in fp32.
         if uses_fsdp(dims):
-            apply_fsdp(part, mesh["dp"], dims.zero, bf16=dims.precision == "bf16")
+            apply_fsdp(part, replica_mesh, dims.zero, bf16=dims.precision == "bf16")
         # 6. Allocate this rank's share and initialize it.
         materialize(part, device)
+        # 7. Context parallel over the "cp" mesh dim: ring attention, global positions.
+        if dims.cp > 1:
+            apply_context_parallel(part, mesh.get_group("cp"), config.sequence_length, device)
     return parts
 
 
 def uses_fsdp(dims: ParallelConfig) -> bool:
-    """FSDP2 shards over dp ranks for ZeRO-2/3; on a single process (dp = world = 1) it still
-    applies, so one device runs the same code (and mixed precision) as many."""
-    return dims.zero >= 2 and (dims.dp > 1 or dims.world_size == 1)
+    """FSDP2 shards over the dp x cp ranks for ZeRO-2/3; on a single process (world = 1) it
+    still applies, so one device runs the same code (and mixed precision) as many."""
+    return dims.zero >= 2 and (dims.dp * dims.cp > 1 or dims.world_size == 1)

@@ -16,7 +16,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 from tokenmill.train.flops import head_flops, layer_flops
-from tokenmill.train.model import ModelConfig
+from tokenmill.train.model_config import ModelConfig
 
 
 def stage_costs(model: ModelConfig) -> tuple[float, float]:

@@ -1,5 +1,5 @@
-"""`tokenmill plan`: rank 3D-parallel layouts (tp, pp, dp, zero, micro-batch) for a model on a
-cluster, by estimated throughput, with memory per GPU and pipeline bubble.
+"""`tokenmill plan`: rank 4D-parallel layouts (tp, pp, dp, cp, zero, micro-batch) for a model on
+a cluster, by estimated throughput, with memory per GPU and pipeline bubble.
 
 The estimates are the published closed forms, the same ones `bench/zero_memory.py` and
 `bench/parallel_throughput.py` check against measurements:
@@ -16,6 +16,10 @@ The estimates are the published closed forms, the same ones `bench/zero_memory.p
   all-reduces (slow when tp leaves the node), pipeline sends, the data-parallel gradient
   reduction (and ZeRO-3's parameter gathers), all over a pipeline of (m + pp - 1) slots,
   i.e. bubble fraction (pp-1)/(m+pp-1).
+- Context parallel (cp ranks per sequence, ring attention): activations and compute per GPU
+  divide by cp, the matmuls see s/cp rows (lower efficiency), ZeRO shards and gradients are
+  reduced over dp x cp, and each layer passes key/value blocks (and in the backward pass their
+  gradients) cp-1 times around the ring, overlapped with the layer's compute.
 """
 
 from __future__ import annotations
@@ -106,6 +110,7 @@ class Layout:
     dp: int
     zero: int
     micro_batch: int
+    cp: int = 1
 
 
 @dataclass
@@ -155,26 +160,29 @@ def _ring(bytes_: float, n: int, bw: float) -> float:
 
 def estimate(shape: Shape, hw: Hardware, layout: Layout, global_batch: int, k: float = 12.0) -> Estimate:
     tp, pp, dp, zero, b = layout.tp, layout.pp, layout.dp, layout.zero, layout.micro_batch
+    cp = layout.cp
     s, h, L, a, V = shape.seq_len, shape.hidden, shape.n_layers, shape.n_heads, shape.vocab_size
     m = global_batch // (dp * b)
     layers_per_stage = math.ceil(L / pp)  # the slowest stage sets the pace
     # The first stage holds the embedding as well as its layers (the largest stage).
     psi_stage = (12 * h * h + 13 * h) * layers_per_stage + V * h
-    weights, grads, optim = model_state_bytes(psi_stage / tp, dp, zero, k)
-    per_layer = s * b * h * (34 + 5 * a * s / h) / tp  # with sequence parallel
+    # Parameters are replicated over dp and cp alike: ZeRO shards over both.
+    weights, grads, optim = model_state_bytes(psi_stage / tp, dp * cp, zero, k)
+    per_layer = s * b * h * (34 + 5 * a * s / h) / tp / cp  # with sequence parallel, s/cp tokens
     in_flight = min(pp, m)
     act_full = per_layer * layers_per_stage * in_flight
     # Recomputation keeps layer inputs, plus one layer's full activations while it recomputes.
-    act_recompute = 2 * s * b * h / tp * layers_per_stage * in_flight + per_layer
+    act_recompute = 2 * s * b * h / tp / cp * layers_per_stage * in_flight + per_layer
     budget = hw.gpu_memory * hw.usable_memory
     recompute = weights + grads + optim + act_full > budget
 
     # Compute: per micro-batch per stage, forward + backward (+ forward again if recomputing).
     layer, head = layer_flops(h, 4 * h, seq_len=s), head_flops(h, V)
     # the head counted twice and spread over the stages: the calibration the rankings rest on
-    flops_mb = b * s * (layers_per_stage * layer + 2 * head / pp)
+    flops_mb = b * s * (layers_per_stage * layer + 2 * head / pp) / cp
     flops_mb *= (4 / 3) if recompute else 1.0
-    eff = hw.max_efficiency * (b * s / (b * s + 512)) * ((h / tp) / (h / tp + 512))
+    rows = b * s / cp
+    eff = hw.max_efficiency * (rows / (rows + 512)) * ((h / tp) / (h / tp + 512))
     t_compute = flops_mb / tp / (hw.peak_flops * eff)
     # Tensor parallel: 4 all-reduce-equivalents of b*s*h 16-bit values per layer (6 when
     # recomputing), not overlapped; slow once tp leaves the node.
@@ -183,15 +191,19 @@ def estimate(shape: Shape, hw: Hardware, layout: Layout, global_batch: int, k: f
     t_tp = n_ar * layers_per_stage * _ring(2 * b * s * h, tp, tp_bw)
     # Pipeline: activations and their gradients between nodes, split across the tp ranks.
     t_pp = 0.0 if pp == 1 else 2 * 2 * b * s * h / tp / hw.inter_node_bw
-    t_slot = t_compute + t_tp + t_pp
+    # Context parallel: per layer, K and V (16-bit, s/cp tokens) go around the ring cp-1 times
+    # forward and backward, the backward also their gradients (3 passes), overlapped with compute.
+    cp_bw = hw.intra_node_bw if tp * cp <= hw.gpus_per_node else hw.inter_node_bw
+    t_cp = layers_per_stage * 3 * (cp - 1) * 2 * 2 * b * (s / cp) * h / tp / cp_bw
+    t_slot = max(t_compute, t_cp) + t_tp + t_pp
     # Data parallel: a gradient all-reduce (ZeRO 0/1) or reduce-scatter (2/3) once per step;
     # ZeRO 2 and 3 reduce every micro-batch, and ZeRO-3 also gathers the weights twice.
-    dp_bw = hw.intra_node_bw if tp * dp <= hw.gpus_per_node else hw.inter_node_bw
+    dp_bw = hw.intra_node_bw if tp * dp * cp <= hw.gpus_per_node else hw.inter_node_bw
     grad_bytes = 2 * psi_stage / tp
     if zero <= 1:
-        t_dp = _ring(grad_bytes, dp, dp_bw)
+        t_dp = _ring(grad_bytes, dp * cp, dp_bw)
     else:
-        per_mb = _ring(grad_bytes, dp, dp_bw) / 2 * (1.0 if zero == 2 else 3.0)
+        per_mb = _ring(grad_bytes, dp * cp, dp_bw) / 2 * (1.0 if zero == 2 else 3.0)
         t_dp = per_mb * m
     iter_time = (m + pp - 1) * t_slot + t_dp
     total_flops = global_batch * s * flops_per_token(L, h, 4 * h, V, s)
@@ -216,23 +228,29 @@ def _divisors(n: int) -> list[int]:
 
 
 def plan(
-    shape: Shape, hw: Hardware, global_batch: int, micro_batches: tuple[int, ...] = (1, 2, 4, 8), k: float = 12.0
+    shape: Shape,
+    hw: Hardware,
+    global_batch: int,
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8),
+    k: float = 12.0,
+    context_parallel: tuple[int, ...] = (1,),
 ) -> list[Estimate]:
-    """Every feasible layout, best estimated throughput first."""
+    """Every feasible layout, best estimated throughput first; `context_parallel`: the cp
+    sizes to consider (each must split the sequence into 2 x cp chunks)."""
     results = []
     for tp in _divisors(hw.gpus):
         # tp splits heads; beyond one node its all-reduces cross the network (allowed, slow).
         if shape.n_heads % tp or tp > 2 * hw.gpus_per_node:
             continue
-        for pp in _divisors(hw.gpus // tp):
-            if pp > shape.n_layers:
+        for pp, cp in ((pp, cp) for pp in _divisors(hw.gpus // tp) for cp in context_parallel):
+            if pp > shape.n_layers or (hw.gpus // (tp * pp)) % cp or shape.seq_len % (2 * cp):
                 continue
-            dp = hw.gpus // (tp * pp)
+            dp = hw.gpus // (tp * pp * cp)
             for b in micro_batches:
                 if global_batch % (dp * b):
                     continue
                 for zero in (0, 1, 2, 3):
-                    est = estimate(shape, hw, Layout(tp, pp, dp, zero, b), global_batch, k)
+                    est = estimate(shape, hw, Layout(tp, pp, dp, zero, b, cp), global_batch, k)
                     if est.total <= hw.gpu_memory * hw.usable_memory:
                         results.append(est)
     results.sort(key=lambda e: (-e.tokens_per_s, e.total))
@@ -245,15 +263,15 @@ def _gib(x: float) -> str:
 
 def format_table(rows: list[tuple[int, Estimate]]) -> str:
     head = (
-        f"{'rank':>5} {'tp':>3} {'pp':>4} {'dp':>5} {'zero':>4} {'mb':>3} {'m':>5} "
+        f"{'rank':>5} {'tp':>3} {'pp':>4} {'dp':>5} {'cp':>3} {'zero':>4} {'mb':>3} {'m':>5} "
         f"{'weights':>7} {'grads':>7} {'optim':>7} {'act':>7} {'act+rc':>7} {'total':>7} "
         f"{'rc':>3} {'bubble':>6} {'iter s':>7} {'TFLOP/s':>7}"
     )
-    lines = [head, " " * 32 + "(GiB per GPU)"]
+    lines = [head, " " * 36 + "(GiB per GPU)"]
     for rank, e in rows:
         lo = e.layout
         lines.append(
-            f"{rank:>5} {lo.tp:>3} {lo.pp:>4} {lo.dp:>5} {lo.zero:>4} {lo.micro_batch:>3} {e.n_micro:>5} "
+            f"{rank:>5} {lo.tp:>3} {lo.pp:>4} {lo.dp:>5} {lo.cp:>3} {lo.zero:>4} {lo.micro_batch:>3} {e.n_micro:>5} "
             f"{_gib(e.weights)} {_gib(e.grads)} {_gib(e.optim)} {_gib(e.act_full)} {_gib(e.act_recompute)} "
             f"{_gib(e.total)} {'yes' if e.recompute else 'no':>3} {e.bubble:6.1%} {e.iter_time:7.1f} "
             f"{e.tflops_per_gpu:7.1f}"
@@ -261,7 +279,8 @@ def format_table(rows: list[tuple[int, Estimate]]) -> str:
     return "\n".join(lines)
 
 
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """`tokenmill plan` (its parser is in train/cli.py)."""
     if args.gpus < 1 or args.global_batch < 1:
         raise TokenmillError("--gpus and --global-batch must be positive")
     if args.layers or args.hidden or args.heads:
@@ -276,7 +295,13 @@ def _run(args: argparse.Namespace) -> int:
         gpus_per_node=args.gpus_per_node,
         peak_flops=args.peak_tflops * 1e12,
     )
-    results = plan(shape, hw, args.global_batch, k=args.optimizer_bytes)
+    try:
+        cps = tuple(sorted({int(x) for x in args.cp.split(",")}))
+    except ValueError:
+        cps = ()
+    if not cps or min(cps) < 1:
+        raise TokenmillError(f"--cp: expected positive sizes separated by commas, e.g. 1,2,4; got {args.cp!r}")
+    results = plan(shape, hw, args.global_batch, k=args.optimizer_bytes, context_parallel=cps)
     print(
         f"model: {shape.params:.3g} parameters as {shape.n_layers} layers x hidden {shape.hidden} x "
         f"{shape.n_heads} heads, seq {shape.seq_len}; {hw.gpus} GPUs ({hw.gpus_per_node} per node, "
@@ -302,37 +327,3 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{len(results)} feasible layouts, ranked by estimated throughput:")
     print(format_table(rows))
     return 0
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "plan",
-        help="rank 3D-parallel layouts (tp, pp, dp, ZeRO, micro-batch) for a model on a cluster",
-        description="Estimate memory per GPU and throughput of every (tp, pp, dp, zero, micro-batch) layout "
-        "and print the best ones.",
-    )
-    p.add_argument("--params", type=float, required=True, help="parameter count, e.g. 530e9")
-    p.add_argument("--gpus", type=int, required=True, help="GPUs in the cluster (tp x pp x dp uses all of them)")
-    p.add_argument("--gpu-memory", default="80GiB", help="memory per GPU (default 80GiB)")
-    p.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence (default 2048)")
-    p.add_argument("--global-batch", type=int, required=True, help="sequences per step")
-    p.add_argument(
-        "--gpus-per-node",
-        type=int,
-        default=8,
-        help="GPUs per node; tensor parallelism beyond it crosses the slower network (default 8)",
-    )
-    p.add_argument("--peak-tflops", type=float, default=312.0, help="dense bf16 peak per GPU (A100: 312)")
-    p.add_argument("--layers", type=int, help="override the layer count derived from --params")
-    p.add_argument("--hidden", type=int, help="override the hidden size derived from --params")
-    p.add_argument("--heads", type=int, help="override the attention heads derived from --params")
-    p.add_argument("--vocab-size", type=int, default=51200, help="padded vocabulary size (default 51200)")
-    p.add_argument(
-        "--optimizer-bytes",
-        type=float,
-        default=12.0,
-        help="K: optimizer bytes per parameter (12: fp32 master + Adam m, v)",
-    )
-    p.add_argument("--top", type=int, default=15, help="rows to print")
-    p.add_argument("--find", metavar="TP,PP", help="also print the best row with this tp and pp")
-    p.set_defaults(func=_run)

@@ -1,10 +1,15 @@
-"""The parallel engine: the plain GPT under tensor (+ sequence) x pipeline x data (ZeRO)
-parallelism, behind the same `Engine` protocol as the single-process one.
+"""The parallel engine: the plain GPT under tensor (+ sequence) x pipeline x data (ZeRO) x
+context parallelism, behind the same `Engine` protocol as the single-process one.
 
 The model is built on the meta device and handed to `parallelize_gpt` (parallelize.py: the
 pipeline split, tensor parallel, activation checkpointing, compile, FSDP, materialization, in
 that order); then the engine adds the optimizer (ZeRO-1 shards it by whole parameters), the
 pipeline schedule and the tied-embedding groups.
+
+Context parallelism: every cp rank of a dp rank receives the same rows and keeps its
+load-balanced slice of each (`shard_sequence`); each rank's loss is the mean over its slice,
+all slices hold equally many tokens, so the mean over the dp x cp ranks is the mean over the
+full sequences, and gradients averaged over dp x cp are those of one process.
 
 Tied input/output embeddings under pipeline parallelism (Megatron's scheme): the first stage
 holds the embedding, the last stage a copy of it as the head; after backward the two gradients
@@ -32,8 +37,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
-from tokenmill.errors import ConfigError
-from tokenmill.train.config import ParallelConfig, TrainConfig, check_layout
+from tokenmill.train.config import TrainConfig, check_layout, pipeline_microbatches
 from tokenmill.train.engine import (
     FLAT_OPTIMIZER_STATE,
     attention_context,
@@ -43,8 +47,10 @@ from tokenmill.train.engine import (
     cross_entropy,
     loss_function,
 )
-from tokenmill.train.model import GPT, ModelConfig
+from tokenmill.train.model import GPT
+from tokenmill.train.model_config import ModelConfig
 from tokenmill.train.optim import build_optimizer
+from tokenmill.train.parallel.context_parallel import shard_sequence
 from tokenmill.train.parallel.data_parallel import ZeroOneOptimizer, all_reduce_grads, local
 from tokenmill.train.parallel.mesh import build_mesh, embedding_group, init_distributed
 from tokenmill.train.parallel.parallelize import parallelize_gpt, uses_fsdp
@@ -61,56 +67,26 @@ def _optimizer_key_as_embedding(key: str) -> str:
     return key
 
 
-def pipeline_microbatches(local_batch: int, n_micro: int, pp: int, pp_schedule: str) -> int:
-    """The schedule's micro-batch count: the configured one, or pp when fewer (a pipeline
-    needs one per stage; equal smaller micro-batches give the same mean gradient)."""
-    n = n_micro
-    if n < pp:
-        if local_batch % pp:
-            raise ConfigError(
-                f"schedule.micro_batch_size: local batch {local_batch} gives {n_micro} micro-batch(es) for {pp} pipeline stages and "
-                f"cannot be split into {pp}; raise global_batch_size or lower micro_batch_size"
-            )
-        n = pp
-    if pp_schedule == "interleaved" and n % max(1, n // pp):
-        raise ConfigError(
-            f"schedule.micro_batch_size: the interleaved schedule needs the micro-batch count ({n}) to be a "
-            f"multiple of {max(1, n // pp)} (micro-batches // pp); make local batch / micro_batch_size a "
-            f"multiple of pp = {pp}"
-        )
-    return n
-
-
-def check_batch_layout(cfg: TrainConfig, dims: ParallelConfig) -> None:
-    """Raise ConfigError, before any process starts, if a batch of the run (the ramp-up's
-    included) cannot be cut into the pipeline's micro-batches."""
-    if dims.pp <= 1:
-        return
-    sizes = {cfg.schedule.global_batch_size}
-    if cfg.schedule.rampup_batch_size is not None:
-        start, increment, _ = cfg.schedule.rampup_batch_size
-        sizes.update(range(start, cfg.schedule.global_batch_size + 1, increment))
-    mbs = cfg.local_micro_batch_size
-    for size in sorted(sizes):
-        local = size // dims.dp
-        pipeline_microbatches(local, local // mbs, dims.pp, dims.pp_schedule)
-
-
 class ParallelEngine:
-    """tp x pp x dp processes training one model; every rank runs the same calls."""
+    """tp x pp x dp x cp processes training one model; every rank runs the same calls."""
 
     def __init__(self, model_config: ModelConfig, cfg: TrainConfig, device: torch.device | None = None) -> None:
         self.cfg = cfg
         self.dims = dims = cfg.parallel
         self.device = init_distributed(device, dims.world_size)
         check_layout(dims, model_config, cfg.sequence_length, dist.get_world_size())
-        self.mesh = build_mesh(dims, self.device.type)
+        self.mesh, replica_mesh = build_mesh(dims, self.device.type)
         self.pp_group = self.mesh.get_group("pp")
-        self.dp_group = self.mesh.get_group("dp")
         self.pp_rank = self.mesh.get_local_rank("pp")
         self.dp_rank = self.mesh.get_local_rank("dp")
         self.tp_rank = self.mesh.get_local_rank("tp")
+        self.cp_rank = self.mesh.get_local_rank("cp")
         self.dp_size = dims.dp
+        # Parameters are replicated over dp and cp alike: gradients, the loss and ZeRO-1's
+        # optimizer shards go over the flattened dp x cp group.
+        self.replica_group = replica_mesh.get_group()
+        self.replicas = dims.dp * dims.cp
+        self.replica_rank = replica_mesh.get_local_rank()
         self.loss_fn = loss_function(cfg)
         self.is_logging_rank = dist.get_rank() == 0
         self.model_config = model_config
@@ -123,7 +99,7 @@ class ParallelEngine:
         with torch.device("meta"):
             full = GPT(model_config)
         self.stage_ids = stage_ids(self.pp_rank, dims.pp, dims.stages_per_rank)
-        parts = parallelize_gpt(full, dims, cfg, self.mesh, self.stage_ids, self.device)
+        parts = parallelize_gpt(full, dims, cfg, self.mesh, replica_mesh, self.stage_ids, self.device)
         del full
         self.model_parts: list[nn.Module] = parts
         # bf16 under FSDP2 is its mixed-precision policy (bf16 parameters); otherwise autocast.
@@ -141,15 +117,15 @@ class ParallelEngine:
                 self._tied_copy = parts[-1].output.weight
         self._head_copy_part = len(parts) - 1 if self._tied_copy is not None and self.pp_rank == dims.pp - 1 else None
 
-        self._zero1 = dims.zero == 1 and dims.dp > 1
+        self._zero1 = dims.zero == 1 and self.replicas > 1
         if self._zero1:
             self._optims: list[Any] = [
                 ZeroOneOptimizer(
                     list(p.named_parameters()),
                     lambda named: build_optimizer(named, cfg),
-                    self.dp_group,
-                    self.dp_rank,
-                    dims.dp,
+                    self.replica_group,
+                    self.replica_rank,
+                    self.replicas,
                 )
                 for p in parts
             ]
@@ -193,13 +169,19 @@ class ParallelEngine:
         return self._schedules[n_micro]
 
     def _mean_over(self, value: torch.Tensor) -> float:
-        """Loss known on the last pipeline stage -> the mean over dp, on every rank."""
+        """Loss known on the last pipeline stage -> the mean over dp x cp, on every rank."""
         if self.dims.pp > 1:
             dist.broadcast(value, src=dist.get_global_rank(self.pp_group, self.dims.pp - 1), group=self.pp_group)
-        if self.dims.dp > 1:
-            dist.all_reduce(value, group=self.dp_group)
-            value = value / self.dims.dp
+        if self.replicas > 1:
+            dist.all_reduce(value, group=self.replica_group)
+            value = value / self.replicas
         return value.item()
+
+    def _inputs_and_labels(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows [B, T+1] -> (inputs, labels) [B, T], or this cp rank's [B, T/cp] slice of them."""
+        x, y = tokens[:, :-1], tokens[:, 1:]
+        cp, rank = self.dims.cp, self.cp_rank
+        return shard_sequence(x, cp, rank).contiguous(), shard_sequence(y, cp, rank).contiguous()
 
     # ------------------------------------------------------------------ the protocol
 
@@ -210,7 +192,7 @@ class ParallelEngine:
         n_micro = tokens.shape[0] // micro_batch_size
         if n_micro * micro_batch_size != tokens.shape[0]:
             raise ValueError(f"local batch {tokens.shape[0]} is not a multiple of micro-batch {micro_batch_size}")
-        x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        x, y = self._inputs_and_labels(tokens)
         if self.dims.pp > 1:
             # Micro-batches are the pipeline's: the schedule accumulates (and averages) them.
             schedule = self._schedule(self._pipeline_microbatches(tokens.shape[0], n_micro))
@@ -238,8 +220,8 @@ class ParallelEngine:
                     (loss_m / n_micro).backward()
                 total += local(loss_m.detach()).float()
             loss = total / n_micro
-        if self.dims.zero <= 1 and self.dims.dp > 1:
-            all_reduce_grads(self.parameters(), self.dp_group, self.dims.dp)
+        if self.dims.zero <= 1 and self.replicas > 1:
+            all_reduce_grads(self.parameters(), self.replica_group, self.replicas)
         return self._mean_over(loss)
 
     @torch.no_grad()
@@ -258,7 +240,7 @@ class ParallelEngine:
     def clip_grad_norm(self, max_norm: float) -> float:
         """The norm of the whole model's gradient: each rank sums the squares of what it holds,
         divided by how many ranks hold the same values, then one all-reduce over the world."""
-        ranks_per_stage = self.dims.dp * self.dims.tp
+        ranks_per_stage = self.replicas * self.dims.tp
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         head_copy = self._tied_copy if self._head_copy_part is not None else None
         counted = [p.grad for p in self.parameters() if p.grad is not None and p is not head_copy]
@@ -293,7 +275,7 @@ class ParallelEngine:
         for part in self.model_parts:
             part.eval()
         tokens = tokens.to(self.device)
-        x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        x, y = self._inputs_and_labels(tokens)
         with self._context():
             if self.dims.pp == 1:
                 loss = local(self.loss_fn(self.model_parts[0](x), y)).float()
@@ -350,5 +332,5 @@ class ParallelEngine:
 def build_parallel_engine(
     model_config: ModelConfig, train_config: TrainConfig, device: torch.device | None = None
 ) -> ParallelEngine:
-    """The engine for `train_config`'s tp x pp x dp layout (call on every rank, after seeding)."""
+    """The engine for `train_config`'s tp x pp x dp x cp layout (call on every rank, after seeding)."""
     return ParallelEngine(model_config, train_config, device)

@@ -1,0 +1,245 @@
+"""Context parallelism on the "cp" mesh dimension: each rank holds a slice of every sequence
+and causal attention runs as ring attention (Liu et al.; Megatron-Core's and torchtitan's
+load-balanced causal split).
+
+The split: the sequence is cut into 2*cp chunks and rank i holds chunks i and 2cp-1-i, so
+every rank has as many early (cheap) as late (expensive) queries and none idles while the
+ring turns. Tokens keep their global positions (`positions`), which the model uses for RoPE
+and learned position embeddings.
+
+Ring attention (`RingAttention`, a `torch.autograd.Function`): the forward pass sends this
+rank's key/value block to the next rank while it attends to the block it holds (P2P
+isend/irecv, so the transfer overlaps the computation where the backend allows), cp steps in
+all; the partial outputs are merged with their log-sum-exp. With the load-balanced split each
+step after the first is one full (unmasked) block of half the queries or half the keys:
+
+- the block from an earlier rank j < i: both local query chunks follow chunk j and precede
+  chunk 2cp-1-j, so all queries attend to the block's first half, none to its second;
+- from a later rank j > i: chunk i precedes both of the block's chunks and sees none of them,
+  chunk 2cp-1-i follows both and sees all.
+
+The backward pass turns the ring again: the key/value blocks travel as in the forward pass,
+and with each block travels the accumulator of its dK/dV, which every rank adds its share to;
+after cp steps each accumulator arrives back at its owner. The block kernels are
+`scaled_dot_product_attention`'s CPU flash kernels (they return the log-sum-exp and never
+hold a T x T score matrix); on other devices a plain-PyTorch block of the same math.
+Grouped-query attention rotates the un-repeated key/value heads and sums the repeated heads'
+gradients locally.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+_KV_TAG, _GRAD_TAG = 7301, 7302
+
+
+def shard_sequence(t: torch.Tensor, cp: int, rank: int, dim: int = 1) -> torch.Tensor:
+    """This cp rank's slice of `t` along `dim`: chunks rank and 2cp-1-rank of 2cp."""
+    if cp == 1:
+        return t
+    chunks = t.chunk(2 * cp, dim=dim)
+    return torch.cat([chunks[rank], chunks[2 * cp - 1 - rank]], dim=dim).contiguous()
+
+
+def cp_positions(local_len: int, cp: int, rank: int, device: torch.device | None = None) -> torch.Tensor:
+    """The global positions of this cp rank's `local_len` tokens (of a sequence cp times longer)."""
+    return shard_sequence(torch.arange(local_len * cp, device=device), cp, rank, dim=0)
+
+
+class _Ring:
+    """This rank's place in the cp group and a non-blocking shift of a tensor to the next rank."""
+
+    def __init__(self, group: dist.ProcessGroup) -> None:
+        self.group = group
+        self.size = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        self.next = dist.get_global_rank(group, (self.rank + 1) % self.size)
+        self.prev = dist.get_global_rank(group, (self.rank - 1) % self.size)
+
+    def shift(self, t: torch.Tensor, tag: int) -> _Pending:
+        """Send `t` to the next rank and receive the previous rank's into a new buffer."""
+        recv = torch.empty_like(t)
+        ops = [
+            dist.P2POp(dist.isend, t, self.next, self.group, tag),
+            dist.P2POp(dist.irecv, recv, self.prev, self.group, tag),
+        ]
+        return _Pending(recv, dist.batch_isend_irecv(ops))
+
+
+class _Pending:
+    def __init__(self, recv: torch.Tensor, works: list[Any]) -> None:
+        self.recv, self.works = recv, works
+
+    def wait(self) -> torch.Tensor:
+        for work in self.works:
+            work.wait()
+        return self.recv
+
+
+def _repeat_heads(t: torch.Tensor, groups: int) -> torch.Tensor:
+    # SDPA's enable_gqa: query head h uses key/value head h // groups.
+    return t if groups == 1 else t.repeat_interleave(groups, dim=1)
+
+
+def _sum_heads(t: torch.Tensor, groups: int) -> torch.Tensor:
+    if groups == 1:
+        return t
+    B, H, T, D = t.shape
+    return t.view(B, H // groups, groups, T, D).sum(2)
+
+
+def _block_forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, plain: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output, log-sum-exp [B, H, Tq] in fp32) of attention of q on one key/value block: SDPA's
+    CPU flash kernel, or (other devices, or `plain`) the same math in plain PyTorch, which
+    holds the block's scores."""
+    if q.device.type == "cpu" and not plain:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal)
+        return out, lse.float()
+    scores = _scores(q, k, causal)
+    lse = scores.logsumexp(-1)
+    return (torch.exp(scores - lse.unsqueeze(-1)) @ v.float()).to(q.dtype), lse
+
+
+def _block_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool,
+    plain: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv of one block, given the final (merged) output and log-sum-exp: with those
+    the block's probabilities and the softmax's correction term are the global ones. The CPU
+    flash kernel's backward, or FlashAttention's backward equations in fp32 PyTorch."""
+    if q.device.type == "cpu" and not plain:
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            dout, q, k, v, out, lse, 0.0, causal
+        )
+        return grads[0], grads[1], grads[2]
+    scale = q.shape[-1] ** -0.5
+    qf, kf, vf, df = q.float(), k.float(), v.float(), dout.float()
+    p = torch.exp(_scores(q, k, causal) - lse.unsqueeze(-1))
+    dp = df @ vf.transpose(-1, -2)
+    ds = p * (dp - (df * out.float()).sum(-1, keepdim=True))
+    return (ds @ kf) * scale, (ds.transpose(-1, -2) @ qf) * scale, p.transpose(-1, -2) @ df
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Scaled fp32 attention scores of a block, the future masked on the diagonal block."""
+    scores = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if causal:
+        scores = scores.masked_fill(_future(q, k), float("-inf"))
+    return scores
+
+
+def _future(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+
+
+def _merge(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor, block_lse: torch.Tensor) -> None:
+    """Fold a block's partial result into (out, lse), in place: softmax over the union."""
+    new = torch.logaddexp(lse, block_lse)
+    out.mul_(torch.exp(lse - new).unsqueeze(-1)).add_(block_out.float() * torch.exp(block_lse - new).unsqueeze(-1))
+    lse.copy_(new)
+
+
+class RingAttentionFunction(torch.autograd.Function):
+    """Causal attention of this rank's queries on every rank's keys/values (see the module)."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ring: _Ring) -> torch.Tensor:
+        groups, half = q.shape[1] // k.shape[1], q.shape[2] // 2
+        kv = torch.stack([k, v]).contiguous()
+        out = lse = None
+        for step in range(ring.size):
+            pending = ring.shift(kv, _KV_TAG) if step < ring.size - 1 else None
+            source = (ring.rank - step) % ring.size
+            kk, vv = _repeat_heads(kv[0], groups), _repeat_heads(kv[1], groups)
+            if step == 0:
+                block_out, lse = _block_forward(q, kk, vv, causal=True)
+                out = block_out.float()
+            elif source < ring.rank:
+                _merge(out, lse, *_block_forward(q, kk[:, :, :half], vv[:, :, :half], causal=False))
+            else:
+                _merge(out[:, :, half:], lse[:, :, half:], *_block_forward(q[:, :, half:], kk, vv, causal=False))
+            if pending is not None:
+                kv = pending.wait()
+        assert out is not None and lse is not None
+        out = out.to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.ring = ring
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        q, k, v, out, lse = ctx.saved_tensors
+        ring: _Ring = ctx.ring
+        dout = dout.contiguous()
+        groups, half = q.shape[1] // k.shape[1], q.shape[2] // 2
+        kv = torch.stack([k, v]).contiguous()
+        dq = torch.zeros_like(q, dtype=torch.float32)
+        pending_grad: _Pending | None = None
+        for step in range(ring.size):
+            pending_kv = ring.shift(kv, _KV_TAG) if step < ring.size - 1 else None
+            source = (ring.rank - step) % ring.size
+            kk, vv = _repeat_heads(kv[0], groups), _repeat_heads(kv[1], groups)
+            dkv = torch.zeros(kv.shape, dtype=torch.float32, device=kv.device)
+            if step == 0:
+                dqb, dkb, dvb = _block_backward(dout, q, kk, vv, out, lse, causal=True)
+                dq += dqb
+                dkv[0] += _sum_heads(dkb, groups)
+                dkv[1] += _sum_heads(dvb, groups)
+            elif source < ring.rank:
+                dqb, dkb, dvb = _block_backward(dout, q, kk[:, :, :half], vv[:, :, :half], out, lse, causal=False)
+                dq += dqb
+                dkv[0, :, :, :half] += _sum_heads(dkb, groups)
+                dkv[1, :, :, :half] += _sum_heads(dvb, groups)
+            else:
+                s = slice(half, None)
+                dqb, dkb, dvb = _block_backward(
+                    dout[:, :, s], q[:, :, s], kk, vv, out[:, :, s], lse[:, :, s], causal=False
+                )
+                dq[:, :, s] += dqb
+                dkv[0] += _sum_heads(dkb, groups)
+                dkv[1] += _sum_heads(dvb, groups)
+            # The accumulator of the block held now arrives from the previous rank (which
+            # held the block one step earlier); add this rank's share and pass it on.
+            if pending_grad is not None:
+                dkv += pending_grad.wait()
+            pending_grad = ring.shift(dkv, _GRAD_TAG)
+            if pending_kv is not None:
+                kv = pending_kv.wait()
+        assert pending_grad is not None
+        dkv = pending_grad.wait()  # this rank's own block's accumulator, back from its tour
+        return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None
+
+
+class RingAttention:
+    """The attention core of `model.Attention` under context parallelism: q [B, H, T/cp, D],
+    k, v [B, H_kv, T/cp, D] -> [B, H, T/cp, D], causal over the global positions."""
+
+    def __init__(self, group: dist.ProcessGroup) -> None:
+        self.ring = _Ring(group)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        # No copies: the flash kernels take the [B, T, H, D] -> [B, H, T, D] views as they are.
+        return RingAttentionFunction.apply(q, k, v, self.ring)
+
+
+def apply_context_parallel(part: nn.Module, cp_group: dist.ProcessGroup, seq_len: int, device: torch.device) -> None:
+    """Make one model part attend around the ring and place its tokens at their global
+    positions (this rank's load-balanced slice of a `seq_len` sequence)."""
+    core = RingAttention(cp_group)
+    for block in part.layers.values():
+        block.attention.core = core
+    cp, rank = dist.get_world_size(cp_group), dist.get_rank(cp_group)
+    part.positions = cp_positions(seq_len // cp, cp, rank, device)
