@@ -209,6 +209,19 @@ def test_the_child_is_recycled_and_a_crash_is_one_rejection():
         process.close()
 
 
+def test_a_new_childs_start_up_is_not_counted_against_the_page():
+    # recycle_after=1: every page goes to a new child, whose Python start and trafilatura import
+    # take far longer than the 0.25 s limit; extracting the short page itself takes milliseconds.
+    process = ExtractorProcess("lean", timeout=0.25, recycle_after=1)
+    page = "<html><head><title>T</title></head><body><article><p>" + "A sentence of text. " * 40 + "</p></article>"
+    try:
+        answers = [process.extract(page) for _ in range(2)]
+    finally:
+        process.close()
+    assert [a[0] for a in answers] == ["ok", "ok"], answers
+    assert process.started == 2
+
+
 def test_bad_options_are_one_line_errors():
     with pytest.raises(ConfigError, match="extractor must be one of"):
         ExtractStage(extractor="lynx")

@@ -160,10 +160,23 @@ def _read_message(stream: Any) -> Any:
     return pickle.loads(payload)
 
 
+# Extracted once by each new child before it says it is ready: it imports the extractor's
+# libraries, so the first real page's time limit does not pay for them.
+WARM_UP_PAGE = "<html><head><title>t</title></head><body><article><p>warm up</p></article></body></html>"
+# A child that has not loaded its extractor in this long has failed to start.
+CHILD_START_TIMEOUT_S = 300.0
+
+
 def serve_child(extractor: str) -> None:
-    """The child's loop: read a page, answer ("ok", title, text) or ("error", message), until EOF."""
+    """The child's loop: load the extractor and say ("ready",), then read a page and answer
+    ("ok", title, text) or ("error", message), until EOF."""
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a library that prints must not corrupt the protocol
+    try:
+        extract_page(extractor, WARM_UP_PAGE)
+    except Exception:
+        pass  # a broken extractor is reported per page, as a rejection with its error
+    _write_message(stdout, ("ready",))
     while True:
         try:
             html = _read_message(stdin)
@@ -177,11 +190,17 @@ def serve_child(extractor: str) -> None:
         _write_message(stdout, answer)
 
 
+class ChildStartError(RuntimeError):
+    """The extractor child died or hung before it was ready."""
+
+
 class ExtractorProcess:
     """One child process that extracts pages one at a time under a wall-clock time limit.
 
     The child is started on first use, replaced after `recycle_after` pages (bounding the
-    memory libxml2 and lxml accumulate), and killed when a page exceeds `timeout` seconds."""
+    memory libxml2 and lxml accumulate), and killed when a page exceeds `timeout` seconds. The
+    limit counts from when the page is sent to a child that has loaded its extractor: starting
+    Python and importing the extractor's libraries (seconds on a busy machine) is not the page's."""
 
     def __init__(self, extractor: str, *, timeout: float, recycle_after: int) -> None:
         self.extractor = extractor
@@ -203,7 +222,19 @@ class ExtractorProcess:
         )
         self._served = 0
         self.started += 1
-        return child
+        ready, _, _ = select.select([child.stdout], [], [], CHILD_START_TIMEOUT_S)
+        try:
+            if ready and _read_message(child.stdout) == ("ready",):
+                return child
+        except (EOFError, OSError, pickle.UnpicklingError):
+            pass
+        child.kill()
+        child.wait()
+        child.stdin.close()  # type: ignore[union-attr]
+        child.stdout.close()  # type: ignore[union-attr]
+        raise ChildStartError(
+            f"the {self.extractor} extractor process did not start within {CHILD_START_TIMEOUT_S:g} s"
+        )
 
     def close(self) -> None:
         """Stop the child (it exits on end of input; killed if it does not)."""
@@ -234,7 +265,10 @@ class ExtractorProcess:
         if self._child is not None and self._served >= self.recycle_after:
             self.close()
         if self._child is None:
-            self._child = self._start()
+            try:
+                self._child = self._start()
+            except ChildStartError as error:
+                return "extract.error", None, str(error)
         child = self._child
         self._served += 1
         try:
