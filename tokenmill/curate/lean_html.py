@@ -43,7 +43,6 @@ from trafilatura.external import (
 )
 from trafilatura.htmlprocessing import (
     convert_tags,
-    delete_by_link_density,
     link_density_test_tables,
     process_node,
     tree_cleaning,
@@ -68,6 +67,8 @@ from trafilatura.utils import (
     trim,
 )
 from trafilatura.xml import delete_element, xmltotxt
+
+from tokenmill.curate.lean_stages import prune_by_link_density
 
 # ---------------------------------------------------------------------------------------------
 # Parsing
@@ -310,10 +311,7 @@ def prune_sections(tree: Any, potential_tags: set[str], options: Extractor, keep
         _delete_all(captions)
     if options.focus != "recall" and not keep_teasers:
         _delete_all(teasers)
-    for _ in range(2):
-        tree = delete_by_link_density(tree, "div", backtracking=True)
-        tree = delete_by_link_density(tree, "list", backtracking=False)
-        tree = delete_by_link_density(tree, "p", backtracking=False)
+    tree = prune_by_link_density(tree)
     if "table" in potential_tags:
         for element in [e for e in tree.iter("table") if link_density_test_tables(e) is True]:
             delete_element(element, keep_tail=False)
