@@ -1,6 +1,7 @@
 """The lean extractor's Python rules select exactly what trafilatura's XPath expressions select,
-on real pages and on attribute combinations built to hit their corners, and lean's text is
-trafilatura's text for the same raw page, in its default and its fast mode."""
+on real pages and on attribute combinations built to hit their corners, its reimplemented stages
+(lean_stages) give what trafilatura's and jusText's give, and lean's text is trafilatura's text
+for the same raw page, in its default and its fast mode."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ from pathlib import Path
 
 import pytest
 import trafilatura
+from justext.core import ParagraphMaker
+from justext.utils import normalize_whitespace as justext_normalize_whitespace
+from lxml.etree import tostring
 from trafilatura import xpaths
 from trafilatura.baseline import html2txt
 from trafilatura.htmlprocessing import convert_tags, tree_cleaning
+from trafilatura.htmlprocessing import delete_by_link_density as trafilatura_delete_by_link_density
 from trafilatura.settings import BASIC_CLEAN_XPATH
 
 from tokenmill.curate.lean_html import (
@@ -26,6 +31,12 @@ from tokenmill.curate.lean_html import (
     parse_html,
     raw_tree_boilerplate,
     section_matches,
+)
+from tokenmill.curate.lean_stages import (
+    LINK_DENSITY_PASSES,
+    make_paragraphs,
+    normalize_whitespace,
+    prune_by_link_density,
 )
 
 
@@ -165,3 +176,34 @@ def test_a_page_of_links_is_its_links_as_trafilatura_rescues_them():
 
 def test_a_short_page_is_its_text():
     assert extract_text("<p>Short, but the page's only text.</p>") == "Short, but the page's only text."
+
+
+# ---- lean_stages: trafilatura's stages, reimplemented
+
+
+def test_link_density_pruning_is_trafilaturas(shared_data):
+    for html in benchmark_html(shared_data, limit=60):
+        tree = converted(parse_html(html))
+        expected = deepcopy(tree)
+        for _ in range(2):
+            for tag, backtracking in LINK_DENSITY_PASSES:
+                trafilatura_delete_by_link_density(expected, tag, backtracking)
+        assert tostring(prune_by_link_density(tree)) == tostring(expected)
+
+
+def paragraph_fields(paragraphs) -> list[tuple]:
+    return [(p.text, p.dom_path, p.chars_count_in_links, p.tags_count) for p in paragraphs]
+
+
+def test_justext_paragraphs_are_justexts(shared_data):
+    pages = benchmark_html(shared_data, limit=60) + [
+        "<html><body><p>a<br><br>b<br>c <a href='/'>link\r\n text</a></p><div>\t<br><br><br>d</div></body></html>"
+    ]
+    for html in pages:
+        tree = load_tree(html)
+        assert paragraph_fields(make_paragraphs(tree)) == paragraph_fields(ParagraphMaker.make_paragraphs(tree))
+
+
+@pytest.mark.parametrize("text", ["", " ", "a  b", "a \t\n b", "\r", " x\x0b\x0c\x1c\x85y\u2028 \n\n z\xa0\u3000"])
+def test_whitespace_normalised_as_justext_does(text):
+    assert normalize_whitespace(text) == justext_normalize_whitespace(text)

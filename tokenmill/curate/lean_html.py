@@ -37,7 +37,6 @@ from trafilatura.external import (
     JUSTEXT_OVERRIDE_RATIO,
     SANITIZED_XPATH,
     _prefer_readability,
-    justext_rescue,
     sanitize_tree,
     try_readability,
 )
@@ -68,7 +67,7 @@ from trafilatura.utils import (
 )
 from trafilatura.xml import delete_element, xmltotxt
 
-from tokenmill.curate.lean_stages import prune_by_link_density
+from tokenmill.curate.lean_stages import justext_rescue, prune_by_link_density
 
 # ---------------------------------------------------------------------------------------------
 # Parsing
@@ -666,6 +665,11 @@ def _extract_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
     return extract_content(convert_tags(tree_cleaning(tree, options), options), options)
 
 
+def _justext(tree: Any, options: Extractor) -> tuple[Any, str]:
+    """trafilatura.external.justext_rescue (see lean_stages.justext_rescue), changing `tree`."""
+    return justext_rescue(tree, basic_clean_matches(tree), options)
+
+
 def _compare(raw: Any, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
     """trafilatura.external.compare_extraction (balanced and recall focus) on the raw tree (left
     unchanged), adapted from trafilatura 2.3.1 like the main extractor above: the cleaned tree
@@ -682,7 +686,7 @@ def _compare(raw: Any, body: Any, text: str, options: Extractor) -> tuple[Any, s
     # an unclean or short result: jusText may replace it
     unclean = bool(body.xpath(SANITIZED_XPATH))
     if unclean or len_text < options.min_extracted_size:
-        body2, text2 = justext_rescue(tree_cleaning(copy(raw), options), options)
+        body2, text2 = _justext(tree_cleaning(copy(raw), options), options)
         len_text2 = len(text2)
         if unclean:
             accept = len_text <= JUSTEXT_OVERRIDE_RATIO * len_text2 and (
@@ -771,7 +775,7 @@ def _escalate(raw: Any, body: Any, text: str, options: Extractor) -> tuple[Any, 
         r_body, r_text = _compare(raw, r_body, r_text, recall)
     j_text = ""
     if not options.fast:
-        j_body, j_text = justext_rescue(copy(raw), options)
+        j_body, j_text = _justext(copy(raw), options)
     if len(j_text) > len(r_text) and len(j_text) > ESCALATION_JUSTEXT_RATIO * len(text):
         return j_body, j_text
     if len(r_text) >= options.min_extracted_size and len(r_text) > ESCALATION_ACCEPT_RATIO * len(text):

@@ -8,9 +8,16 @@ against trafilatura's.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from justext.core import PARAGRAPH_TAGS, classify_paragraphs, revise_paragraph_classification
+from justext.paragraph import Paragraph as JustextParagraph
+from justext.utils import get_stoplist
+from lxml.etree import Element, SubElement, iterwalk
+from trafilatura import external as trafilatura_external
 from trafilatura.htmlprocessing import is_paragraph_listing
+from trafilatura.settings import JUSTEXT_LANGUAGES, Extractor
 from trafilatura.utils import LINK_FARM_RATIO, trim
 from trafilatura.xml import delete_element
 
@@ -107,3 +114,112 @@ def link_density_test(element: Any, link_lengths: dict) -> tuple[bool, bool]:
         if linklen > elemlen * LINK_FARM_RATIO and linklen < 100 * elemnum and not is_paragraph_listing(links):
             return True, False
     return False, False
+
+
+# ---------------------------------------------------------------------------------------------
+# jusText as trafilatura runs it (trafilatura.external.justext_rescue): jusText's paragraph
+# maker is a SAX handler (lxml builds each element's attributes and namespace map for it) whose
+# paragraphs rebuild their text on every read, and classification reads it a dozen times. Here
+# the same state machine runs on a plain walk and each paragraph's text is built once;
+# jusText's own classification then runs on these paragraphs.
+
+# justext.utils.normalize_whitespace (a run of whitespace holding a line break becomes "\n",
+# any other run " ") without its per-run Python callback
+_BREAKING_SPACE = re.compile(r"\s*[\n\r]\s*")
+_SPACE = re.compile(r"[^\S\n]+")
+
+
+def normalize_whitespace(text: str) -> str:
+    """justext.utils.normalize_whitespace."""
+    return _SPACE.sub(" ", _BREAKING_SPACE.sub("\n", text))
+
+
+class Paragraph(JustextParagraph):
+    """A jusText paragraph whose text is set once, when it is complete."""
+
+    text = ""
+
+    def __init__(self, dom_path: str) -> None:
+        self.dom_path = dom_path
+        self.text_nodes: list[str] = []
+        self.chars_count_in_links = 0
+        self.tags_count = 0
+        self.class_type = ""
+
+
+def make_paragraphs(root: Any) -> list[Paragraph]:
+    """justext.core.ParagraphMaker.make_paragraphs: the blocks of text of `root`, each with its
+    DOM path, link characters and tag count (the XPath of each, unused by the classification,
+    is left out). `root` holds no comments or processing instructions (lean's parser drops
+    them), which the walk would skip with their tails."""
+    paragraphs: list[Paragraph] = []
+    tags: list[str] = []
+    paragraph = Paragraph("")
+    link = br = False
+
+    def new_paragraph() -> Paragraph:
+        if paragraph.text_nodes:
+            paragraph.text = normalize_whitespace("".join(paragraph.text_nodes).strip())
+            if paragraph.text:
+                paragraphs.append(paragraph)
+        return Paragraph(".".join(tags))
+
+    def characters(content: str) -> None:
+        nonlocal br
+        if content.isspace():
+            return
+        text = normalize_whitespace(content)
+        paragraph.text_nodes.append(text)
+        if link:
+            paragraph.chars_count_in_links += len(text)
+        br = False
+
+    for event, element in iterwalk(root, events=("start", "end")):
+        name = element.tag.rpartition("}")[2]
+        if event == "start":
+            tags.append(name)
+            if name in PARAGRAPH_TAGS or (name == "br" and br):
+                if name == "br":  # <br><br> separates paragraphs, it is no tag within one
+                    paragraph.tags_count -= 1
+                paragraph = new_paragraph()
+            else:
+                br = name == "br"
+                if br:
+                    paragraph.text_nodes.append(" ")
+                elif name == "a":
+                    link = True
+                paragraph.tags_count += 1
+            if element.text:
+                characters(element.text)
+        else:
+            tags.pop()
+            if name in PARAGRAPH_TAGS:
+                paragraph = new_paragraph()
+            if name == "a":
+                link = False
+            if element.tail:
+                characters(element.tail)
+    new_paragraph()
+    return paragraphs
+
+
+def justext_rescue(tree: Any, cleaning: list, options: Extractor) -> tuple[Any, str]:
+    """trafilatura.external.justext_rescue on `tree` (changed in place), given the elements
+    trafilatura's basic cleaning deletes from it (lean_html.basic_clean_matches)."""
+    for element in cleaning:
+        delete_element(element)
+    if options.lang in JUSTEXT_LANGUAGES:
+        stoplist = get_stoplist(JUSTEXT_LANGUAGES[options.lang])
+    else:
+        stoplist = trafilatura_external.JT_STOPLIST or trafilatura_external.jt_stoplist_init()
+    body = Element("body")
+    try:
+        paragraphs = make_paragraphs(tree)
+        classify_paragraphs(paragraphs, stoplist, 50, 150, 0.1, 0.2, 0.25, True)
+        revise_paragraph_classification(paragraphs, 150)
+    except Exception:  # trafilatura's guard: jusText failing yields no text
+        return body, ""
+    for paragraph in paragraphs:
+        if not paragraph.is_boilerplate:
+            SubElement(body, "p").text = paragraph.text
+    return body, trim(" ".join(body.itertext()))
