@@ -525,49 +525,51 @@ _BLOCKS = tuple(sorted(BASELINE_BLOCK_ELEMS))
 _VIDEO_MARK = len(" VIDEO")
 
 
-_CLASS_AND_ID = etree.XPath("//@class|//@id")
-
-
-def readability_reach(tree: Any) -> int:
+def readability_reach(tree: Any, page_chars: int) -> int:
     """An upper bound on the length of the text trafilatura's readability extracts from a
-    raw-pruned `tree` (left unchanged): the page's whitespace-collapsed text less the scripts,
-    styles and unlikely candidates readability removes first. Its output is a subset of what is
-    left, in document order, and removing a contiguous run of text R from a text shortens its
-    collapsed form by at least len(trim(R)) - 1."""
-    removed = set(tree.iter(*SCRIPT_TAGS))
-    removed.update(_unlikely_candidates(tree))
-    reach = _collapsed_length(tree.text_content())
-    # only the outermost removed elements count: their text holds their descendants'
-    covered: dict = {}  # element -> whether it or an ancestor is removed
-    for element in removed:
-        path = []
-        parent = element.getparent()
-        while parent is not None and parent not in removed and parent not in covered:
-            path.append(parent)
-            parent = parent.getparent()
-        hit = parent is not None and (parent in removed or covered[parent])
-        covered.update(dict.fromkeys(path, hit))
-        if not hit:
-            reach -= _collapsed_length(element.text_content()) - 1
+    raw-pruned `tree` (left unchanged) whose text, less its scripts and styles, collapses to
+    `page_chars` characters: that length less the unlikely candidates readability removes
+    first. Its output is a subset of what is left, in document order, and removing a
+    contiguous run of text R from a text shortens its collapsed form by at least
+    len(trim(R)) - 1. A candidate holding a script is counted by its script-free children."""
+    unlikely = _unlikely_candidates(tree)
+    removed = set(unlikely)
+    scripted = _holders(tree, SCRIPT_TAGS)
+    reach = page_chars
+    for element in unlikely:
+        # only the outermost removed elements count: their text holds their descendants'
+        if any(ancestor in removed for ancestor in element.iterancestors()):
+            continue
+        for run in _script_free(element, scripted):
+            reach -= max(_collapsed_length(run.text_content()) - 1, 0)
     return reach + _VIDEO_MARK * len(tree.findall(".//iframe"))
+
+
+def _holders(tree: Any, tags: tuple[str, ...]) -> set:
+    """The elements of `tree` with a descendant of one of `tags`."""
+    holders: set = set()
+    for element in tree.iter(*tags):
+        parent = element.getparent()
+        while parent is not None and parent not in holders:
+            holders.add(parent)
+            parent = parent.getparent()
+    return holders
+
+
+def _script_free(element: Any, scripted: set) -> list:
+    """`element`, or where it holds a script its script-free descendants, outermost first."""
+    if element not in scripted:
+        return [element]
+    return [run for child in element if child.tag not in SCRIPT_TAGS for run in _script_free(child, scripted)]
 
 
 def _unlikely_candidates(tree: Any) -> list:
     """The elements readability's remove_unlikely_candidates drops (a class or id matching
-    unlikelyCandidatesRe and not okMaybeItsACandidateRe, <body> spared)."""
-    # the candidates, from their class and id values (XPath lists them in C; each knows its
-    # element); the verdicts are cached per value, the pages repeat a few class names
-    matches: dict[str, bool] = {}
-    candidates = {}
-    for value in _CLASS_AND_ID(tree):
-        hit = matches.get(value)
-        if hit is None:
-            hit = matches[value] = bool(_UNLIKELY.search(value.lower()))
-        if hit:
-            candidates[value.getparent()] = None
+    unlikelyCandidatesRe and not okMaybeItsACandidateRe; not <html> or <body>), in document
+    order. The verdicts are cached per (class, id): the pages repeat a few class names."""
     verdicts: dict[tuple, bool] = {}
     unlikely = []
-    for element in candidates:
+    for element in tree.iterdescendants(etree.Element):
         key = (element.get("class"), element.get("id"))
         verdict = verdicts.get(key)
         if verdict is None:
@@ -729,7 +731,7 @@ def extract_text(html: str, fast: bool = False) -> str | None:
     raw = None
     if not fast and external_may_win(body, text, page_chars, options):
         raw = _raw_page(html, spare)
-        if external_may_win(body, text, readability_reach(raw), options):
+        if external_may_win(body, text, readability_reach(raw, page_chars), options):
             body, text = _compare(raw, body, text, options)
     # baseline rescue on the raw page, kept only if it adds text
     if len(text) < options.min_extracted_size:
