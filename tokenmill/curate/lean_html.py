@@ -604,19 +604,26 @@ _COOKIE_CONSENT = re.compile(COOKIE_CONSENT_RE, re.I)
 def basic_clean_matches(root: Any) -> list:
     """The descendants trafilatura's BASIC_CLEAN_XPATH selects (document order): asides,
     footers, scripts, styles, SVG, templates, footer divs and cookie-consent banners."""
-    return [
-        element
-        for element in root.iterdescendants(etree.Element)
-        if element.tag in _BASIC_CLEAN_TAGS
-        or (
-            element.attrib
-            and (
-                (element.tag == "div" and "footer" in _first_of(element.attrib, "class", "id"))
-                or _COOKIE_CONSENT.search(element.get("class", ""))
-                or _COOKIE_CONSENT.search(element.get("id", ""))
-            )
-        )
-    ]
+    matches = []
+    consent: dict[str, bool] = {}  # per class or id value: the pages repeat them
+    for element in root.iterdescendants(etree.Element):
+        if element.tag in _BASIC_CLEAN_TAGS:
+            matches.append(element)
+            continue
+        class_, id_ = element.get("class"), element.get("id")
+        if class_ is None and id_ is None:
+            continue
+        if element.tag == "div" and class_ is not None and id_ is not None:
+            footer = "footer" in _first_of(element.attrib, "class", "id")
+        else:
+            footer = element.tag == "div" and "footer" in (class_ if id_ is None else id_)
+        if footer or any(
+            value is not None
+            and (consent[value] if value in consent else consent.setdefault(value, bool(_COOKIE_CONSENT.search(value))))
+            for value in (class_, id_)
+        ):
+            matches.append(element)
+    return matches
 
 
 def page_text_length(raw: Any) -> int:
