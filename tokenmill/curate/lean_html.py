@@ -589,12 +589,13 @@ def _collapsed_length(text: str) -> int:
     return sum(map(len, words)) + len(words) - 1 if words else 0
 
 
-def page_text_bound(tree: Any) -> int:
+def page_text_bound(tree: Any, page_chars: int) -> int:
     """An upper bound on len(trafilatura.baseline.html2txt(tree)) for a tree without
-    SCRIPT_TAGS: its body's collapsed text, plus the two spaces html2txt puts around each block."""
+    SCRIPT_TAGS whose whole text collapses to `page_chars` characters: that length (the body's
+    text is part of it), plus the two spaces html2txt puts around each block of the body."""
     body = tree.find("body")
     root = tree if body is None else body
-    return _collapsed_length(root.text_content()) + 2 * sum(1 for _ in root.iter(*_BLOCKS))
+    return page_chars + 2 * sum(1 for _ in root.iter(*_BLOCKS))
 
 
 _BASIC_CLEAN_TAGS = frozenset(("aside", "fencedframe", "footer", "script", "style", "svg", "template"))
@@ -732,7 +733,7 @@ def extract_text(html: str, fast: bool = False) -> str | None:
         strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
         page_text = tree.text_content()
     page_chars = _collapsed_length(page_text)  # bounds readability's text, before its removals
-    page_bound = page_text_bound(tree)
+    page_bound = page_text_bound(tree, page_chars)
     strip_elements(tree, *DROPPED_TAGS, with_tail=False)
     body, text = _extract_tree(tree, options)  # consumes the tree
     raw = None
