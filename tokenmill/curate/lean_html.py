@@ -380,6 +380,18 @@ def content_frame(tree: Any, rule: int) -> Any:
     return next((e for e in tree.iterdescendants(*_FRAME_TAGS) if match(e)), None)
 
 
+# XPath expressions trafilatura passes as strings (compiled on every call): compiled once
+_PARAGRAPH_TEXT_ANYWHERE = etree.XPath("//p//text()")
+_PARAGRAPH_TEXT = etree.XPath(".//p//text()")
+# SANITIZED_XPATH's tags (".//aside|.//audio|..."), matched in C
+_UNSANITIZED_TAGS = tuple(part.removeprefix(".//") for part in SANITIZED_XPATH.split("|"))
+
+
+def unsanitized(body: Any) -> bool:
+    """Whether SANITIZED_XPATH selects anything in `body`: elements trafilatura's result should not hold."""
+    return next(body.iterdescendants(*_UNSANITIZED_TAGS), None) is not None
+
+
 # ---------------------------------------------------------------------------------------------
 # trafilatura.main_extractor's _extract, extract_content and recover_wild_text, with the rules
 # above (control flow unchanged, the balanced and recall focus only). Adapted from trafilatura
@@ -398,7 +410,7 @@ def _extract(tree: Any, options: Extractor) -> tuple[Any, str]:
         if len(subtree) == 0:
             continue
         # no paragraphs containing text, or not enough
-        ptest = subtree.xpath("//p//text()")
+        ptest = _PARAGRAPH_TEXT_ANYWHERE(subtree)
         if not ptest or len("".join(ptest)) < options.min_extracted_size * 3:
             potential_tags.add("div")
         subelems = subtree.xpath(".//*")
@@ -642,14 +654,14 @@ def external_may_win(body: Any, text: str, reach: int, options: Extractor) -> bo
     if options.focus == "recall" and length > short * 10:  # its bypass
         return False
     # jusText examines short and unclean results
-    if length < short or body.xpath(SANITIZED_XPATH):
+    if length < short or unsanitized(body):
         return True
     # readability wins only when its text is over twice as long (1x-1.5x in recall), or when
     # it is over twice the minimum and the own result has no paragraph text or more tables than paragraphs
     if reach > (length if options.focus == "recall" else 2 * length):
         return True
     return reach > 2 * short and (
-        not body.xpath(".//p//text()") or len(body.findall(".//table")) > len(body.findall(".//p"))
+        not _PARAGRAPH_TEXT(body) or len(body.findall(".//table")) > len(body.findall(".//p"))
     )
 
 
@@ -694,7 +706,7 @@ def _compare(raw: Any, body: Any, text: str, options: Extractor) -> tuple[Any, s
     if use_readability:
         body, text, len_text = algo_body, algo_text, len_algo
     # an unclean or short result: jusText may replace it
-    unclean = bool(body.xpath(SANITIZED_XPATH))
+    unclean = unsanitized(body)
     if unclean or len_text < options.min_extracted_size:
         body2, text2 = _justext(tree_cleaning(copy(raw), options), options)
         len_text2 = len(text2)
