@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
-from copy import deepcopy
+from copy import copy, deepcopy
 from pathlib import Path
 
 import pytest
@@ -17,8 +17,9 @@ from justext.utils import normalize_whitespace as justext_normalize_whitespace
 from lxml.etree import tostring
 from trafilatura import xpaths
 from trafilatura.baseline import html2txt
-from trafilatura.htmlprocessing import convert_tags, tree_cleaning
+from trafilatura.htmlprocessing import convert_tags
 from trafilatura.htmlprocessing import delete_by_link_density as trafilatura_delete_by_link_density
+from trafilatura.htmlprocessing import tree_cleaning as trafilatura_tree_cleaning
 from trafilatura.settings import BASIC_CLEAN_XPATH
 
 from tokenmill.curate.lean_html import (
@@ -37,6 +38,7 @@ from tokenmill.curate.lean_stages import (
     make_paragraphs,
     normalize_whitespace,
     prune_by_link_density,
+    tree_cleaning,
 )
 
 
@@ -52,7 +54,7 @@ def xpath_matches(tree, expressions) -> list:
 
 
 def converted(tree):
-    return convert_tags(tree_cleaning(deepcopy(tree), OPTIONS), OPTIONS)
+    return convert_tags(trafilatura_tree_cleaning(deepcopy(tree), OPTIONS), OPTIONS)
 
 
 def assert_rules_agree(tree) -> None:
@@ -207,3 +209,13 @@ def test_justext_paragraphs_are_justexts(shared_data):
 @pytest.mark.parametrize("text", ["", " ", "a  b", "a \t\n b", "\r", " x\x0b\x0c\x1c\x85y\u2028 \n\n z\xa0\u3000"])
 def test_whitespace_normalised_as_justext_does(text):
     assert normalize_whitespace(text) == justext_normalize_whitespace(text)
+
+
+def test_tree_cleaning_is_trafilaturas(shared_data):
+    recall = copy(OPTIONS)
+    recall.focus = "recall"
+    for html in benchmark_html(shared_data, limit=60):
+        tree = load_tree(html)
+        for options in (OPTIONS, recall):
+            expected = tostring(trafilatura_tree_cleaning(deepcopy(tree), options))
+            assert tostring(tree_cleaning(deepcopy(tree), options)) == expected

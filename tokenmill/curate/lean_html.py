@@ -44,7 +44,6 @@ from trafilatura.htmlprocessing import (
     convert_tags,
     link_density_test_tables,
     process_node,
-    tree_cleaning,
 )
 from trafilatura.main_extractor import NOT_AT_THE_END, REBUILT_BLOCKS, _elem_text, handle_textelem
 from trafilatura.readability_lxml import REGEXES as READABILITY_REGEXES
@@ -67,7 +66,7 @@ from trafilatura.utils import (
 )
 from trafilatura.xml import delete_element, xmltotxt
 
-from tokenmill.curate.lean_stages import justext_rescue, prune_by_link_density
+from tokenmill.curate.lean_stages import justext_rescue, prune_by_link_density, tree_cleaning
 
 # ---------------------------------------------------------------------------------------------
 # Parsing

@@ -9,15 +9,22 @@ against trafilatura's.
 from __future__ import annotations
 
 import re
+from copy import deepcopy
 from typing import Any
 
 from justext.core import PARAGRAPH_TAGS, classify_paragraphs, revise_paragraph_classification
 from justext.paragraph import Paragraph as JustextParagraph
 from justext.utils import get_stoplist
-from lxml.etree import Element, SubElement, iterwalk
+from lxml.etree import Element, SubElement, iterwalk, strip_tags
 from trafilatura import external as trafilatura_external
-from trafilatura.htmlprocessing import is_paragraph_listing
-from trafilatura.settings import JUSTEXT_LANGUAGES, Extractor
+from trafilatura.htmlprocessing import (
+    PRESERVE_IMG_CLEANING,
+    _handle_forms,
+    is_paragraph_listing,
+    prune_html,
+    recover_math,
+)
+from trafilatura.settings import JUSTEXT_LANGUAGES, MANUALLY_CLEANED, MANUALLY_STRIPPED, Extractor
 from trafilatura.utils import LINK_FARM_RATIO, trim
 from trafilatura.xml import delete_element
 
@@ -33,6 +40,52 @@ def _link_holders(subtree: Any) -> set:
                 break
             parent = parent.getparent()
     return holders
+
+
+def tree_cleaning(tree: Any, options: Extractor) -> Any:
+    """trafilatura.htmlprocessing.tree_cleaning. It walks the tree once per tag it deletes
+    (some forty, each loop deleting while iterating); here one walk first finds the tags the
+    tree holds and only their loops run, unchanged (deletions never add a tag)."""
+    recover_math(tree)
+    cleaning_list, stripping_list = MANUALLY_CLEANED.copy(), MANUALLY_STRIPPED.copy()
+    clean_forms = "form" in cleaning_list
+    if clean_forms:
+        cleaning_list.remove("form")
+    if not options.tables:
+        cleaning_list.extend(["table", "td", "th", "tr"])
+    else:
+        # figures holding a table and ARIA layout tables are kept, as containers
+        for elem in tree.iter("figure", "table"):
+            if (
+                elem.find(".//table") is not None
+                if elem.tag == "figure"
+                else elem.get("role") in ("presentation", "none")
+            ):
+                elem.tag = "div"
+    if options.images:
+        cleaning_list = [e for e in cleaning_list if e not in PRESERVE_IMG_CLEANING]
+        stripping_list.remove("img")
+    strip_tags(tree, stripping_list)
+    # recall: undo the deletions if they remove every paragraph (copy only if none can survive)
+    tcopy = None
+    if (
+        options.focus == "recall"
+        and tree.find(".//p") is not None
+        and (
+            "p" in cleaning_list or not any(next(p.iterancestors(cleaning_list), tree) is tree for p in tree.iter("p"))
+        )
+    ):
+        tcopy = deepcopy(tree)
+    present = {element.tag for element in tree.iter(*cleaning_list)}
+    for expression in cleaning_list:
+        if expression in present:
+            for element in tree.iter(expression):
+                delete_element(element)
+    if tcopy is not None and tree.find(".//p") is None:
+        tree = tcopy
+    if clean_forms:
+        _handle_forms(tree)
+    return prune_html(tree, options.focus)
 
 
 # the link-density passes of prune_unwanted_sections, in order: (tag, backtracking)
