@@ -267,10 +267,10 @@ def section_matches(tree: Any) -> tuple[list, list, list]:
     # cards): each combination is judged once
     verdicts: dict[tuple, tuple[bool, bool, bool]] = {}
     for element in tree.iterdescendants(etree.Element):
-        attrib = element.attrib
-        if not attrib:  # every rule tests an attribute
+        items = element.items()
+        if not items:  # every rule tests an attribute
             continue
-        key = (element.tag, *attrib.items())
+        key = (element.tag, *items)
         verdict = verdicts.get(key)
         if verdict is None:
             verdict = verdicts[key] = _section_verdict(element)
