@@ -14,9 +14,10 @@ import pytest
 import trafilatura
 from justext.core import ParagraphMaker
 from justext.utils import normalize_whitespace as justext_normalize_whitespace
-from lxml.etree import tostring
+from lxml.etree import strip_elements, tostring
 from trafilatura import xpaths
 from trafilatura.baseline import html2txt
+from trafilatura.external import try_readability
 from trafilatura.htmlprocessing import convert_tags
 from trafilatura.htmlprocessing import delete_by_link_density as trafilatura_delete_by_link_density
 from trafilatura.htmlprocessing import tree_cleaning as trafilatura_tree_cleaning
@@ -24,6 +25,9 @@ from trafilatura.settings import BASIC_CLEAN_XPATH
 
 from tokenmill.curate.lean_html import (
     OPTIONS,
+    SCRIPT_TAGS,
+    _readability,
+    _unlikely_candidates,
     basic_clean_matches,
     content_frame,
     extract_text,
@@ -31,6 +35,7 @@ from tokenmill.curate.lean_html import (
     page_text_length,
     parse_html,
     raw_tree_boilerplate,
+    readability_reach,
     section_matches,
 )
 from tokenmill.curate.lean_stages import (
@@ -219,3 +224,24 @@ def test_tree_cleaning_is_trafilaturas(shared_data):
         for options in (OPTIONS, recall):
             expected = tostring(trafilatura_tree_cleaning(deepcopy(tree), options))
             assert tostring(tree_cleaning(deepcopy(tree), options)) == expected
+
+
+UNLIKELY_IN_SCRIPTS = (
+    "<html class='sidebar-open'><body><div class='comment'>said</div><script class='comment-js'>var a;</script>"
+    "<fencedframe><div class='footer'>framed</div></fencedframe><div id='main'>"
+    + STORY
+    + "<div class='share-footer'><script>track()</script><p>Share this</p></div></div></body></html>"
+)
+
+
+def test_readability_given_its_candidates_is_trafilaturas(shared_data):
+    for html in [*benchmark_html(shared_data, limit=40), UNLIKELY_IN_SCRIPTS]:
+        raw = load_tree(html)
+        expected = try_readability(copy(raw))
+        unlikely = _unlikely_candidates(raw)
+        assert tostring(_readability(raw, unlikely)) == tostring(expected)
+        # the bound that decides whether it runs holds
+        page = deepcopy(raw)
+        strip_elements(page, *SCRIPT_TAGS, with_tail=False)
+        reach = readability_reach(raw, len(" ".join(page.text_content().split())), unlikely)
+        assert len(" ".join(expected.text_content().split())) <= reach

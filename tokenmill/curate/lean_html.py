@@ -38,7 +38,6 @@ from trafilatura.external import (
     SANITIZED_XPATH,
     _prefer_readability,
     sanitize_tree,
-    try_readability,
 )
 from trafilatura.htmlprocessing import (
     convert_tags,
@@ -47,6 +46,7 @@ from trafilatura.htmlprocessing import (
 )
 from trafilatura.main_extractor import NOT_AT_THE_END, REBUILT_BLOCKS, _elem_text, handle_textelem
 from trafilatura.readability_lxml import REGEXES as READABILITY_REGEXES
+from trafilatura.readability_lxml import Document as ReadabilityDocument
 from trafilatura.settings import _COOKIE_CONSENT_RE as COOKIE_CONSENT_RE
 from trafilatura.settings import (
     DEDUPE_SCAN_CAP,
@@ -60,6 +60,7 @@ from trafilatura.utils import (
     FAULTY_HTML,
     INVALID_XML_CHARS,
     SPACING_PROTECTED,
+    fromstring_bytes,
     normalize_unicode,
     text_chars_test,
     trim,
@@ -536,20 +537,22 @@ _BLOCKS = tuple(sorted(BASELINE_BLOCK_ELEMS))
 _VIDEO_MARK = len(" VIDEO")
 
 
-def readability_reach(tree: Any, page_chars: int) -> int:
+def readability_reach(tree: Any, page_chars: int, unlikely: list[tuple[int, Any]]) -> int:
     """An upper bound on the length of the text trafilatura's readability extracts from a
     raw-pruned `tree` (left unchanged) whose text, less its scripts and styles, collapses to
     `page_chars` characters: that length less the unlikely candidates readability removes
     first. Its output is a subset of what is left, in document order, and removing a
     contiguous run of text R from a text shortens its collapsed form by at least
-    len(trim(R)) - 1. A candidate holding a script is counted by its script-free children."""
-    unlikely = _unlikely_candidates(tree)
-    removed = set(unlikely)
+    len(trim(R)) - 1. `unlikely`: _unlikely_candidates(tree). A candidate holding a script is
+    counted by its script-free children, one in a script (not in `page_chars`) not at all."""
+    removed = {element for _, element in unlikely}
     scripted = _holders(tree, SCRIPT_TAGS)
     reach = page_chars
-    for element in unlikely:
+    for _, element in unlikely:
         # only the outermost removed elements count: their text holds their descendants'
-        if any(ancestor in removed for ancestor in element.iterancestors()):
+        if element.tag in SCRIPT_TAGS or any(
+            ancestor in removed or ancestor.tag in SCRIPT_TAGS for ancestor in element.iterancestors()
+        ):
             continue
         for run in _script_free(element, scripted):
             reach -= max(_collapsed_length(run.text_content()) - 1, 0)
@@ -574,13 +577,14 @@ def _script_free(element: Any, scripted: set) -> list:
     return [run for child in element if child.tag not in SCRIPT_TAGS for run in _script_free(child, scripted)]
 
 
-def _unlikely_candidates(tree: Any) -> list:
+def _unlikely_candidates(tree: Any) -> list[tuple[int, Any]]:
     """The elements readability's remove_unlikely_candidates drops (a class or id matching
     unlikelyCandidatesRe and not okMaybeItsACandidateRe; not <html> or <body>), in document
-    order. The verdicts are cached per (class, id): the pages repeat a few class names."""
+    order, each with its position among the tree's descendant elements. The verdicts are cached
+    per (class, id): the pages repeat a few class names."""
     verdicts: dict[tuple, bool] = {}
     unlikely = []
-    for element in tree.iterdescendants(etree.Element):
+    for position, element in enumerate(tree.iterdescendants(etree.Element)):
         key = (element.get("class"), element.get("id"))
         verdict = verdicts.get(key)
         if verdict is None:
@@ -590,7 +594,7 @@ def _unlikely_candidates(tree: Any) -> list:
                 len(attrs) >= 2 and _UNLIKELY.search(low) and not _MAYBE_CANDIDATE.search(low)
             )
         if verdict and element.tag != "body":
-            unlikely.append(element)
+            unlikely.append((position, element))
     return unlikely
 
 
@@ -686,19 +690,47 @@ def _extract_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
     return extract_content(convert_tags(tree_cleaning(tree, options), options), options)
 
 
+class _Readability(ReadabilityDocument):
+    """trafilatura's readability, its unlikely candidates given (found for readability_reach)."""
+
+    __slots__ = ["unlikely"]
+
+    def __init__(self, doc: Any, unlikely: list) -> None:
+        super().__init__(doc, min_text_length=25)
+        self.unlikely = unlikely
+
+    def remove_unlikely_candidates(self) -> None:
+        for element in self.unlikely:
+            element.drop_tree()
+
+
+def _readability(raw: Any, unlikely: list[tuple[int, Any]]) -> Any:
+    """trafilatura.external.try_readability(copy(raw)), given _unlikely_candidates(raw): the copy's
+    elements at their positions. Readability drops scripts, styles and fenced frames first,
+    so candidates among them are left to it (one in a fenced frame goes with the frame)."""
+    tree = copy(raw)
+    elements = list(tree.iterdescendants(etree.Element))
+    doomed = [elements[position] for position, element in unlikely if element.tag not in SCRIPT_TAGS]
+    try:
+        summary = fromstring_bytes(_Readability(tree, doomed).summary())
+    except Exception:  # trafilatura's guard: readability failing yields nothing
+        return lxml_html.HtmlElement()
+    return summary if summary is not None else lxml_html.HtmlElement()
+
+
 def _justext(tree: Any, options: Extractor) -> tuple[Any, str]:
     """trafilatura.external.justext_rescue (see lean_stages.justext_rescue), changing `tree`."""
     return justext_rescue(tree, basic_clean_matches(tree), options)
 
 
-def _compare(raw: Any, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
+def _compare(raw: Any, unlikely: list, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
     """trafilatura.external.compare_extraction (balanced and recall focus) on the raw tree (left
     unchanged), adapted from trafilatura 2.3.1 like the main extractor above: the cleaned tree
     jusText reads is made only when jusText runs (one comparison in forty on the benchmark)."""
     len_text = len(text)
     if options.focus == "recall" and len_text > options.min_extracted_size * 10:  # its bypass
         return body, text
-    algo_body = try_readability(copy(raw))
+    algo_body = _readability(raw, unlikely)
     algo_text = trim(tostring(algo_body, method="text", encoding="utf-8").decode("utf-8"))
     len_algo = len(algo_text)
     use_readability = _prefer_readability(body, algo_body, algo_text, len_text, len_algo, options)
@@ -747,11 +779,12 @@ def extract_text(html: str, fast: bool = False) -> str | None:
     page_bound = page_text_bound(tree, page_chars)
     strip_elements(tree, *DROPPED_TAGS, with_tail=False)
     body, text = _extract_tree(tree, options)  # consumes the tree
-    raw = None
+    raw = unlikely = None
     if not fast and external_may_win(body, text, page_chars, options):
         raw = _raw_page(html, spare)
-        if external_may_win(body, text, readability_reach(raw, page_chars), options):
-            body, text = _compare(raw, body, text, options)
+        unlikely = _unlikely_candidates(raw)
+        if external_may_win(body, text, readability_reach(raw, page_chars, unlikely), options):
+            body, text = _compare(raw, unlikely, body, text, options)
     # baseline rescue on the raw page, kept only if it adds text
     if len(text) < options.min_extracted_size:
         raw = raw if raw is not None else _raw_page(html, spare)
@@ -762,7 +795,7 @@ def extract_text(html: str, fast: bool = False) -> str | None:
     if 0 < len(text) < ESCALATION_MAX_LENGTH and len(text) < ESCALATION_PAGE_SHARE * page_bound:
         raw = raw if raw is not None else _raw_page(html, spare)
         if len(text) < ESCALATION_PAGE_SHARE * page_text_length(raw):
-            body, text = _escalate(raw, body, text, options)
+            body, text = _escalate(raw, unlikely, body, text, options)
     if len(text) < options.min_output_size:
         return None
     return normalize_unicode(xmltotxt(body, options.formatting).strip())
@@ -787,13 +820,14 @@ def _load_page(html: str) -> Any:
     return tree
 
 
-def _escalate(raw: Any, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
+def _escalate(raw: Any, unlikely: list | None, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
     """trafilatura's recall escalation: the main pass (and in default mode the comparison) in
     recall mode, and in default mode a jusText candidate; the clearly longer result wins."""
     recall = _recall(options)
     r_body, r_text = _extract_tree(copy(raw), recall)
     if not options.fast:
-        r_body, r_text = _compare(raw, r_body, r_text, recall)
+        unlikely = unlikely if unlikely is not None else _unlikely_candidates(raw)
+        r_body, r_text = _compare(raw, unlikely, r_body, r_text, recall)
     j_text = ""
     if not options.fast:
         j_body, j_text = _justext(copy(raw), options)
