@@ -6,9 +6,12 @@ Trafilatura finds the content frame and prunes boilerplate with XPath expression
 candidate element, present attribute or not, and those passes take most of trafilatura's time on
 a typical page. Here the same rules (the same token vocabularies, imported from trafilatura) are
 matched with compiled regular expressions in one walk over the elements, reading only the
-attributes an element has. Everything else is trafilatura's own code: tree cleaning, tag
-conversion, link-density pruning, the text handlers and the text output. The cascade is
-trafilatura's for fast mode (main extractor, wild-text recovery, baseline rescue, recall retry).
+attributes an element has. Tree cleaning, link-density pruning and jusText's paragraphs run as
+faster equivalents of trafilatura's (lean_stages); the rest is trafilatura's own code: tag
+conversion, the text handlers, readability and the text output. The cascade is trafilatura's,
+in its default or its fast mode (main extractor, wild-text recovery, comparison with readability
+and jusText, baseline rescue, recall retry), each costly pass skipped where a bound shows it
+cannot change the result.
 
 Before trafilatura sees the tree, the subtrees its cleaning deletes anyway (scripts, styles,
 navigation, <head>, ...) are dropped in one C-level pass, so every later pass walks fewer nodes.

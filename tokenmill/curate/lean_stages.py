@@ -1,5 +1,6 @@
 """Faster equivalents of trafilatura 2.3.1 stages (pinned) that the `lean` extractor runs: each
-gives the output of the trafilatura function it names, on any tree, and does less work to get it.
+gives the output of the trafilatura (or jusText) function it names, on the trees lean passes
+it, and does less work to get it.
 
 They matter because the lean extractor spends most of its time in trafilatura's own stages once
 its XPath rules are matched in Python (see lean_html); tests/curate/test_lean_html.py checks them
