@@ -726,15 +726,43 @@ def _justext(tree: Any, options: Extractor) -> tuple[Any, str]:
     return justext_rescue(tree, basic_clean_matches(tree), options)
 
 
-def _compare(raw: Any, unlikely: list, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
-    """trafilatura.external.compare_extraction (balanced and recall focus) on the raw tree (left
-    unchanged), adapted from trafilatura 2.3.1 like the main extractor above: the cleaned tree
-    jusText reads is made only when jusText runs (one comparison in forty on the benchmark)."""
+class _RawPage:
+    """The raw-pruned page the later passes read (and never change), with what they derive from
+    it once: readability's unlikely candidates, and readability's result, which the recall
+    retry's comparison needs again."""
+
+    def __init__(self, tree: Any) -> None:
+        self.tree = tree
+        self._unlikely: list[tuple[int, Any]] | None = None
+        self._readability: tuple[Any, str] | None = None
+
+    @property
+    def unlikely(self) -> list[tuple[int, Any]]:
+        """_unlikely_candidates(tree)."""
+        if self._unlikely is None:
+            self._unlikely = _unlikely_candidates(self.tree)
+        return self._unlikely
+
+    def readability(self) -> tuple[Any, str]:
+        """trafilatura's readability result on the page and its text; the caller may change the
+        result (the comparison sanitizes it), so a later call gets a copy kept aside."""
+        if self._readability is not None:
+            body, text = self._readability
+            return deepcopy(body), text
+        body = _readability(self.tree, self.unlikely)
+        text = trim(tostring(body, method="text", encoding="utf-8").decode("utf-8"))
+        self._readability = deepcopy(body), text
+        return body, text
+
+
+def _compare(raw: _RawPage, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
+    """trafilatura.external.compare_extraction (balanced and recall focus) on the raw page,
+    adapted from trafilatura 2.3.1 like the main extractor above: the cleaned tree jusText
+    reads is made only when jusText runs (one comparison in forty on the benchmark)."""
     len_text = len(text)
     if options.focus == "recall" and len_text > options.min_extracted_size * 10:  # its bypass
         return body, text
-    algo_body = _readability(raw, unlikely)
-    algo_text = trim(tostring(algo_body, method="text", encoding="utf-8").decode("utf-8"))
+    algo_body, algo_text = raw.readability()
     len_algo = len(algo_text)
     use_readability = _prefer_readability(body, algo_body, algo_text, len_text, len_algo, options)
     if use_readability:
@@ -742,7 +770,7 @@ def _compare(raw: Any, unlikely: list, body: Any, text: str, options: Extractor)
     # an unclean or short result: jusText may replace it
     unclean = unsanitized(body)
     if unclean or len_text < options.min_extracted_size:
-        body2, text2 = _justext(tree_cleaning(copy(raw), options), options)
+        body2, text2 = _justext(tree_cleaning(copy(raw.tree), options), options)
         len_text2 = len(text2)
         if unclean:
             accept = len_text <= JUSTEXT_OVERRIDE_RATIO * len_text2 and (
@@ -782,23 +810,22 @@ def extract_text(html: str, fast: bool = False) -> str | None:
     page_bound = page_text_bound(tree, page_chars)
     strip_elements(tree, *DROPPED_TAGS, with_tail=False)
     body, text = _extract_tree(tree, options)  # consumes the tree
-    raw = unlikely = None
+    raw = None
     if not fast and external_may_win(body, text, page_chars, options):
-        raw = _raw_page(html, spare)
-        unlikely = _unlikely_candidates(raw)
-        if external_may_win(body, text, readability_reach(raw, page_chars, unlikely), options):
-            body, text = _compare(raw, unlikely, body, text, options)
+        raw = _RawPage(_raw_page(html, spare))
+        if external_may_win(body, text, readability_reach(raw.tree, page_chars, raw.unlikely), options):
+            body, text = _compare(raw, body, text, options)
     # baseline rescue on the raw page, kept only if it adds text
     if len(text) < options.min_extracted_size:
-        raw = raw if raw is not None else _raw_page(html, spare)
-        b_body, b_text, b_len = baseline(raw)  # baseline copies its input
+        raw = raw or _RawPage(_raw_page(html, spare))
+        b_body, b_text, b_len = baseline(raw.tree)  # baseline copies its input
         if b_len > len(text):
             body, text = b_body, b_text
     # a short extraction covering little of the page: retry in recall mode
     if 0 < len(text) < ESCALATION_MAX_LENGTH and len(text) < ESCALATION_PAGE_SHARE * page_bound:
-        raw = raw if raw is not None else _raw_page(html, spare)
-        if len(text) < ESCALATION_PAGE_SHARE * page_text_length(raw):
-            body, text = _escalate(raw, unlikely, body, text, options)
+        raw = raw or _RawPage(_raw_page(html, spare))
+        if len(text) < ESCALATION_PAGE_SHARE * page_text_length(raw.tree):
+            body, text = _escalate(raw, body, text, options)
     if len(text) < options.min_output_size:
         return None
     return normalize_unicode(xmltotxt(body, options.formatting).strip())
@@ -823,17 +850,16 @@ def _load_page(html: str) -> Any:
     return tree
 
 
-def _escalate(raw: Any, unlikely: list | None, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
+def _escalate(raw: _RawPage, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
     """trafilatura's recall escalation: the main pass (and in default mode the comparison) in
     recall mode, and in default mode a jusText candidate; the clearly longer result wins."""
     recall = _recall(options)
-    r_body, r_text = _extract_tree(copy(raw), recall)
+    r_body, r_text = _extract_tree(copy(raw.tree), recall)
     if not options.fast:
-        unlikely = unlikely if unlikely is not None else _unlikely_candidates(raw)
-        r_body, r_text = _compare(raw, unlikely, r_body, r_text, recall)
+        r_body, r_text = _compare(raw, r_body, r_text, recall)
     j_text = ""
     if not options.fast:
-        j_body, j_text = _justext(copy(raw), options)
+        j_body, j_text = _justext(copy(raw.tree), options)
     if len(j_text) > len(r_text) and len(j_text) > ESCALATION_JUSTEXT_RATIO * len(text):
         return j_body, j_text
     if len(r_text) >= options.min_extracted_size and len(r_text) > ESCALATION_ACCEPT_RATIO * len(text):
