@@ -230,12 +230,11 @@ _HIDDEN_CLASS = re.compile(
 )
 
 
-def is_boilerplate(element: Any) -> bool:
-    """Whether OVERALL_DISCARD_XPATH selects the element: navigation, ads, sharing, consent,
-    meta data and hidden elements."""
-    attrib = element.attrib
+def is_boilerplate(tag: str, attrib: dict[str, str]) -> bool:
+    """Whether OVERALL_DISCARD_XPATH selects an element of this tag and these attributes (in
+    document order): navigation, ads, sharing, consent, meta data and hidden elements."""
     id_, class_, style = attrib.get("id", ""), attrib.get("class", ""), attrib.get("style", "")
-    if element.tag in _SECTION_TAGS and (
+    if tag in _SECTION_TAGS and (
         "data-lp-replacement-content" in attrib
         or "nav" in attrib.get("role", "").replace("N", "n")
         or "MostPopularStories" in attrib.get("data-component", "")
@@ -277,7 +276,7 @@ def section_matches(tree: Any) -> tuple[list, list, list]:
         key = (element.tag, *items)
         verdict = verdicts.get(key)
         if verdict is None:
-            verdict = verdicts[key] = _section_verdict(element)
+            verdict = verdicts[key] = _section_verdict(element.tag, dict(items))
         if verdict[0]:
             boilerplate.append(element)
         if verdict[1]:
@@ -287,13 +286,14 @@ def section_matches(tree: Any) -> tuple[list, list, list]:
     return boilerplate, captions, teasers
 
 
-def _section_verdict(element: Any) -> tuple[bool, bool, bool]:
-    """Whether the element is boilerplate, a caption, a teaser (see section_matches)."""
-    if element.tag not in _SECTION_TAGS:
-        return is_boilerplate(element), False, False
-    id_, class_ = element.get("id", ""), element.get("class", "")
+def _section_verdict(tag: str, attrib: dict[str, str]) -> tuple[bool, bool, bool]:
+    """Whether an element of this tag and these attributes is boilerplate, a caption, a teaser
+    (see section_matches)."""
+    if tag not in _SECTION_TAGS:
+        return is_boilerplate(tag, attrib), False, False
+    id_, class_ = attrib.get("id", ""), attrib.get("class", "")
     return (
-        is_boilerplate(element),
+        is_boilerplate(tag, attrib),
         "caption" in id_ or "caption" in class_,
         "teaser" in id_.replace("T", "t") or "teaser" in class_.replace("T", "t"),
     )
