@@ -1,23 +1,33 @@
 """The lean extractor's Python rules select exactly what trafilatura's XPath expressions select,
-on real pages and on attribute combinations built to hit their corners, and lean's text is
-trafilatura's text for the same raw page, in its default and its fast mode."""
+on real pages and on attribute combinations built to hit their corners, its reimplemented stages
+(lean_stages) give what trafilatura's and jusText's give, and lean's text is trafilatura's text
+for the same raw page, in its default and its fast mode."""
 
 from __future__ import annotations
 
 import gzip
 import itertools
-from copy import deepcopy
+from copy import copy, deepcopy
 from pathlib import Path
 
 import pytest
 import trafilatura
+from justext.core import ParagraphMaker
+from justext.utils import normalize_whitespace as justext_normalize_whitespace
+from lxml.etree import strip_elements, tostring
 from trafilatura import xpaths
 from trafilatura.baseline import html2txt
-from trafilatura.htmlprocessing import convert_tags, tree_cleaning
+from trafilatura.external import try_readability
+from trafilatura.htmlprocessing import convert_tags
+from trafilatura.htmlprocessing import delete_by_link_density as trafilatura_delete_by_link_density
+from trafilatura.htmlprocessing import tree_cleaning as trafilatura_tree_cleaning
 from trafilatura.settings import BASIC_CLEAN_XPATH
 
 from tokenmill.curate.lean_html import (
     OPTIONS,
+    SCRIPT_TAGS,
+    _readability,
+    _unlikely_candidates,
     basic_clean_matches,
     content_frame,
     extract_text,
@@ -25,7 +35,15 @@ from tokenmill.curate.lean_html import (
     page_text_length,
     parse_html,
     raw_tree_boilerplate,
+    readability_reach,
     section_matches,
+)
+from tokenmill.curate.lean_stages import (
+    LINK_DENSITY_PASSES,
+    make_paragraphs,
+    normalize_whitespace,
+    prune_by_link_density,
+    tree_cleaning,
 )
 
 
@@ -41,7 +59,7 @@ def xpath_matches(tree, expressions) -> list:
 
 
 def converted(tree):
-    return convert_tags(tree_cleaning(deepcopy(tree), OPTIONS), OPTIONS)
+    return convert_tags(trafilatura_tree_cleaning(deepcopy(tree), OPTIONS), OPTIONS)
 
 
 def assert_rules_agree(tree) -> None:
@@ -165,3 +183,65 @@ def test_a_page_of_links_is_its_links_as_trafilatura_rescues_them():
 
 def test_a_short_page_is_its_text():
     assert extract_text("<p>Short, but the page's only text.</p>") == "Short, but the page's only text."
+
+
+# ---- lean_stages: trafilatura's stages, reimplemented
+
+
+def test_link_density_pruning_is_trafilaturas(shared_data):
+    for html in benchmark_html(shared_data, limit=60):
+        tree = converted(parse_html(html))
+        expected = deepcopy(tree)
+        for _ in range(2):
+            for tag, backtracking in LINK_DENSITY_PASSES:
+                trafilatura_delete_by_link_density(expected, tag, backtracking)
+        assert tostring(prune_by_link_density(tree)) == tostring(expected)
+
+
+def paragraph_fields(paragraphs) -> list[tuple]:
+    return [(p.text, p.dom_path, p.chars_count_in_links, p.tags_count) for p in paragraphs]
+
+
+def test_justext_paragraphs_are_justexts(shared_data):
+    pages = benchmark_html(shared_data, limit=60) + [
+        "<html><body><p>a<br><br>b<br>c <a href='/'>link\r\n text</a></p><div>\t<br><br><br>d</div></body></html>"
+    ]
+    for html in pages:
+        tree = load_tree(html)
+        assert paragraph_fields(make_paragraphs(tree)) == paragraph_fields(ParagraphMaker.make_paragraphs(tree))
+
+
+@pytest.mark.parametrize("text", ["", " ", "a  b", "a \t\n b", "\r", " x\x0b\x0c\x1c\x85y\u2028 \n\n z\xa0\u3000"])
+def test_whitespace_normalised_as_justext_does(text):
+    assert normalize_whitespace(text) == justext_normalize_whitespace(text)
+
+
+def test_tree_cleaning_is_trafilaturas(shared_data):
+    recall = copy(OPTIONS)
+    recall.focus = "recall"
+    for html in benchmark_html(shared_data, limit=60):
+        tree = load_tree(html)
+        for options in (OPTIONS, recall):
+            expected = tostring(trafilatura_tree_cleaning(deepcopy(tree), options))
+            assert tostring(tree_cleaning(deepcopy(tree), options)) == expected
+
+
+UNLIKELY_IN_SCRIPTS = (
+    "<html class='sidebar-open'><body><div class='comment'>said</div><script class='comment-js'>var a;</script>"
+    "<fencedframe><div class='footer'>framed</div></fencedframe><div id='main'>"
+    + STORY
+    + "<div class='share-footer'><script>track()</script><p>Share this</p></div></div></body></html>"
+)
+
+
+def test_readability_given_its_candidates_is_trafilaturas(shared_data):
+    for html in [*benchmark_html(shared_data, limit=40), UNLIKELY_IN_SCRIPTS]:
+        raw = load_tree(html)
+        expected = try_readability(copy(raw))
+        unlikely = _unlikely_candidates(raw)
+        assert tostring(_readability(raw, unlikely)) == tostring(expected)
+        # the bound that decides whether it runs holds
+        page = deepcopy(raw)
+        strip_elements(page, *SCRIPT_TAGS, with_tail=False)
+        reach = readability_reach(raw, len(" ".join(page.text_content().split())), unlikely)
+        assert len(" ".join(expected.text_content().split())) <= reach

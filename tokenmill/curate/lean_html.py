@@ -6,9 +6,12 @@ Trafilatura finds the content frame and prunes boilerplate with XPath expression
 candidate element, present attribute or not, and those passes take most of trafilatura's time on
 a typical page. Here the same rules (the same token vocabularies, imported from trafilatura) are
 matched with compiled regular expressions in one walk over the elements, reading only the
-attributes an element has. Everything else is trafilatura's own code: tree cleaning, tag
-conversion, link-density pruning, the text handlers and the text output. The cascade is
-trafilatura's for fast mode (main extractor, wild-text recovery, baseline rescue, recall retry).
+attributes an element has. Tree cleaning, link-density pruning and jusText's paragraphs run as
+faster equivalents of trafilatura's (lean_stages); the rest is trafilatura's own code: tag
+conversion, the text handlers, readability and the text output. The cascade is trafilatura's,
+in its default or its fast mode (main extractor, wild-text recovery, comparison with readability
+and jusText, baseline rescue, recall retry), each costly pass skipped where a bound shows it
+cannot change the result.
 
 Before trafilatura sees the tree, the subtrees its cleaning deletes anyway (scripts, styles,
 navigation, <head>, ...) are dropped in one C-level pass, so every later pass walks fewer nodes.
@@ -37,19 +40,16 @@ from trafilatura.external import (
     JUSTEXT_OVERRIDE_RATIO,
     SANITIZED_XPATH,
     _prefer_readability,
-    justext_rescue,
     sanitize_tree,
-    try_readability,
 )
 from trafilatura.htmlprocessing import (
     convert_tags,
-    delete_by_link_density,
     link_density_test_tables,
     process_node,
-    tree_cleaning,
 )
 from trafilatura.main_extractor import NOT_AT_THE_END, REBUILT_BLOCKS, _elem_text, handle_textelem
 from trafilatura.readability_lxml import REGEXES as READABILITY_REGEXES
+from trafilatura.readability_lxml import Document as ReadabilityDocument
 from trafilatura.settings import _COOKIE_CONSENT_RE as COOKIE_CONSENT_RE
 from trafilatura.settings import (
     DEDUPE_SCAN_CAP,
@@ -63,11 +63,14 @@ from trafilatura.utils import (
     FAULTY_HTML,
     INVALID_XML_CHARS,
     SPACING_PROTECTED,
+    fromstring_bytes,
     normalize_unicode,
     text_chars_test,
     trim,
 )
 from trafilatura.xml import delete_element, xmltotxt
+
+from tokenmill.curate.lean_stages import justext_rescue, prune_by_link_density, tree_cleaning
 
 # ---------------------------------------------------------------------------------------------
 # Parsing
@@ -227,12 +230,11 @@ _HIDDEN_CLASS = re.compile(
 )
 
 
-def is_boilerplate(element: Any) -> bool:
-    """Whether OVERALL_DISCARD_XPATH selects the element: navigation, ads, sharing, consent,
-    meta data and hidden elements."""
-    attrib = element.attrib
+def is_boilerplate(tag: str, attrib: dict[str, str]) -> bool:
+    """Whether OVERALL_DISCARD_XPATH selects an element of this tag and these attributes (in
+    document order): navigation, ads, sharing, consent, meta data and hidden elements."""
     id_, class_, style = attrib.get("id", ""), attrib.get("class", ""), attrib.get("style", "")
-    if element.tag in _SECTION_TAGS and (
+    if tag in _SECTION_TAGS and (
         "data-lp-replacement-content" in attrib
         or "nav" in attrib.get("role", "").replace("N", "n")
         or "MostPopularStories" in attrib.get("data-component", "")
@@ -268,13 +270,13 @@ def section_matches(tree: Any) -> tuple[list, list, list]:
     # cards): each combination is judged once
     verdicts: dict[tuple, tuple[bool, bool, bool]] = {}
     for element in tree.iterdescendants(etree.Element):
-        attrib = element.attrib
-        if not attrib:  # every rule tests an attribute
+        items = element.items()
+        if not items:  # every rule tests an attribute
             continue
-        key = (element.tag, *attrib.items())
+        key = (element.tag, *items)
         verdict = verdicts.get(key)
         if verdict is None:
-            verdict = verdicts[key] = _section_verdict(element)
+            verdict = verdicts[key] = _section_verdict(element.tag, dict(items))
         if verdict[0]:
             boilerplate.append(element)
         if verdict[1]:
@@ -284,13 +286,14 @@ def section_matches(tree: Any) -> tuple[list, list, list]:
     return boilerplate, captions, teasers
 
 
-def _section_verdict(element: Any) -> tuple[bool, bool, bool]:
-    """Whether the element is boilerplate, a caption, a teaser (see section_matches)."""
-    if element.tag not in _SECTION_TAGS:
-        return is_boilerplate(element), False, False
-    id_, class_ = element.get("id", ""), element.get("class", "")
+def _section_verdict(tag: str, attrib: dict[str, str]) -> tuple[bool, bool, bool]:
+    """Whether an element of this tag and these attributes is boilerplate, a caption, a teaser
+    (see section_matches)."""
+    if tag not in _SECTION_TAGS:
+        return is_boilerplate(tag, attrib), False, False
+    id_, class_ = attrib.get("id", ""), attrib.get("class", "")
     return (
-        is_boilerplate(element),
+        is_boilerplate(tag, attrib),
         "caption" in id_ or "caption" in class_,
         "teaser" in id_.replace("T", "t") or "teaser" in class_.replace("T", "t"),
     )
@@ -310,10 +313,7 @@ def prune_sections(tree: Any, potential_tags: set[str], options: Extractor, keep
         _delete_all(captions)
     if options.focus != "recall" and not keep_teasers:
         _delete_all(teasers)
-    for _ in range(2):
-        tree = delete_by_link_density(tree, "div", backtracking=True)
-        tree = delete_by_link_density(tree, "list", backtracking=False)
-        tree = delete_by_link_density(tree, "p", backtracking=False)
+    tree = prune_by_link_density(tree)
     if "table" in potential_tags:
         for element in [e for e in tree.iter("table") if link_density_test_tables(e) is True]:
             delete_element(element, keep_tail=False)
@@ -383,6 +383,18 @@ def content_frame(tree: Any, rule: int) -> Any:
     return next((e for e in tree.iterdescendants(*_FRAME_TAGS) if match(e)), None)
 
 
+# XPath expressions trafilatura passes as strings (compiled on every call): compiled once
+_PARAGRAPH_TEXT_ANYWHERE = etree.XPath("//p//text()")
+_PARAGRAPH_TEXT = etree.XPath(".//p//text()")
+# SANITIZED_XPATH's tags (".//aside|.//audio|..."), matched in C
+_UNSANITIZED_TAGS = tuple(part.removeprefix(".//") for part in SANITIZED_XPATH.split("|"))
+
+
+def unsanitized(body: Any) -> bool:
+    """Whether SANITIZED_XPATH selects anything in `body`: elements trafilatura's result should not hold."""
+    return next(body.iterdescendants(*_UNSANITIZED_TAGS), None) is not None
+
+
 # ---------------------------------------------------------------------------------------------
 # trafilatura.main_extractor's _extract, extract_content and recover_wild_text, with the rules
 # above (control flow unchanged, the balanced and recall focus only). Adapted from trafilatura
@@ -401,7 +413,7 @@ def _extract(tree: Any, options: Extractor) -> tuple[Any, str]:
         if len(subtree) == 0:
             continue
         # no paragraphs containing text, or not enough
-        ptest = subtree.xpath("//p//text()")
+        ptest = _PARAGRAPH_TEXT_ANYWHERE(subtree)
         if not ptest or len("".join(ptest)) < options.min_extracted_size * 3:
             potential_tags.add("div")
         subelems = subtree.xpath(".//*")
@@ -528,49 +540,54 @@ _BLOCKS = tuple(sorted(BASELINE_BLOCK_ELEMS))
 _VIDEO_MARK = len(" VIDEO")
 
 
-_CLASS_AND_ID = etree.XPath("//@class|//@id")
-
-
-def readability_reach(tree: Any) -> int:
+def readability_reach(tree: Any, page_chars: int, unlikely: list[tuple[int, Any]]) -> int:
     """An upper bound on the length of the text trafilatura's readability extracts from a
-    raw-pruned `tree` (left unchanged): the page's whitespace-collapsed text less the scripts,
-    styles and unlikely candidates readability removes first. Its output is a subset of what is
-    left, in document order, and removing a contiguous run of text R from a text shortens its
-    collapsed form by at least len(trim(R)) - 1."""
-    removed = set(tree.iter(*SCRIPT_TAGS))
-    removed.update(_unlikely_candidates(tree))
-    reach = _collapsed_length(tree.text_content())
-    # only the outermost removed elements count: their text holds their descendants'
-    covered: dict = {}  # element -> whether it or an ancestor is removed
-    for element in removed:
-        path = []
-        parent = element.getparent()
-        while parent is not None and parent not in removed and parent not in covered:
-            path.append(parent)
-            parent = parent.getparent()
-        hit = parent is not None and (parent in removed or covered[parent])
-        covered.update(dict.fromkeys(path, hit))
-        if not hit:
-            reach -= _collapsed_length(element.text_content()) - 1
+    raw-pruned `tree` (left unchanged) whose text, less its scripts and styles, collapses to
+    `page_chars` characters: that length less the unlikely candidates readability removes
+    first. Its output is a subset of what is left, in document order, and removing a
+    contiguous run of text R from a text shortens its collapsed form by at least
+    len(trim(R)) - 1. `unlikely`: _unlikely_candidates(tree). A candidate holding a script is
+    counted by its script-free children, one in a script (not in `page_chars`) not at all."""
+    removed = {element for _, element in unlikely}
+    scripted = _holders(tree, SCRIPT_TAGS)
+    reach = page_chars
+    for _, element in unlikely:
+        # only the outermost removed elements count: their text holds their descendants'
+        if element.tag in SCRIPT_TAGS or any(
+            ancestor in removed or ancestor.tag in SCRIPT_TAGS for ancestor in element.iterancestors()
+        ):
+            continue
+        for run in _script_free(element, scripted):
+            reach -= max(_collapsed_length(run.text_content()) - 1, 0)
     return reach + _VIDEO_MARK * len(tree.findall(".//iframe"))
 
 
-def _unlikely_candidates(tree: Any) -> list:
+def _holders(tree: Any, tags: tuple[str, ...]) -> set:
+    """The elements of `tree` with a descendant of one of `tags`."""
+    holders: set = set()
+    for element in tree.iter(*tags):
+        parent = element.getparent()
+        while parent is not None and parent not in holders:
+            holders.add(parent)
+            parent = parent.getparent()
+    return holders
+
+
+def _script_free(element: Any, scripted: set) -> list:
+    """`element`, or where it holds a script its script-free descendants, outermost first."""
+    if element not in scripted:
+        return [element]
+    return [run for child in element if child.tag not in SCRIPT_TAGS for run in _script_free(child, scripted)]
+
+
+def _unlikely_candidates(tree: Any) -> list[tuple[int, Any]]:
     """The elements readability's remove_unlikely_candidates drops (a class or id matching
-    unlikelyCandidatesRe and not okMaybeItsACandidateRe, <body> spared)."""
-    # the candidates, from their class and id values (XPath lists them in C; each knows its
-    # element); the verdicts are cached per value, the pages repeat a few class names
-    matches: dict[str, bool] = {}
-    candidates = {}
-    for value in _CLASS_AND_ID(tree):
-        hit = matches.get(value)
-        if hit is None:
-            hit = matches[value] = bool(_UNLIKELY.search(value.lower()))
-        if hit:
-            candidates[value.getparent()] = None
+    unlikelyCandidatesRe and not okMaybeItsACandidateRe; not <html> or <body>), in document
+    order, each with its position among the tree's descendant elements. The verdicts are cached
+    per (class, id): the pages repeat a few class names."""
     verdicts: dict[tuple, bool] = {}
     unlikely = []
-    for element in candidates:
+    for position, element in enumerate(tree.iterdescendants(etree.Element)):
         key = (element.get("class"), element.get("id"))
         verdict = verdicts.get(key)
         if verdict is None:
@@ -580,7 +597,7 @@ def _unlikely_candidates(tree: Any) -> list:
                 len(attrs) >= 2 and _UNLIKELY.search(low) and not _MAYBE_CANDIDATE.search(low)
             )
         if verdict and element.tag != "body":
-            unlikely.append(element)
+            unlikely.append((position, element))
     return unlikely
 
 
@@ -590,12 +607,13 @@ def _collapsed_length(text: str) -> int:
     return sum(map(len, words)) + len(words) - 1 if words else 0
 
 
-def page_text_bound(tree: Any) -> int:
+def page_text_bound(tree: Any, page_chars: int) -> int:
     """An upper bound on len(trafilatura.baseline.html2txt(tree)) for a tree without
-    SCRIPT_TAGS: its body's collapsed text, plus the two spaces html2txt puts around each block."""
+    SCRIPT_TAGS whose whole text collapses to `page_chars` characters: that length (the body's
+    text is part of it), plus the two spaces html2txt puts around each block of the body."""
     body = tree.find("body")
     root = tree if body is None else body
-    return _collapsed_length(root.text_content()) + 2 * sum(1 for _ in root.iter(*_BLOCKS))
+    return page_chars + 2 * sum(1 for _ in root.iter(*_BLOCKS))
 
 
 _BASIC_CLEAN_TAGS = frozenset(("aside", "fencedframe", "footer", "script", "style", "svg", "template"))
@@ -605,19 +623,26 @@ _COOKIE_CONSENT = re.compile(COOKIE_CONSENT_RE, re.I)
 def basic_clean_matches(root: Any) -> list:
     """The descendants trafilatura's BASIC_CLEAN_XPATH selects (document order): asides,
     footers, scripts, styles, SVG, templates, footer divs and cookie-consent banners."""
-    return [
-        element
-        for element in root.iterdescendants(etree.Element)
-        if element.tag in _BASIC_CLEAN_TAGS
-        or (
-            element.attrib
-            and (
-                (element.tag == "div" and "footer" in _first_of(element.attrib, "class", "id"))
-                or _COOKIE_CONSENT.search(element.get("class", ""))
-                or _COOKIE_CONSENT.search(element.get("id", ""))
-            )
-        )
-    ]
+    matches = []
+    consent: dict[str, bool] = {}  # per class or id value: the pages repeat them
+    for element in root.iterdescendants(etree.Element):
+        if element.tag in _BASIC_CLEAN_TAGS:
+            matches.append(element)
+            continue
+        class_, id_ = element.get("class"), element.get("id")
+        if class_ is None and id_ is None:
+            continue
+        if element.tag == "div" and class_ is not None and id_ is not None:
+            footer = "footer" in _first_of(element.attrib, "class", "id")
+        else:
+            footer = element.tag == "div" and "footer" in (class_ if id_ is None else id_)
+        if footer or any(
+            value is not None
+            and (consent[value] if value in consent else consent.setdefault(value, bool(_COOKIE_CONSENT.search(value))))
+            for value in (class_, id_)
+        ):
+            matches.append(element)
+    return matches
 
 
 def page_text_length(raw: Any) -> int:
@@ -635,14 +660,14 @@ def external_may_win(body: Any, text: str, reach: int, options: Extractor) -> bo
     if options.focus == "recall" and length > short * 10:  # its bypass
         return False
     # jusText examines short and unclean results
-    if length < short or body.xpath(SANITIZED_XPATH):
+    if length < short or unsanitized(body):
         return True
     # readability wins only when its text is over twice as long (1x-1.5x in recall), or when
     # it is over twice the minimum and the own result has no paragraph text or more tables than paragraphs
     if reach > (length if options.focus == "recall" else 2 * length):
         return True
     return reach > 2 * short and (
-        not body.xpath(".//p//text()") or len(body.findall(".//table")) > len(body.findall(".//p"))
+        not _PARAGRAPH_TEXT(body) or len(body.findall(".//table")) > len(body.findall(".//p"))
     )
 
 
@@ -668,23 +693,84 @@ def _extract_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
     return extract_content(convert_tags(tree_cleaning(tree, options), options), options)
 
 
-def _compare(raw: Any, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
-    """trafilatura.external.compare_extraction (balanced and recall focus) on the raw tree (left
-    unchanged), adapted from trafilatura 2.3.1 like the main extractor above: the cleaned tree
-    jusText reads is made only when jusText runs (one comparison in forty on the benchmark)."""
+class _Readability(ReadabilityDocument):
+    """trafilatura's readability, its unlikely candidates given (found for readability_reach)."""
+
+    __slots__ = ["unlikely"]
+
+    def __init__(self, doc: Any, unlikely: list) -> None:
+        super().__init__(doc, min_text_length=25)
+        self.unlikely = unlikely
+
+    def remove_unlikely_candidates(self) -> None:
+        for element in self.unlikely:
+            element.drop_tree()
+
+
+def _readability(raw: Any, unlikely: list[tuple[int, Any]]) -> Any:
+    """trafilatura.external.try_readability(copy(raw)), given _unlikely_candidates(raw): the copy's
+    elements at their positions. Readability drops scripts, styles and fenced frames first,
+    so candidates among them are left to it (one in a fenced frame goes with the frame)."""
+    tree = copy(raw)
+    elements = list(tree.iterdescendants(etree.Element))
+    doomed = [elements[position] for position, element in unlikely if element.tag not in SCRIPT_TAGS]
+    try:
+        summary = fromstring_bytes(_Readability(tree, doomed).summary())
+    except Exception:  # trafilatura's guard: readability failing yields nothing
+        return lxml_html.HtmlElement()
+    return summary if summary is not None else lxml_html.HtmlElement()
+
+
+def _justext(tree: Any, options: Extractor) -> tuple[Any, str]:
+    """trafilatura.external.justext_rescue (see lean_stages.justext_rescue), changing `tree`."""
+    return justext_rescue(tree, basic_clean_matches(tree), options)
+
+
+class _RawPage:
+    """The raw-pruned page the later passes read (and never change), with what they derive from
+    it once: readability's unlikely candidates, and readability's result, which the recall
+    retry's comparison needs again."""
+
+    def __init__(self, tree: Any) -> None:
+        self.tree = tree
+        self._unlikely: list[tuple[int, Any]] | None = None
+        self._readability: tuple[Any, str] | None = None
+
+    @property
+    def unlikely(self) -> list[tuple[int, Any]]:
+        """_unlikely_candidates(tree)."""
+        if self._unlikely is None:
+            self._unlikely = _unlikely_candidates(self.tree)
+        return self._unlikely
+
+    def readability(self) -> tuple[Any, str]:
+        """trafilatura's readability result on the page and its text; the caller may change the
+        result (the comparison sanitizes it), so a later call gets a copy kept aside."""
+        if self._readability is not None:
+            body, text = self._readability
+            return deepcopy(body), text
+        body = _readability(self.tree, self.unlikely)
+        text = trim(tostring(body, method="text", encoding="utf-8").decode("utf-8"))
+        self._readability = deepcopy(body), text
+        return body, text
+
+
+def _compare(raw: _RawPage, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
+    """trafilatura.external.compare_extraction (balanced and recall focus) on the raw page,
+    adapted from trafilatura 2.3.1 like the main extractor above: the cleaned tree jusText
+    reads is made only when jusText runs (one comparison in forty on the benchmark)."""
     len_text = len(text)
     if options.focus == "recall" and len_text > options.min_extracted_size * 10:  # its bypass
         return body, text
-    algo_body = try_readability(copy(raw))
-    algo_text = trim(tostring(algo_body, method="text", encoding="utf-8").decode("utf-8"))
+    algo_body, algo_text = raw.readability()
     len_algo = len(algo_text)
     use_readability = _prefer_readability(body, algo_body, algo_text, len_text, len_algo, options)
     if use_readability:
         body, text, len_text = algo_body, algo_text, len_algo
     # an unclean or short result: jusText may replace it
-    unclean = bool(body.xpath(SANITIZED_XPATH))
+    unclean = unsanitized(body)
     if unclean or len_text < options.min_extracted_size:
-        body2, text2 = justext_rescue(tree_cleaning(copy(raw), options), options)
+        body2, text2 = _justext(tree_cleaning(copy(raw.tree), options), options)
         len_text2 = len(text2)
         if unclean:
             accept = len_text <= JUSTEXT_OVERRIDE_RATIO * len_text2 and (
@@ -721,24 +807,24 @@ def extract_text(html: str, fast: bool = False) -> str | None:
         strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
         page_text = tree.text_content()
     page_chars = _collapsed_length(page_text)  # bounds readability's text, before its removals
-    page_bound = page_text_bound(tree)
+    page_bound = page_text_bound(tree, page_chars)
     strip_elements(tree, *DROPPED_TAGS, with_tail=False)
     body, text = _extract_tree(tree, options)  # consumes the tree
     raw = None
     if not fast and external_may_win(body, text, page_chars, options):
-        raw = _raw_page(html, spare)
-        if external_may_win(body, text, readability_reach(raw), options):
+        raw = _RawPage(_raw_page(html, spare))
+        if external_may_win(body, text, readability_reach(raw.tree, page_chars, raw.unlikely), options):
             body, text = _compare(raw, body, text, options)
     # baseline rescue on the raw page, kept only if it adds text
     if len(text) < options.min_extracted_size:
-        raw = raw if raw is not None else _raw_page(html, spare)
-        b_body, b_text, b_len = baseline(raw)  # baseline copies its input
+        raw = raw or _RawPage(_raw_page(html, spare))
+        b_body, b_text, b_len = baseline(raw.tree)  # baseline copies its input
         if b_len > len(text):
             body, text = b_body, b_text
     # a short extraction covering little of the page: retry in recall mode
     if 0 < len(text) < ESCALATION_MAX_LENGTH and len(text) < ESCALATION_PAGE_SHARE * page_bound:
-        raw = raw if raw is not None else _raw_page(html, spare)
-        if len(text) < ESCALATION_PAGE_SHARE * page_text_length(raw):
+        raw = raw or _RawPage(_raw_page(html, spare))
+        if len(text) < ESCALATION_PAGE_SHARE * page_text_length(raw.tree):
             body, text = _escalate(raw, body, text, options)
     if len(text) < options.min_output_size:
         return None
@@ -764,16 +850,16 @@ def _load_page(html: str) -> Any:
     return tree
 
 
-def _escalate(raw: Any, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
+def _escalate(raw: _RawPage, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
     """trafilatura's recall escalation: the main pass (and in default mode the comparison) in
     recall mode, and in default mode a jusText candidate; the clearly longer result wins."""
     recall = _recall(options)
-    r_body, r_text = _extract_tree(copy(raw), recall)
+    r_body, r_text = _extract_tree(copy(raw.tree), recall)
     if not options.fast:
         r_body, r_text = _compare(raw, r_body, r_text, recall)
     j_text = ""
     if not options.fast:
-        j_body, j_text = justext_rescue(copy(raw), options)
+        j_body, j_text = _justext(copy(raw.tree), options)
     if len(j_text) > len(r_text) and len(j_text) > ESCALATION_JUSTEXT_RATIO * len(text):
         return j_body, j_text
     if len(r_text) >= options.min_extracted_size and len(r_text) > ESCALATION_ACCEPT_RATIO * len(text):

@@ -1,0 +1,279 @@
+"""Faster equivalents of trafilatura 2.3.1 stages (pinned) that the `lean` extractor runs: each
+gives the output of the trafilatura (or jusText) function it names, on the trees lean passes
+it, and does less work to get it.
+
+They matter because the lean extractor spends most of its time in trafilatura's own stages once
+its XPath rules are matched in Python (see lean_html); tests/curate/test_lean_html.py checks them
+against trafilatura's.
+"""
+
+from __future__ import annotations
+
+import re
+from copy import deepcopy
+from typing import Any
+
+from justext.core import PARAGRAPH_TAGS, classify_paragraphs, revise_paragraph_classification
+from justext.paragraph import Paragraph as JustextParagraph
+from justext.utils import get_stoplist
+from lxml.etree import Element, SubElement, iterwalk, strip_tags
+from trafilatura import external as trafilatura_external
+from trafilatura.htmlprocessing import (
+    PRESERVE_IMG_CLEANING,
+    _handle_forms,
+    is_paragraph_listing,
+    prune_html,
+    recover_math,
+)
+from trafilatura.settings import JUSTEXT_LANGUAGES, MANUALLY_CLEANED, MANUALLY_STRIPPED, Extractor
+from trafilatura.utils import LINK_FARM_RATIO, trim
+from trafilatura.xml import delete_element
+
+
+def _link_holders(subtree: Any) -> set:
+    """The elements of `subtree` (itself included) with a <ref> descendant."""
+    holders: set = set()
+    for ref in subtree.iter("ref"):
+        parent = ref.getparent()
+        while parent is not None and parent not in holders:
+            holders.add(parent)
+            if parent is subtree:
+                break
+            parent = parent.getparent()
+    return holders
+
+
+def tree_cleaning(tree: Any, options: Extractor) -> Any:
+    """trafilatura.htmlprocessing.tree_cleaning. It walks the tree once per tag it deletes
+    (some forty, each loop deleting while iterating); here one walk first finds the tags the
+    tree holds and only their loops run, unchanged (deletions never add a tag)."""
+    recover_math(tree)
+    cleaning_list, stripping_list = MANUALLY_CLEANED.copy(), MANUALLY_STRIPPED.copy()
+    clean_forms = "form" in cleaning_list
+    if clean_forms:
+        cleaning_list.remove("form")
+    if not options.tables:
+        cleaning_list.extend(["table", "td", "th", "tr"])
+    else:
+        # figures holding a table and ARIA layout tables are kept, as containers
+        for elem in tree.iter("figure", "table"):
+            if (
+                elem.find(".//table") is not None
+                if elem.tag == "figure"
+                else elem.get("role") in ("presentation", "none")
+            ):
+                elem.tag = "div"
+    if options.images:
+        cleaning_list = [e for e in cleaning_list if e not in PRESERVE_IMG_CLEANING]
+        stripping_list.remove("img")
+    strip_tags(tree, stripping_list)
+    # recall: undo the deletions if they remove every paragraph (copy only if none can survive)
+    tcopy = None
+    if (
+        options.focus == "recall"
+        and tree.find(".//p") is not None
+        and (
+            "p" in cleaning_list or not any(next(p.iterancestors(cleaning_list), tree) is tree for p in tree.iter("p"))
+        )
+    ):
+        tcopy = deepcopy(tree)
+    present = {element.tag for element in tree.iter(*cleaning_list)}
+    for expression in cleaning_list:
+        if expression in present:
+            for element in tree.iter(expression):
+                delete_element(element)
+    if tcopy is not None and tree.find(".//p") is None:
+        tree = tcopy
+    if clean_forms:
+        _handle_forms(tree)
+    return prune_html(tree, options.focus)
+
+
+# the link-density passes of prune_unwanted_sections, in order: (tag, backtracking)
+LINK_DENSITY_PASSES = (("div", True), ("list", False), ("p", False))
+
+
+def prune_by_link_density(tree: Any) -> Any:
+    """The link-density passes of trafilatura.main_extractor.prune_unwanted_sections (balanced
+    and recall focus): delete_by_link_density for div, list and p elements, twice. An element's
+    verdict depends only on its subtree, whether it has a next sibling and its parent's tag, so
+    the second round tests only the elements a deletion touched (ancestors and previous
+    siblings of the deleted elements); the others keep the verdict they had, to be kept."""
+    touched: set = set()
+    for tag, backtracking in LINK_DENSITY_PASSES:
+        _delete_by_link_density(tree, tag, backtracking, touched)
+    for tag, backtracking in LINK_DENSITY_PASSES:
+        if touched:
+            _delete_by_link_density(tree, tag, backtracking, touched, only=touched)
+    return tree
+
+
+def _delete_by_link_density(
+    subtree: Any, tagname: str, backtracking: bool, touched: set, only: set | None = None
+) -> None:
+    """trafilatura.htmlprocessing.delete_by_link_density (favor_precision off) on the elements
+    in `only` (default all), adding the elements whose verdict the deletions may change to
+    `touched`. Its test keeps every element without a <ref> descendant, so only the elements
+    holding links are tested: found from the links upwards instead of searched one by one."""
+    holders = _link_holders(subtree)
+    link_lengths: dict = {}  # the tree is unchanged until the deletions: each link measured once
+    deletions = []
+    for elem in subtree.iter(tagname):
+        if elem not in holders or (only is not None and elem not in only):
+            continue
+        result, short_with_links = link_density_test(elem, link_lengths)
+        if result or (backtracking and short_with_links and len(elem) >= 3 and len(trim(elem.text_content())) < 100):
+            # trafilatura keeps a paragraph holding a list item's content (GH #788)
+            parent = elem.getparent()
+            if tagname == "p" and parent is not None and parent.tag in ("item", "td", "th"):
+                continue
+            deletions.append(elem)
+    for elem in dict.fromkeys(deletions):
+        previous = elem.getprevious()
+        if previous is not None:
+            touched.add(previous)
+        touched.update(elem.iterancestors())
+        delete_element(elem)
+
+
+def link_density_test(element: Any, link_lengths: dict) -> tuple[bool, bool]:
+    """trafilatura.htmlprocessing.link_density_test (favor_precision off), each link's trimmed
+    text length taken from `link_lengths`, a cache for a tree that does not change."""
+    links = element.findall(".//ref")
+    if not links or element.find(".//graphic") is not None:
+        return False, False
+    elemlen = len(trim(element.text_content()))
+    lengths = []
+    for link in links:
+        length = link_lengths.get(link)
+        if length is None:
+            length = link_lengths[link] = len(trim(link.text_content()))
+        lengths.append(length)
+    if len(links) == 1 and lengths[0] > 100 and lengths[0] > elemlen * 0.9:
+        return True, False
+    if element.tag == "p":
+        limitlen = 60 if element.getnext() is None else 30
+    else:
+        limitlen = 300 if element.getnext() is None else 100
+    if elemlen < limitlen:
+        lengths = [length for length in lengths if length]
+        if not lengths:
+            return True, False
+        linklen, elemnum = sum(lengths), len(lengths)
+        shortelems = sum(1 for length in lengths if length < 10)
+        return linklen > elemlen * 0.8 or (elemnum > 1 and shortelems / elemnum > 0.8), True
+    # large near-total-link farms, unless each link is a listing's card or alone in its paragraph
+    if len(links) > 4:
+        linklen, elemnum = sum(lengths), sum(1 for length in lengths if length)
+        if linklen > elemlen * LINK_FARM_RATIO and linklen < 100 * elemnum and not is_paragraph_listing(links):
+            return True, False
+    return False, False
+
+
+# ---------------------------------------------------------------------------------------------
+# jusText as trafilatura runs it (trafilatura.external.justext_rescue): jusText's paragraph
+# maker is a SAX handler (lxml builds each element's attributes and namespace map for it) whose
+# paragraphs rebuild their text on every read, and classification reads it a dozen times. Here
+# the same state machine runs on a plain walk and each paragraph's text is built once;
+# jusText's own classification then runs on these paragraphs.
+
+# justext.utils.normalize_whitespace (a run of whitespace holding a line break becomes "\n",
+# any other run " ") without its per-run Python callback
+_BREAKING_SPACE = re.compile(r"\s*[\n\r]\s*")
+_SPACE = re.compile(r"[^\S\n]+")
+
+
+def normalize_whitespace(text: str) -> str:
+    """justext.utils.normalize_whitespace."""
+    return _SPACE.sub(" ", _BREAKING_SPACE.sub("\n", text))
+
+
+class Paragraph(JustextParagraph):
+    """A jusText paragraph whose text is set once, when it is complete."""
+
+    text = ""
+
+    def __init__(self, dom_path: str) -> None:
+        self.dom_path = dom_path
+        self.text_nodes: list[str] = []
+        self.chars_count_in_links = 0
+        self.tags_count = 0
+        self.class_type = ""
+
+
+def make_paragraphs(root: Any) -> list[Paragraph]:
+    """justext.core.ParagraphMaker.make_paragraphs: the blocks of text of `root`, each with its
+    DOM path, link characters and tag count (the XPath of each, unused by the classification,
+    is left out). `root` holds no comments or processing instructions (lean's parser drops
+    them), which the walk would skip with their tails."""
+    paragraphs: list[Paragraph] = []
+    tags: list[str] = []
+    paragraph = Paragraph("")
+    link = br = False
+
+    def new_paragraph() -> Paragraph:
+        if paragraph.text_nodes:
+            paragraph.text = normalize_whitespace("".join(paragraph.text_nodes).strip())
+            if paragraph.text:
+                paragraphs.append(paragraph)
+        return Paragraph(".".join(tags))
+
+    def characters(content: str) -> None:
+        nonlocal br
+        if content.isspace():
+            return
+        text = normalize_whitespace(content)
+        paragraph.text_nodes.append(text)
+        if link:
+            paragraph.chars_count_in_links += len(text)
+        br = False
+
+    for event, element in iterwalk(root, events=("start", "end")):
+        name = element.tag.rpartition("}")[2]
+        if event == "start":
+            tags.append(name)
+            if name in PARAGRAPH_TAGS or (name == "br" and br):
+                if name == "br":  # <br><br> separates paragraphs, it is no tag within one
+                    paragraph.tags_count -= 1
+                paragraph = new_paragraph()
+            else:
+                br = name == "br"
+                if br:
+                    paragraph.text_nodes.append(" ")
+                elif name == "a":
+                    link = True
+                paragraph.tags_count += 1
+            if element.text:
+                characters(element.text)
+        else:
+            tags.pop()
+            if name in PARAGRAPH_TAGS:
+                paragraph = new_paragraph()
+            if name == "a":
+                link = False
+            if element.tail:
+                characters(element.tail)
+    new_paragraph()
+    return paragraphs
+
+
+def justext_rescue(tree: Any, cleaning: list, options: Extractor) -> tuple[Any, str]:
+    """trafilatura.external.justext_rescue on `tree` (changed in place), given the elements
+    trafilatura's basic cleaning deletes from it (lean_html.basic_clean_matches)."""
+    for element in cleaning:
+        delete_element(element)
+    if options.lang in JUSTEXT_LANGUAGES:
+        stoplist = get_stoplist(JUSTEXT_LANGUAGES[options.lang])
+    else:
+        stoplist = trafilatura_external.JT_STOPLIST or trafilatura_external.jt_stoplist_init()
+    body = Element("body")
+    try:
+        paragraphs = make_paragraphs(tree)
+        classify_paragraphs(paragraphs, stoplist, 50, 150, 0.1, 0.2, 0.25, True)
+        revise_paragraph_classification(paragraphs, 150)
+    except Exception:  # trafilatura's guard: jusText failing yields no text
+        return body, ""
+    for paragraph in paragraphs:
+        if not paragraph.is_boilerplate:
+            SubElement(body, "p").text = paragraph.text
+    return body, trim(" ".join(body.itertext()))
