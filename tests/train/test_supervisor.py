@@ -152,7 +152,7 @@ def test_a_stopped_rank_is_killed_once_another_has_ended(tmp_path: Path) -> None
     """Rank 1 stops (SIGSTOP); rank 0 gives up waiting for it (watchdog.HANG_EXIT): the job
     ends with rank 0's status at once, rank 1 named and killed rather than waited for."""
     begun = time.monotonic()
-    assert run(tmp_path, {"0": {"0": "later:0.5,124", "1": "signal:SIGSTOP"}}) == 124
+    assert run(tmp_path, {"0": {"0": "later:1,124", "1": "signal:SIGSTOP"}}) == 124
     assert time.monotonic() - begun < 20  # far from the 30 s grace a SIGTERM would get
     events = failures(tmp_path)
     assert [(e["rank"], e["state"], e["action"]) for e in events if "state" in e] == [(1, "stopped", "kill")]
