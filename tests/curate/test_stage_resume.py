@@ -72,6 +72,9 @@ def test_a_killed_stage_reruns_only_the_partitions_it_had_not_finished(tmp_path,
     assert 0 < len(finished) < N_PARTITIONS, finished
     assert not output.exists()
     before = part_files(partial)
+    # What a worker killed in the middle of writing a part leaves (the kill above may miss one).
+    unfinished = min(set(range(N_PARTITIONS)) - finished)
+    (partial / "rejected" / f".part-{unfinished:05d}-0000.parquet.tmp-4242-0badc0de").write_bytes(b"")
 
     capsys.readouterr()
     tokenmill("curate", "filter", "--input", str(source), "--output", str(output), "--workers", "1")

@@ -36,7 +36,7 @@ from tokenmill.curate.documents import (
     write_documents,
 )
 from tokenmill.infra import faults, storage
-from tokenmill.infra.atomic import replace_dir
+from tokenmill.infra.atomic import remove_leftovers_in, replace_dir
 from tokenmill.infra.cluster import client_or_new, external_scheduler, submit_and_collect
 
 if TYPE_CHECKING:
@@ -365,6 +365,10 @@ def _publish_stage(tmp_dir: Any, output: Any, manifest: dict[str, Any], remote: 
         # The records stay until the parts are in place: a run killed while copying resumes.
         storage.publish_prefix(tmp_dir, output, MANIFEST_FILE, manifest_text(manifest), private=resume.TASKS_DIR)
     else:
+        # A worker killed while it wrote a part (a lost scheduler, a killed run) leaves the
+        # part's temporary file; the partition ran again, and the torn file is not output.
+        for sub in (KEPT_DIR, REJECTED_DIR):
+            remove_leftovers_in(tmp_dir / sub)
         # The manifest before the records go: a full disk here keeps the partitions.
         write_manifest(tmp_dir, manifest)
         resume.remove_records(tmp_dir)

@@ -35,6 +35,14 @@ def remove_leftovers(path: str | Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
+def remove_leftovers_in(directory: str | Path) -> None:
+    """Remove the temporary files that killed writers left anywhere in ``directory`` (its own
+    entries only), whatever their targets."""
+    for leftover in Path(directory).glob(".*.tmp-*"):
+        if leftover.is_file():
+            leftover.unlink(missing_ok=True)
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` to write a file to; on a clean exit it replaces
