@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from copy import copy, deepcopy
+from collections.abc import Callable
 from typing import Any
 
 from lxml import etree
@@ -498,13 +499,19 @@ def _recover_wild_text(tree: Any, result_body: Any, options: Extractor, consumed
     return result_body
 
 
-def extract_content(cleaned_tree: Any, options: Extractor) -> tuple[Any, str]:
-    """The main extractor on a cleaned, converted tree: (result body, its text)."""
-    backup_tree = deepcopy(cleaned_tree)
+def extract_content(
+    cleaned_tree: Any, options: Extractor, rebuild: Callable[[], Any] | None = None
+) -> tuple[Any, str]:
+    """The main extractor on a cleaned, converted tree: (result body, its text). The wild-text
+    recovery reads the tree as it was before the extraction changed it: `rebuild` makes it
+    again when needed (one page in fifteen), else a copy is kept."""
+    backup_tree = deepcopy(cleaned_tree) if rebuild is None else None
     order = list(cleaned_tree.iter())
     result_body, temp_text = _extract(cleaned_tree, options)
     # wild <p> elements when nothing or too little was found
     if len(result_body) == 0 or len(temp_text) < options.min_extracted_size:
+        if backup_tree is None:
+            backup_tree = rebuild()
         consumed = {twin for elem, twin in zip(order, backup_tree.iter(), strict=True) if elem.tag == "done"}
         result_body = _recover_wild_text(backup_tree, result_body, options, consumed)
         temp_text = " ".join(result_body.itertext()).strip()
@@ -688,9 +695,23 @@ def _recall(options: Extractor) -> Extractor:
     return recall
 
 
-def _extract_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
+def _clean_tree(tree: Any, options: Extractor) -> Any:
     # tree_cleaning and convert_tags change the tree in place; callers pass a tree they own
-    return extract_content(convert_tags(tree_cleaning(tree, options), options), options)
+    return convert_tags(tree_cleaning(tree, options), options)
+
+
+def _extract_tree(tree: Any, options: Extractor, twin: Callable[[], Any] | None = None) -> tuple[Any, str]:
+    """The main pass on `tree` (consumed); `twin`, if given, makes an equal tree again, for
+    the wild-text recovery on the pages that need it (else a copy of the cleaned tree is kept)."""
+    rebuild = None if twin is None else lambda: _clean_tree(twin(), options)
+    return extract_content(_clean_tree(tree, options), options, rebuild)
+
+
+def _main_tree(tree: Any) -> Any:
+    """The raw-pruned page as the main pass reads it: without the subtrees its cleaning deletes."""
+    strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
+    strip_elements(tree, *DROPPED_TAGS, with_tail=False)
+    return tree
 
 
 class _Readability(ReadabilityDocument):
@@ -809,7 +830,8 @@ def extract_text(html: str, fast: bool = False) -> str | None:
     page_chars = _collapsed_length(page_text)  # bounds readability's text, before its removals
     page_bound = page_text_bound(tree, page_chars)
     strip_elements(tree, *DROPPED_TAGS, with_tail=False)
-    body, text = _extract_tree(tree, options)  # consumes the tree
+    twin = None if spare is None else lambda: _main_tree(deepcopy(spare))
+    body, text = _extract_tree(tree, options, twin)  # consumes the tree
     raw = None
     if not fast and external_may_win(body, text, page_chars, options):
         raw = _RawPage(_raw_page(html, spare))
@@ -854,7 +876,7 @@ def _escalate(raw: _RawPage, body: Any, text: str, options: Extractor) -> tuple[
     """trafilatura's recall escalation: the main pass (and in default mode the comparison) in
     recall mode, and in default mode a jusText candidate; the clearly longer result wins."""
     recall = _recall(options)
-    r_body, r_text = _extract_tree(copy(raw.tree), recall)
+    r_body, r_text = _extract_tree(copy(raw.tree), recall, lambda: copy(raw.tree))
     if not options.fast:
         r_body, r_text = _compare(raw, r_body, r_text, recall)
     j_text = ""
