@@ -20,8 +20,8 @@ navigation, <head>, ...) are dropped in one C-level pass, so every later pass wa
 from __future__ import annotations
 
 import re
-from copy import copy, deepcopy
 from collections.abc import Callable
+from copy import copy, deepcopy
 from typing import Any
 
 from lxml import etree
@@ -177,6 +177,13 @@ _X = trafilatura_xpaths
 # RAW_TREE_PRUNE_XPATH: infinite-scroll containers of appended articles, share-button bars.
 _APPENDED = re.compile("mvp-post-add-(?:box|wrap)|infinite-?scroll")
 _APPENDED_ALWAYS = re.compile("mvp-post-add-(?:box|wrap)")
+
+
+def _appended_hint(value: str) -> bool:
+    """Whether _APPENDED can match in `value` (or in a part of it)."""
+    return "scroll" in value or "mvp-post-add-" in value
+
+
 # REMOVE_COMMENTS_AND_LISTS_XPATH
 _COMMENTS_ID = re.compile(f"^(?:{_X._COMMENTS_ID}|disqus_thread|dsq-comments)")
 _COMMENTS_LIST_ID = re.compile(f"^(?:{_X._COMMENTS_ID})")
@@ -192,9 +199,10 @@ def raw_tree_boilerplate(tree: Any, comments: bool = True) -> list:
         if not (id_ or class_):
             continue
         tag = element.tag
+        # the substring tests, each implied by its pattern, spare most pattern searches
         if tag in ("div", "section", "aside") and (
             (
-                (_APPENDED.search(id_) or _APPENDED.search(class_))
+                (_appended_hint(id_ + class_) and (_APPENDED.search(id_) or _APPENDED.search(class_)))
                 and (element.find(".//h1") is None or _APPENDED_ALWAYS.search(id_) or _APPENDED_ALWAYS.search(class_))
             )
             or "elementor-share-buttons" in class_
@@ -204,7 +212,7 @@ def raw_tree_boilerplate(tree: Any, comments: bool = True) -> list:
             comments
             and tag != "aside"
             and (
-                _COMMENTS_CLASS.search(class_)
+                ("omment" in class_ and _COMMENTS_CLASS.search(class_))
                 or (_COMMENTS_LIST_ID if tag in ("ol", "ul") else _COMMENTS_ID).search(id_)
             )
         ):
@@ -499,9 +507,7 @@ def _recover_wild_text(tree: Any, result_body: Any, options: Extractor, consumed
     return result_body
 
 
-def extract_content(
-    cleaned_tree: Any, options: Extractor, rebuild: Callable[[], Any] | None = None
-) -> tuple[Any, str]:
+def extract_content(cleaned_tree: Any, options: Extractor, rebuild: Callable[[], Any] | None = None) -> tuple[Any, str]:
     """The main extractor on a cleaned, converted tree: (result body, its text). The wild-text
     recovery reads the tree as it was before the extraction changed it: `rebuild` makes it
     again when needed (one page in fifteen), else a copy is kept."""
