@@ -71,7 +71,7 @@ from trafilatura.utils import (
 )
 from trafilatura.xml import delete_element, xmltotxt
 
-from tokenmill.curate.lean_stages import justext_rescue, prune_by_link_density, tree_cleaning
+from tokenmill.curate.lean_stages import collapsed_length, justext_rescue, prune_by_link_density, tree_cleaning
 
 # ---------------------------------------------------------------------------------------------
 # Parsing
@@ -341,8 +341,13 @@ _MAIN_ID = _any(_X._MAIN_CONTENT_ID_TOKENS)
 _MAIN_CLASS = _any(_X._MAIN_CONTENT_CLASS_TOKENS)
 
 
+# Each rule's patterns need a class or an id: an element with neither is judged without them.
+
+
 def _article_frame(element: Any) -> bool:
     class_, id_ = element.get("class", ""), element.get("id", "")
+    if not (class_ or id_):
+        return element.get("itemprop") == "articleBody"
     return bool(
         class_ in ("post", "entry")
         or element.get("itemprop") == "articleBody"
@@ -354,6 +359,8 @@ def _article_frame(element: Any) -> bool:
 
 def _story_frame(element: Any) -> bool:
     class_, id_ = element.get("class", ""), element.get("id", "")
+    if not (class_ or id_):
+        return element.get("role") == "article"
     return bool(
         element.get("role") == "article"
         or id_ in ("article", "story")
@@ -366,6 +373,8 @@ def _story_frame(element: Any) -> bool:
 
 def _main_content_frame(element: Any) -> bool:
     class_, id_ = element.get("class", ""), element.get("id", "")
+    if not (class_ or id_):
+        return False
     return bool(
         id_ == "content"
         or class_ == "content"
@@ -571,7 +580,7 @@ def readability_reach(tree: Any, page_chars: int, unlikely: list[tuple[int, Any]
         ):
             continue
         for run in _script_free(element, scripted):
-            reach -= max(_collapsed_length(run.text_content()) - 1, 0)
+            reach -= max(collapsed_length(run.text_content()) - 1, 0)
     return reach + _VIDEO_MARK * len(tree.findall(".//iframe"))
 
 
@@ -612,12 +621,6 @@ def _unlikely_candidates(tree: Any) -> list[tuple[int, Any]]:
         if verdict and element.tag != "body":
             unlikely.append((position, element))
     return unlikely
-
-
-def _collapsed_length(text: str) -> int:
-    """len(trim(text)) without building the collapsed string."""
-    words = text.split()
-    return sum(map(len, words)) + len(words) - 1 if words else 0
 
 
 def page_text_bound(tree: Any, page_chars: int) -> int:
@@ -833,7 +836,7 @@ def extract_text(html: str, fast: bool = False) -> str | None:
         tree, spare = _load_page(html), None
         strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
         page_text = tree.text_content()
-    page_chars = _collapsed_length(page_text)  # bounds readability's text, before its removals
+    page_chars = collapsed_length(page_text)  # bounds readability's text, before its removals
     page_bound = page_text_bound(tree, page_chars)
     strip_elements(tree, *DROPPED_TAGS, with_tail=False)
     twin = None if spare is None else lambda: _main_tree(deepcopy(spare))

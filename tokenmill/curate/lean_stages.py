@@ -30,6 +30,13 @@ from trafilatura.utils import LINK_FARM_RATIO, trim
 from trafilatura.xml import delete_element
 
 
+def collapsed_length(text: str) -> int:
+    """len(trafilatura.utils.trim(text)) without building the collapsed string (or hashing
+    the text for trim's cache)."""
+    words = text.split()
+    return sum(map(len, words)) + len(words) - 1 if words else 0
+
+
 def _link_holders(subtree: Any) -> set:
     """The elements of `subtree` (itself included) with a <ref> descendant."""
     holders: set = set()
@@ -122,7 +129,9 @@ def _delete_by_link_density(
         if elem not in holders or (only is not None and elem not in only):
             continue
         result, short_with_links = link_density_test(elem, link_lengths)
-        if result or (backtracking and short_with_links and len(elem) >= 3 and len(trim(elem.text_content())) < 100):
+        if result or (
+            backtracking and short_with_links and len(elem) >= 3 and collapsed_length(elem.text_content()) < 100
+        ):
             # trafilatura keeps a paragraph holding a list item's content (GH #788)
             parent = elem.getparent()
             if tagname == "p" and parent is not None and parent.tag in ("item", "td", "th"):
@@ -142,12 +151,12 @@ def link_density_test(element: Any, link_lengths: dict) -> tuple[bool, bool]:
     links = element.findall(".//ref")
     if not links or element.find(".//graphic") is not None:
         return False, False
-    elemlen = len(trim(element.text_content()))
+    elemlen = collapsed_length(element.text_content())
     lengths = []
     for link in links:
         length = link_lengths.get(link)
         if length is None:
-            length = link_lengths[link] = len(trim(link.text_content()))
+            length = link_lengths[link] = collapsed_length(link.text_content())
         lengths.append(length)
     if len(links) == 1 and lengths[0] > 100 and lengths[0] > elemlen * 0.9:
         return True, False
