@@ -130,6 +130,23 @@ def test_lean_text_is_trafilatura_text_on_the_raw_page(shared_data):
             assert (extract_text(html, fast=fast) or "").strip() == expected.strip()
 
 
+# Deleted elements whose tails join inline and block text, control characters (a zero-width
+# space, a soft hyphen) that html2txt removes only from block elements' text and tails.
+PAGE_MEASURE_CORNERS = (
+    "<html><body><span>a<footer>x</footer>\u200bb</span><p>c<aside>y</aside>\u00adz</p>d<script>s</script>e</body>",
+    "<html><body>\u200b<div class='cookie-banner'>no</div>\u200bq<p>\u00ad<b>w</b>\u200b<aside>a</aside></p>"
+    "<i>z<aside/>\u200by</i></body></html>",
+    "<html><body><div id='footer'>f</div>tail\u200b<br>x<div class='cookiebot'><p>in</p></div>\u200bafter</body>",
+    "<html><p>no body\u200b<aside>x</aside>\u200bq</p></html>",
+)
+
+
+@pytest.mark.parametrize("html", PAGE_MEASURE_CORNERS)
+def test_page_text_length_is_html2txt_length(html):
+    raw = load_tree(html)
+    assert page_text_length(raw) == len(html2txt(raw))
+
+
 STORY = "".join(
     f"<p>Paragraph {i} of the story tells, at some length, what the council decided on the new bridge"
     " and why the vote took so long.</p>"

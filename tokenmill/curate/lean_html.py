@@ -29,7 +29,7 @@ from lxml import html as lxml_html
 from lxml.etree import Element, strip_elements, strip_tags, tostring
 from trafilatura import xpaths as trafilatura_xpaths
 from trafilatura.baseline import _BLOCK_ELEMS as BASELINE_BLOCK_ELEMS
-from trafilatura.baseline import _spaced_text, baseline
+from trafilatura.baseline import baseline
 from trafilatura.core import (
     ESCALATION_ACCEPT_RATIO,
     ESCALATION_JUSTEXT_RATIO,
@@ -66,6 +66,7 @@ from trafilatura.utils import (
     SPACING_PROTECTED,
     fromstring_bytes,
     normalize_unicode,
+    remove_control_characters,
     text_chars_test,
     trim,
 )
@@ -639,34 +640,66 @@ _COOKIE_CONSENT = re.compile(COOKIE_CONSENT_RE, re.I)
 def basic_clean_matches(root: Any) -> list:
     """The descendants trafilatura's BASIC_CLEAN_XPATH selects (document order): asides,
     footers, scripts, styles, SVG, templates, footer divs and cookie-consent banners."""
-    matches = []
     consent: dict[str, bool] = {}  # per class or id value: the pages repeat them
-    for element in root.iterdescendants(etree.Element):
-        if element.tag in _BASIC_CLEAN_TAGS:
-            matches.append(element)
-            continue
-        class_, id_ = element.get("class"), element.get("id")
-        if class_ is None and id_ is None:
-            continue
-        if element.tag == "div" and class_ is not None and id_ is not None:
-            footer = "footer" in _first_of(element.attrib, "class", "id")
-        else:
-            footer = element.tag == "div" and "footer" in (class_ if id_ is None else id_)
-        if footer or any(
-            value is not None
-            and (consent[value] if value in consent else consent.setdefault(value, bool(_COOKIE_CONSENT.search(value))))
-            for value in (class_, id_)
-        ):
-            matches.append(element)
-    return matches
+    return [element for element in root.iterdescendants(etree.Element) if _basic_clean_match(element, consent)]
+
+
+def _basic_clean_match(element: Any, consent: dict[str, bool]) -> bool:
+    """Whether BASIC_CLEAN_XPATH selects `element`; `consent` caches the cookie-consent
+    verdicts per class or id value."""
+    if element.tag in _BASIC_CLEAN_TAGS:
+        return True
+    class_, id_ = element.get("class"), element.get("id")
+    if class_ is None and id_ is None:
+        return False
+    if element.tag == "div" and class_ is not None and id_ is not None:
+        footer = "footer" in _first_of(element.attrib, "class", "id")
+    else:
+        footer = element.tag == "div" and "footer" in (class_ if id_ is None else id_)
+    return footer or any(
+        value is not None
+        and (consent[value] if value in consent else consent.setdefault(value, bool(_COOKIE_CONSENT.search(value))))
+        for value in (class_, id_)
+    )
 
 
 def page_text_length(raw: Any) -> int:
-    """len(trafilatura.baseline.html2txt(raw)) for a parsed page, its XPath matched in Python."""
+    """len(trafilatura.baseline.html2txt(raw)) for a parsed page, without its copy of the page.
+    html2txt deletes what BASIC_CLEAN_XPATH selects (a deleted element's tail joins the text
+    before it), puts a space before the text and the tail of each block element, control
+    characters removed from those, and collapses the text. Here one walk skips the deleted
+    subtrees and collects the same text runs, in order."""
     body = raw.find(".//body")
-    body = copy(raw if body is None else body)
-    _delete_all(basic_clean_matches(body))
-    return len(_spaced_text(body))
+    root = raw if body is None else body
+    consent: dict[str, bool] = {}
+    runs: list[str] = []
+    # the text run being collected: whose text or tail it is, and its parts
+    owner, parts = root, [root.text or ""]
+    walk = etree.iterwalk(root, events=("start", "end"))
+    skipped = None
+    for event, element in walk:
+        if element is root:
+            continue
+        if event == "start":
+            if _basic_clean_match(element, consent):
+                parts.append(element.tail or "")
+                walk.skip_subtree()
+                skipped = element
+                continue
+            runs.append(_spaced_run(owner, parts))
+            owner, parts = element, [element.text or ""]
+        elif element is not skipped:
+            runs.append(_spaced_run(owner, parts))
+            owner, parts = element, [element.tail or ""]
+    runs.append(_spaced_run(owner, parts))
+    return collapsed_length("".join(runs))
+
+
+def _spaced_run(owner: Any, parts: list[str]) -> str:
+    """A text run as trafilatura.baseline._spaced_text leaves it: spaced and cleaned of
+    control characters when a block element holds it."""
+    text = "".join(parts)
+    return f" {remove_control_characters(text)}" if owner.tag in BASELINE_BLOCK_ELEMS else text
 
 
 def external_may_win(body: Any, text: str, reach: int, options: Extractor) -> bool:
