@@ -405,6 +405,7 @@ def content_frame(tree: Any, rule: int) -> Any:
 # XPath expressions trafilatura passes as strings (compiled on every call): compiled once
 _PARAGRAPH_TEXT_ANYWHERE = etree.XPath("//p//text()")
 _PARAGRAPH_TEXT = etree.XPath(".//p//text()")
+_DESCENDANT_COUNT = etree.XPath("count(.//*)")
 # SANITIZED_XPATH's tags (".//aside|.//audio|..."), matched in C
 _UNSANITIZED_TAGS = tuple(part.removeprefix(".//") for part in SANITIZED_XPATH.split("|"))
 
@@ -571,14 +572,19 @@ def readability_reach(tree: Any, page_chars: int, unlikely: list[tuple[int, Any]
     contiguous run of text R from a text shortens its collapsed form by at least
     len(trim(R)) - 1. `unlikely`: _unlikely_candidates(tree). A candidate holding a script is
     counted by its script-free children, one in a script (not in `page_chars`) not at all."""
-    removed = {element for _, element in unlikely}
     scripted = _holders(tree, SCRIPT_TAGS)
+    # the elements in a script (HTML gives scripts and styles no child elements: rarely any)
+    in_script = {inner for element in tree.iter(*SCRIPT_TAGS) for inner in element.iterdescendants()}
     reach = page_chars
-    for _, element in unlikely:
-        # only the outermost removed elements count: their text holds their descendants'
-        if element.tag in SCRIPT_TAGS or any(
-            ancestor in removed or ancestor.tag in SCRIPT_TAGS for ancestor in element.iterancestors()
-        ):
+    # only the outermost removed elements count: their text holds their descendants'. The
+    # candidates come in document order with their positions, so a candidate lies in the last
+    # removed one if its position falls within that one's subtree.
+    removed_until = -1
+    for position, element in unlikely:
+        if position <= removed_until:
+            continue
+        removed_until = position + int(_DESCENDANT_COUNT(element))
+        if element.tag in SCRIPT_TAGS or element in in_script:
             continue
         for run in _script_free(element, scripted):
             reach -= max(collapsed_length(run.text_content()) - 1, 0)
