@@ -245,7 +245,8 @@ def test_tree_cleaning_is_trafilaturas(shared_data):
 
 UNLIKELY_IN_SCRIPTS = (
     "<html class='sidebar-open'><body><div class='comment'>said</div><script class='comment-js'>var a;</script>"
-    "<fencedframe><div class='footer'>framed</div></fencedframe><div id='main'>"
+    "<fencedframe><div class='footer'>framed</div></fencedframe>"
+    "<div class='sidebar'>side<div class='comment'>nested<p class='footer'>deeper</p></div>tail</div><div id='main'>"
     + STORY
     + "<div class='share-footer'><script>track()</script><p>Share this</p></div></div></body></html>"
 )

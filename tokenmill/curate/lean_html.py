@@ -570,20 +570,14 @@ def readability_reach(tree: Any, page_chars: int, unlikely: list[tuple[int, Any]
     `page_chars` characters: that length less the unlikely candidates readability removes
     first. Its output is a subset of what is left, in document order, and removing a
     contiguous run of text R from a text shortens its collapsed form by at least
-    len(trim(R)) - 1. `unlikely`: _unlikely_candidates(tree). A candidate holding a script is
+    len(trim(R)) - 1. `unlikely`: _unlikely_candidates(tree), the outermost removed elements
+    (their text holds their descendants'). A candidate holding a script is
     counted by its script-free children, one in a script (not in `page_chars`) not at all."""
     scripted = _holders(tree, SCRIPT_TAGS)
     # the elements in a script (HTML gives scripts and styles no child elements: rarely any)
     in_script = {inner for element in tree.iter(*SCRIPT_TAGS) for inner in element.iterdescendants()}
     reach = page_chars
-    # only the outermost removed elements count: their text holds their descendants'. The
-    # candidates come in document order with their positions, so a candidate lies in the last
-    # removed one if its position falls within that one's subtree.
-    removed_until = -1
-    for position, element in unlikely:
-        if position <= removed_until:
-            continue
-        removed_until = position + int(_DESCENDANT_COUNT(element))
+    for _, element in unlikely:
         if element.tag in SCRIPT_TAGS or element in in_script:
             continue
         for run in _script_free(element, scripted):
@@ -610,14 +604,22 @@ def _script_free(element: Any, scripted: set) -> list:
 
 
 def _unlikely_candidates(tree: Any) -> list[tuple[int, Any]]:
-    """The elements readability's remove_unlikely_candidates drops (a class or id matching
-    unlikelyCandidatesRe and not okMaybeItsACandidateRe; not <html> or <body>), in document
-    order, each with its position among the tree's descendant elements. The verdicts are cached
-    per (class, id): the pages repeat a few class names."""
+    """The outermost elements readability's remove_unlikely_candidates drops (a class or id
+    matching unlikelyCandidatesRe and not okMaybeItsACandidateRe; not <html> or <body>), in
+    document order, each with its position among the tree's descendant elements. The ones
+    inside them go with them, so the walk skips their subtrees. The verdicts are cached per
+    (class, id): the pages repeat a few class names."""
     verdicts: dict[tuple, bool] = {}
     unlikely = []
-    for position, element in enumerate(tree.iterdescendants(etree.Element)):
-        key = (element.get("class"), element.get("id"))
+    walk = etree.iterwalk(tree, events=("start",))
+    next(walk)  # the root
+    position = -1
+    for _, element in walk:
+        position += 1
+        class_, id_ = element.get("class"), element.get("id")
+        if class_ is None and id_ is None:
+            continue
+        key = (class_, id_)
         verdict = verdicts.get(key)
         if verdict is None:
             attrs = " ".join(filter(None, key))
@@ -627,6 +629,8 @@ def _unlikely_candidates(tree: Any) -> list[tuple[int, Any]]:
             )
         if verdict and element.tag != "body":
             unlikely.append((position, element))
+            walk.skip_subtree()
+            position += int(_DESCENDANT_COUNT(element))
     return unlikely
 
 
@@ -778,8 +782,9 @@ class _Readability(ReadabilityDocument):
 
 def _readability(raw: Any, unlikely: list[tuple[int, Any]]) -> Any:
     """trafilatura.external.try_readability(copy(raw)), given _unlikely_candidates(raw): the copy's
-    elements at their positions. Readability drops scripts, styles and fenced frames first,
-    so candidates among them are left to it (one in a fenced frame goes with the frame)."""
+    elements at their positions (readability drops the ones inside them too, to no effect:
+    they are gone with them). Readability drops scripts, styles and fenced frames first, so
+    candidates among them are left to it."""
     tree = copy(raw)
     elements = list(tree.iterdescendants(etree.Element))
     doomed = [elements[position] for position, element in unlikely if element.tag not in SCRIPT_TAGS]
