@@ -405,7 +405,6 @@ def content_frame(tree: Any, rule: int) -> Any:
 # XPath expressions trafilatura passes as strings (compiled on every call): compiled once
 _PARAGRAPH_TEXT_ANYWHERE = etree.XPath("//p//text()")
 _PARAGRAPH_TEXT = etree.XPath(".//p//text()")
-_DESCENDANT_COUNT = etree.XPath("count(.//*)")
 # SANITIZED_XPATH's tags (".//aside|.//audio|..."), matched in C
 _UNSANITIZED_TAGS = tuple(part.removeprefix(".//") for part in SANITIZED_XPATH.split("|"))
 
@@ -564,7 +563,7 @@ _BLOCKS = tuple(sorted(BASELINE_BLOCK_ELEMS))
 _VIDEO_MARK = len(" VIDEO")
 
 
-def readability_reach(tree: Any, page_chars: int, unlikely: list[tuple[int, Any]]) -> int:
+def readability_reach(tree: Any, page_chars: int, unlikely: list) -> int:
     """An upper bound on the length of the text trafilatura's readability extracts from a
     raw-pruned `tree` (left unchanged) whose text, less its scripts and styles, collapses to
     `page_chars` characters: that length less the unlikely candidates readability removes
@@ -577,7 +576,7 @@ def readability_reach(tree: Any, page_chars: int, unlikely: list[tuple[int, Any]
     # the elements in a script (HTML gives scripts and styles no child elements: rarely any)
     in_script = {inner for element in tree.iter(*SCRIPT_TAGS) for inner in element.iterdescendants()}
     reach = page_chars
-    for _, element in unlikely:
+    for element in unlikely:
         if element.tag in SCRIPT_TAGS or element in in_script:
             continue
         for run in _script_free(element, scripted):
@@ -603,19 +602,16 @@ def _script_free(element: Any, scripted: set) -> list:
     return [run for child in element if child.tag not in SCRIPT_TAGS for run in _script_free(child, scripted)]
 
 
-def _unlikely_candidates(tree: Any) -> list[tuple[int, Any]]:
+def _unlikely_candidates(tree: Any) -> list:
     """The outermost elements readability's remove_unlikely_candidates drops (a class or id
     matching unlikelyCandidatesRe and not okMaybeItsACandidateRe; not <html> or <body>), in
-    document order, each with its position among the tree's descendant elements. The ones
-    inside them go with them, so the walk skips their subtrees. The verdicts are cached per
-    (class, id): the pages repeat a few class names."""
+    document order. The ones inside them go with them, so the walk skips their subtrees. The
+    verdicts are cached per (class, id): the pages repeat a few class names."""
     verdicts: dict[tuple, bool] = {}
     unlikely = []
     walk = etree.iterwalk(tree, events=("start",))
     next(walk)  # the root
-    position = -1
     for _, element in walk:
-        position += 1
         class_, id_ = element.get("class"), element.get("id")
         if class_ is None and id_ is None:
             continue
@@ -628,9 +624,8 @@ def _unlikely_candidates(tree: Any) -> list[tuple[int, Any]]:
                 len(attrs) >= 2 and _UNLIKELY.search(low) and not _MAYBE_CANDIDATE.search(low)
             )
         if verdict and element.tag != "body":
-            unlikely.append((position, element))
+            unlikely.append(element)
             walk.skip_subtree()
-            position += int(_DESCENDANT_COUNT(element))
     return unlikely
 
 
@@ -780,19 +775,30 @@ class _Readability(ReadabilityDocument):
             element.drop_tree()
 
 
-def _readability(raw: Any, unlikely: list[tuple[int, Any]]) -> Any:
-    """trafilatura.external.try_readability(copy(raw)), given _unlikely_candidates(raw): the copy's
-    elements at their positions (readability drops the ones inside them too, to no effect:
-    they are gone with them). Readability drops scripts, styles and fenced frames first, so
-    candidates among them are left to it."""
+def _readability(raw: Any, unlikely: list) -> Any:
+    """trafilatura.external.try_readability(copy(raw)), given _unlikely_candidates(raw): their
+    twins in the copy (readability drops the ones inside them too, to no effect: they are gone
+    with them). Readability drops scripts, styles and fenced frames first, so candidates among
+    them are left to it."""
     tree = copy(raw)
-    elements = list(tree.iterdescendants(etree.Element))
-    doomed = [elements[position] for position, element in unlikely if element.tag not in SCRIPT_TAGS]
+    doomed = [_twin(element, raw, tree) for element in unlikely if element.tag not in SCRIPT_TAGS]
     try:
         summary = fromstring_bytes(_Readability(tree, doomed).summary())
     except Exception:  # trafilatura's guard: readability failing yields nothing
         return lxml_html.HtmlElement()
     return summary if summary is not None else lxml_html.HtmlElement()
+
+
+def _twin(element: Any, root: Any, twin_root: Any) -> Any:
+    """The element of `twin_root`, a copy of `root`, at the place `element` has in `root`."""
+    steps = []
+    while element is not root:
+        parent = element.getparent()
+        steps.append(parent.index(element))
+        element = parent
+    for step in reversed(steps):
+        twin_root = twin_root[step]
+    return twin_root
 
 
 def _justext(tree: Any, options: Extractor) -> tuple[Any, str]:
@@ -807,11 +813,11 @@ class _RawPage:
 
     def __init__(self, tree: Any) -> None:
         self.tree = tree
-        self._unlikely: list[tuple[int, Any]] | None = None
+        self._unlikely: list | None = None
         self._readability: tuple[Any, str] | None = None
 
     @property
-    def unlikely(self) -> list[tuple[int, Any]]:
+    def unlikely(self) -> list:
         """_unlikely_candidates(tree)."""
         if self._unlikely is None:
             self._unlikely = _unlikely_candidates(self.tree)
