@@ -704,7 +704,13 @@ def _spaced_run(owner: Any, parts: list[str]) -> str:
     """A text run as trafilatura.baseline._spaced_text leaves it: spaced and cleaned of
     control characters when a block element holds it."""
     text = "".join(parts)
-    return f" {remove_control_characters(text)}" if owner.tag in BASELINE_BLOCK_ELEMS else text
+    if owner.tag not in BASELINE_BLOCK_ELEMS:
+        return text
+    # remove_control_characters keeps whitespace and printable characters: most runs hold only
+    # those, and are found so faster than its per-character walk
+    if text.isprintable() or "".join(text.split()).isprintable():
+        return f" {text}"
+    return f" {remove_control_characters(text)}"
 
 
 def external_may_win(body: Any, text: str, reach: int, options: Extractor) -> bool:
