@@ -24,8 +24,11 @@ from trafilatura.htmlprocessing import tree_cleaning as trafilatura_tree_cleanin
 from trafilatura.settings import BASIC_CLEAN_XPATH
 
 from tokenmill.curate.lean_html import (
+    DROPPED_TAGS,
     OPTIONS,
     SCRIPT_TAGS,
+    _load_page,
+    _main_tree_and_spare,
     _readability,
     _unlikely_candidates,
     basic_clean_matches,
@@ -128,6 +131,26 @@ def test_lean_text_is_trafilatura_text_on_the_raw_page(shared_data):
         for fast in (False, True):
             expected = trafilatura.extract(html, include_comments=False, fast=fast) or ""
             assert (extract_text(html, fast=fast) or "").strip() == expected.strip()
+
+
+# Dropped elements first in their parent, in a row, nested, holding scripts, with and without tails.
+DROPPED_CORNERS = (
+    "<html><head><title>T</title><script>s</script></head><body>lead<nav>n<script>x</script></nav>after"
+    "<p><script>a</script><style>b</style>c<svg><g/></svg><button>b</button>d<span>e</span><iframe/></p>"
+    "<div><footer><aside>f</aside>g</footer></div>end<script>z</script></body></html>"
+)
+
+
+def test_main_tree_is_the_stripped_page_and_the_spare_the_page(shared_data):
+    for html in [*benchmark_html(shared_data, limit=40), DROPPED_CORNERS]:
+        tree = _load_page(html)
+        page = tostring(tree)
+        stripped = deepcopy(tree)
+        strip_elements(stripped, *SCRIPT_TAGS, with_tail=False)
+        strip_elements(stripped, *DROPPED_TAGS, with_tail=False)
+        _, main, spare, _, _ = _main_tree_and_spare(html, tree, fast=False)
+        assert tostring(main) == tostring(stripped)
+        assert tostring(spare) == page
 
 
 # Deleted elements whose tails join inline and block text, control characters (a zero-width

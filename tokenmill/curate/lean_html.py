@@ -879,22 +879,7 @@ def extract_text(html: str, fast: bool = False) -> str | None:
     if tree is None:
         return None
     options = FAST_OPTIONS if fast else OPTIONS
-    # the raw page for the later passes: in default mode half the pages need it, and copying the
-    # parsed page costs a quarter of parsing it again (fast mode rarely needs it: parsed then)
-    spare = None if fast else deepcopy(tree)
-    strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
-    page_text = tree.text_content()
-    # XML-incompatible characters: trafilatura removes them before parsing. Found faster in the
-    # page's text than in its HTML (the text is what reaches lxml's checks); a NUL may end the
-    # parse, so it is looked for in the HTML.
-    if "\x00" in html or any(char in page_text for char in _XML_INCOMPATIBLE):
-        html = INVALID_XML_CHARS.sub("", html)
-        tree, spare = _load_page(html), None
-        strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
-        page_text = tree.text_content()
-    page_chars = collapsed_length(page_text)  # bounds readability's text, before its removals
-    page_bound = page_text_bound(tree, page_chars)
-    strip_elements(tree, *DROPPED_TAGS, with_tail=False)
+    html, tree, spare, page_chars, page_bound = _main_tree_and_spare(html, tree, fast)
     twin = None if spare is None else lambda: _main_tree(deepcopy(spare))
     body, text = _extract_tree(tree, options, twin)  # consumes the tree
     raw = None
@@ -916,6 +901,71 @@ def extract_text(html: str, fast: bool = False) -> str | None:
     if len(text) < options.min_output_size:
         return None
     return normalize_unicode(xmltotxt(body, options.formatting).strip())
+
+
+def _main_tree_and_spare(html: str, tree: Any, fast: bool) -> tuple[str, Any, Any, int, int]:
+    """From the raw-pruned page: the HTML (repaired where XML-incompatible characters are
+    found), the tree the main pass reads (without the subtrees it drops), the raw page kept
+    for the later passes (None: parsed again if needed), and the page's collapsed text length
+    (scripts and styles left out) with page_text_bound's bound."""
+    # in default mode half the pages need the raw page, and copying it costs a quarter of
+    # parsing it again (fast mode rarely needs it: parsed then). The dropped subtrees (half
+    # the nodes) are detached for the copy and put back, so only the main pass's tree is copied.
+    scripts = None if fast else _detach(tree, SCRIPT_TAGS)
+    if fast:
+        strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
+    page_text = tree.text_content()
+    # XML-incompatible characters: trafilatura removes them before parsing. Found faster in the
+    # page's text than in its HTML (the text is what reaches lxml's checks); a NUL may end the
+    # parse, so it is looked for in the HTML.
+    if "\x00" in html or any(char in page_text for char in _XML_INCOMPATIBLE):
+        html = INVALID_XML_CHARS.sub("", html)
+        tree, scripts = _load_page(html), None
+        strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
+        page_text = tree.text_content()
+    page_chars = collapsed_length(page_text)  # bounds readability's text, before its removals
+    page_bound = page_text_bound(tree, page_chars)
+    if scripts is None:
+        strip_elements(tree, *DROPPED_TAGS, with_tail=False)
+        return html, tree, None, page_chars, page_bound
+    dropped = _detach(tree, DROPPED_TAGS)
+    main = deepcopy(tree)
+    _reattach(dropped)
+    _reattach(scripts)
+    return html, main, tree, page_chars, page_bound
+
+
+def _detach(tree: Any, tags: tuple[str, ...]) -> list[tuple]:
+    """Removes the elements of `tags` (with their subtrees) from `tree` as strip_elements(tree,
+    *tags, with_tail=False) does, each one's tail joining the text before it, and returns what
+    _reattach needs to undo it."""
+    walk = etree.iterwalk(tree, events=("start",), tag=tags)
+    outermost = []
+    for _, element in walk:
+        outermost.append(element)
+        walk.skip_subtree()
+    undo = []
+    for element in outermost:
+        parent, previous, tail = element.getparent(), element.getprevious(), element.tail
+        before = parent.text if previous is None else previous.tail
+        if tail:
+            if previous is None:
+                parent.text = (before or "") + tail
+            else:
+                previous.tail = (before or "") + tail
+        undo.append((element, parent, parent.index(element), previous, before))
+        parent.remove(element)  # its tail goes with it, and comes back with it
+    return undo
+
+
+def _reattach(undo: list[tuple]) -> None:
+    """Puts back what _detach removed: the tree is as it was before."""
+    for element, parent, index, previous, before in reversed(undo):
+        parent.insert(index, element)
+        if previous is None:
+            parent.text = before
+        else:
+            previous.tail = before
 
 
 def _raw_page(html: str, spare: Any = None) -> Any:
