@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import itertools
 from copy import copy, deepcopy
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,13 @@ from trafilatura.htmlprocessing import convert_tags
 from trafilatura.htmlprocessing import delete_by_link_density as trafilatura_delete_by_link_density
 from trafilatura.htmlprocessing import tree_cleaning as trafilatura_tree_cleaning
 from trafilatura.settings import BASIC_CLEAN_XPATH
+from trafilatura.xml import delete_element
 
 from tokenmill.curate.lean_html import (
     DROPPED_TAGS,
     OPTIONS,
     SCRIPT_TAGS,
+    _basic_clean_match,
     _load_page,
     _main_tree_and_spare,
     _readability,
@@ -249,6 +252,21 @@ def test_justext_paragraphs_are_justexts(shared_data):
     for html in pages:
         tree = load_tree(html)
         assert paragraph_fields(make_paragraphs(tree)) == paragraph_fields(ParagraphMaker.make_paragraphs(tree))
+
+
+def test_justext_paragraphs_read_past_deleted_elements(shared_data):
+    # the tails of deleted elements join the text before them, whitespace runs across the joins
+    pages = benchmark_html(shared_data, limit=30) + [
+        "<html><body><p>a <aside>x</aside> b<footer>y</footer><a href='/'>l<svg/> k</a></p>"
+        "<div><script>s</script>\n c<br><style>t</style><br>d</div><footer>z</footer> e</body></html>"
+    ]
+    for html in pages:
+        tree = load_tree(html)
+        deleted = deepcopy(tree)
+        for element in basic_clean_matches(deleted):
+            delete_element(element)
+        skipped = make_paragraphs(tree, partial(_basic_clean_match, consent={}))
+        assert paragraph_fields(skipped) == paragraph_fields(ParagraphMaker.make_paragraphs(deleted))
 
 
 @pytest.mark.parametrize("text", ["", " ", "a  b", "a \t\n b", "\r", " x\x0b\x0c\x1c\x85y\u2028 \n\n z\xa0\u3000"])

@@ -808,8 +808,9 @@ def _twin(element: Any, root: Any, twin_root: Any) -> Any:
 
 
 def _justext(tree: Any, options: Extractor) -> tuple[Any, str]:
-    """trafilatura.external.justext_rescue (see lean_stages.justext_rescue), changing `tree`."""
-    return justext_rescue(tree, basic_clean_matches(tree), options)
+    """trafilatura.external.justext_rescue (see lean_stages.justext_rescue), `tree` unchanged."""
+    consent: dict[str, bool] = {}
+    return justext_rescue(tree, options, lambda element: _basic_clean_match(element, consent))
 
 
 class _RawPage:
@@ -996,7 +997,7 @@ def _escalate(raw: _RawPage, body: Any, text: str, options: Extractor) -> tuple[
         r_body, r_text = _compare(raw, r_body, r_text, recall)
     j_text = ""
     if not options.fast:
-        j_body, j_text = _justext(copy(raw.tree), options)
+        j_body, j_text = _justext(raw.tree, options)
     if len(j_text) > len(r_text) and len(j_text) > ESCALATION_JUSTEXT_RATIO * len(text):
         return j_body, j_text
     if len(r_text) >= options.min_extracted_size and len(r_text) > ESCALATION_ACCEPT_RATIO * len(text):
