@@ -954,18 +954,19 @@ def _detach(tree: Any, tags: tuple[str, ...]) -> list[tuple]:
                 parent.text = (before or "") + tail
             else:
                 previous.tail = (before or "") + tail
-        undo.append((element, parent, parent.index(element), previous, before))
+        undo.append((element, parent, previous, before))
         parent.remove(element)  # its tail goes with it, and comes back with it
     return undo
 
 
 def _reattach(undo: list[tuple]) -> None:
     """Puts back what _detach removed: the tree is as it was before."""
-    for element, parent, index, previous, before in reversed(undo):
-        parent.insert(index, element)
+    for element, parent, previous, before in reversed(undo):
         if previous is None:
+            parent.insert(0, element)
             parent.text = before
         else:
+            previous.addnext(element)
             previous.tail = before
 
 
