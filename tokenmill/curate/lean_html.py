@@ -782,17 +782,27 @@ class _Readability(ReadabilityDocument):
 
 
 def _readability(raw: Any, unlikely: list) -> Any:
-    """trafilatura.external.try_readability(copy(raw)), given _unlikely_candidates(raw): their
-    twins in the copy (readability drops the ones inside them too, to no effect: they are gone
-    with them). Readability drops scripts, styles and fenced frames first, so candidates among
-    them are left to it."""
+    """trafilatura.external.try_readability(copy(raw)), given _unlikely_candidates(raw)."""
+    return _summary_tree(_readability_summary(raw, unlikely))
+
+
+def _readability_summary(raw: Any, unlikely: list) -> str | None:
+    """The HTML readability's summary gives on a copy of `raw` (None: readability failed),
+    given the unlikely candidates: their twins in the copy (readability drops the ones inside
+    them too, to no effect: they are gone with them). Readability drops scripts, styles and
+    fenced frames first, so candidates among them are left to it."""
     tree = copy(raw)
     doomed = [_twin(element, raw, tree) for element in unlikely if element.tag not in SCRIPT_TAGS]
     try:
-        summary = fromstring_bytes(_Readability(tree, doomed).summary())
+        return _Readability(tree, doomed).summary()
     except Exception:  # trafilatura's guard: readability failing yields nothing
-        return lxml_html.HtmlElement()
-    return summary if summary is not None else lxml_html.HtmlElement()
+        return None
+
+
+def _summary_tree(summary: str | None) -> Any:
+    """try_readability's tree for a summary (an empty element where there is none)."""
+    tree = None if summary is None else fromstring_bytes(summary)
+    return tree if tree is not None else lxml_html.HtmlElement()
 
 
 def _twin(element: Any, root: Any, twin_root: Any) -> Any:
@@ -821,7 +831,7 @@ class _RawPage:
     def __init__(self, tree: Any) -> None:
         self.tree = tree
         self._unlikely: list | None = None
-        self._readability: tuple[Any, str] | None = None
+        self._readability: tuple[str | None, str] | None = None
 
     @property
     def unlikely(self) -> list:
@@ -832,14 +842,15 @@ class _RawPage:
 
     def readability(self) -> tuple[Any, str]:
         """trafilatura's readability result on the page and its text; the caller may change the
-        result (the comparison sanitizes it), so a later call gets a copy kept aside."""
-        if self._readability is not None:
-            body, text = self._readability
-            return deepcopy(body), text
-        body = _readability(self.tree, self.unlikely)
-        text = trim(tostring(body, method="text", encoding="utf-8").decode("utf-8"))
-        self._readability = deepcopy(body), text
-        return body, text
+        result (the comparison sanitizes it), so a later call parses its summary again."""
+        if self._readability is None:
+            summary = _readability_summary(self.tree, self.unlikely)
+            body = _summary_tree(summary)
+            text = trim(tostring(body, method="text", encoding="utf-8").decode("utf-8"))
+            self._readability = summary, text
+            return body, text
+        summary, text = self._readability
+        return _summary_tree(summary), text
 
 
 def _compare(raw: _RawPage, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
