@@ -630,9 +630,10 @@ def _unlikely_candidates(tree: Any) -> list:
 
 
 def page_text_bound(tree: Any, page_chars: int) -> int:
-    """An upper bound on len(trafilatura.baseline.html2txt(tree)) for a tree without
-    SCRIPT_TAGS whose whole text collapses to `page_chars` characters: that length (the body's
-    text is part of it), plus the two spaces html2txt puts around each block of the body."""
+    """An upper bound on len(trafilatura.baseline.html2txt(tree)) for a tree whose text, less
+    its SCRIPT_TAGS, collapses to `page_chars` characters: that length (the body's text is
+    part of it), plus the two spaces html2txt puts around each block of the body (blocks in a
+    fenced frame, which html2txt drops, only loosen it)."""
     body = tree.find("body")
     root = tree if body is None else body
     return page_chars + 2 * sum(1 for _ in root.iter(*_BLOCKS))
@@ -906,7 +907,9 @@ def extract_text(html: str, fast: bool = False) -> str | None:
         if b_len > len(text):
             body, text = b_body, b_text
     # a short extraction covering little of the page: retry in recall mode
-    if 0 < len(text) < ESCALATION_MAX_LENGTH and len(text) < ESCALATION_PAGE_SHARE * page_bound:
+    if 0 < len(text) < ESCALATION_MAX_LENGTH and len(text) < ESCALATION_PAGE_SHARE * (
+        page_text_bound(spare, page_chars) if page_bound is None else page_bound
+    ):
         raw = raw or _RawPage(_raw_page(html, spare))
         if len(text) < ESCALATION_PAGE_SHARE * page_text_length(raw.tree):
             body, text = _escalate(raw, body, text, options)
@@ -919,7 +922,8 @@ def _main_tree_and_spare(html: str, tree: Any, fast: bool) -> tuple[str, Any, An
     """From the raw-pruned page: the HTML (repaired where XML-incompatible characters are
     found), the tree the main pass reads (without the subtrees it drops), the raw page kept
     for the later passes (None: parsed again if needed), and the page's collapsed text length
-    (scripts and styles left out) with page_text_bound's bound."""
+    (scripts and styles left out) with page_text_bound's bound where no page is kept (None:
+    found on the kept page by the pages that need it)."""
     # in default mode half the pages need the raw page, and copying it costs a quarter of
     # parsing it again (fast mode rarely needs it: parsed then). The dropped subtrees (half
     # the nodes) are detached for the copy and put back, so only the main pass's tree is copied.
@@ -936,15 +940,15 @@ def _main_tree_and_spare(html: str, tree: Any, fast: bool) -> tuple[str, Any, An
         strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
         page_text = tree.text_content()
     page_chars = collapsed_length(page_text)  # bounds readability's text, before its removals
-    page_bound = page_text_bound(tree, page_chars)
     if scripts is None:
+        page_bound = page_text_bound(tree, page_chars)
         strip_elements(tree, *DROPPED_TAGS, with_tail=False)
         return html, tree, None, page_chars, page_bound
     dropped = _detach(tree, DROPPED_TAGS)
     main = deepcopy(tree)
     _reattach(dropped)
     _reattach(scripts)
-    return html, main, tree, page_chars, page_bound
+    return html, main, tree, page_chars, None
 
 
 def _detach(tree: Any, tags: tuple[str, ...]) -> list[tuple]:
