@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import itertools
 from copy import copy, deepcopy
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -22,10 +23,15 @@ from trafilatura.htmlprocessing import convert_tags
 from trafilatura.htmlprocessing import delete_by_link_density as trafilatura_delete_by_link_density
 from trafilatura.htmlprocessing import tree_cleaning as trafilatura_tree_cleaning
 from trafilatura.settings import BASIC_CLEAN_XPATH
+from trafilatura.xml import delete_element
 
 from tokenmill.curate.lean_html import (
+    DROPPED_TAGS,
     OPTIONS,
     SCRIPT_TAGS,
+    _basic_clean_match,
+    _load_page,
+    _main_tree_and_spare,
     _readability,
     _unlikely_candidates,
     basic_clean_matches,
@@ -130,6 +136,43 @@ def test_lean_text_is_trafilatura_text_on_the_raw_page(shared_data):
             assert (extract_text(html, fast=fast) or "").strip() == expected.strip()
 
 
+# Dropped elements first in their parent, in a row, nested, holding scripts, with and without tails.
+DROPPED_CORNERS = (
+    "<html><head><title>T</title><script>s</script></head><body>lead<nav>n<script>x</script></nav>after"
+    "<p><script>a</script><style>b</style>c<svg><g/></svg><button>b</button>d<span>e</span><iframe/></p>"
+    "<div><footer><aside>f</aside>g</footer></div>end<script>z</script></body></html>"
+)
+
+
+def test_main_tree_is_the_stripped_page_and_the_spare_the_page(shared_data):
+    for html in [*benchmark_html(shared_data, limit=40), DROPPED_CORNERS]:
+        tree = _load_page(html)
+        page = tostring(tree)
+        stripped = deepcopy(tree)
+        strip_elements(stripped, *SCRIPT_TAGS, with_tail=False)
+        strip_elements(stripped, *DROPPED_TAGS, with_tail=False)
+        _, main, spare, _, _ = _main_tree_and_spare(html, tree, fast=False)
+        assert tostring(main) == tostring(stripped)
+        assert tostring(spare) == page
+
+
+# Deleted elements whose tails join inline and block text, control characters (a zero-width
+# space, a soft hyphen) that html2txt removes only from block elements' text and tails.
+PAGE_MEASURE_CORNERS = (
+    "<html><body><span>a<footer>x</footer>\u200bb</span><p>c<aside>y</aside>\u00adz</p>d<script>s</script>e</body>",
+    "<html><body>\u200b<div class='cookie-banner'>no</div>\u200bq<p>\u00ad<b>w</b>\u200b<aside>a</aside></p>"
+    "<i>z<aside/>\u200by</i></body></html>",
+    "<html><body><div id='footer'>f</div>tail\u200b<br>x<div class='cookiebot'><p>in</p></div>\u200bafter</body>",
+    "<html><p>no body\u200b<aside>x</aside>\u200bq</p></html>",
+)
+
+
+@pytest.mark.parametrize("html", PAGE_MEASURE_CORNERS)
+def test_page_text_length_is_html2txt_length(html):
+    raw = load_tree(html)
+    assert page_text_length(raw) == len(html2txt(raw))
+
+
 STORY = "".join(
     f"<p>Paragraph {i} of the story tells, at some length, what the council decided on the new bridge"
     " and why the vote took so long.</p>"
@@ -211,6 +254,21 @@ def test_justext_paragraphs_are_justexts(shared_data):
         assert paragraph_fields(make_paragraphs(tree)) == paragraph_fields(ParagraphMaker.make_paragraphs(tree))
 
 
+def test_justext_paragraphs_read_past_deleted_elements(shared_data):
+    # the tails of deleted elements join the text before them, whitespace runs across the joins
+    pages = benchmark_html(shared_data, limit=30) + [
+        "<html><body><p>a <aside>x</aside> b<footer>y</footer><a href='/'>l<svg/> k</a></p>"
+        "<div><script>s</script>\n c<br><style>t</style><br>d</div><footer>z</footer> e</body></html>"
+    ]
+    for html in pages:
+        tree = load_tree(html)
+        deleted = deepcopy(tree)
+        for element in basic_clean_matches(deleted):
+            delete_element(element)
+        skipped = make_paragraphs(tree, partial(_basic_clean_match, consent={}))
+        assert paragraph_fields(skipped) == paragraph_fields(ParagraphMaker.make_paragraphs(deleted))
+
+
 @pytest.mark.parametrize("text", ["", " ", "a  b", "a \t\n b", "\r", " x\x0b\x0c\x1c\x85y\u2028 \n\n z\xa0\u3000"])
 def test_whitespace_normalised_as_justext_does(text):
     assert normalize_whitespace(text) == justext_normalize_whitespace(text)
@@ -228,7 +286,8 @@ def test_tree_cleaning_is_trafilaturas(shared_data):
 
 UNLIKELY_IN_SCRIPTS = (
     "<html class='sidebar-open'><body><div class='comment'>said</div><script class='comment-js'>var a;</script>"
-    "<fencedframe><div class='footer'>framed</div></fencedframe><div id='main'>"
+    "<fencedframe><div class='footer'>framed</div></fencedframe>"
+    "<div class='sidebar'>side<div class='comment'>nested<p class='footer'>deeper</p></div>tail</div><div id='main'>"
     + STORY
     + "<div class='share-footer'><script>track()</script><p>Share this</p></div></div></body></html>"
 )

@@ -20,6 +20,7 @@ navigation, <head>, ...) are dropped in one C-level pass, so every later pass wa
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from copy import copy, deepcopy
 from typing import Any
 
@@ -28,7 +29,7 @@ from lxml import html as lxml_html
 from lxml.etree import Element, strip_elements, strip_tags, tostring
 from trafilatura import xpaths as trafilatura_xpaths
 from trafilatura.baseline import _BLOCK_ELEMS as BASELINE_BLOCK_ELEMS
-from trafilatura.baseline import _spaced_text, baseline
+from trafilatura.baseline import baseline
 from trafilatura.core import (
     ESCALATION_ACCEPT_RATIO,
     ESCALATION_JUSTEXT_RATIO,
@@ -65,12 +66,13 @@ from trafilatura.utils import (
     SPACING_PROTECTED,
     fromstring_bytes,
     normalize_unicode,
+    remove_control_characters,
     text_chars_test,
     trim,
 )
 from trafilatura.xml import delete_element, xmltotxt
 
-from tokenmill.curate.lean_stages import justext_rescue, prune_by_link_density, tree_cleaning
+from tokenmill.curate.lean_stages import collapsed_length, justext_rescue, prune_by_link_density, tree_cleaning
 
 # ---------------------------------------------------------------------------------------------
 # Parsing
@@ -176,6 +178,13 @@ _X = trafilatura_xpaths
 # RAW_TREE_PRUNE_XPATH: infinite-scroll containers of appended articles, share-button bars.
 _APPENDED = re.compile("mvp-post-add-(?:box|wrap)|infinite-?scroll")
 _APPENDED_ALWAYS = re.compile("mvp-post-add-(?:box|wrap)")
+
+
+def _appended_hint(value: str) -> bool:
+    """Whether _APPENDED can match in `value` (or in a part of it)."""
+    return "scroll" in value or "mvp-post-add-" in value
+
+
 # REMOVE_COMMENTS_AND_LISTS_XPATH
 _COMMENTS_ID = re.compile(f"^(?:{_X._COMMENTS_ID}|disqus_thread|dsq-comments)")
 _COMMENTS_LIST_ID = re.compile(f"^(?:{_X._COMMENTS_ID})")
@@ -191,9 +200,10 @@ def raw_tree_boilerplate(tree: Any, comments: bool = True) -> list:
         if not (id_ or class_):
             continue
         tag = element.tag
+        # the substring tests, each implied by its pattern, spare most pattern searches
         if tag in ("div", "section", "aside") and (
             (
-                (_APPENDED.search(id_) or _APPENDED.search(class_))
+                (_appended_hint(id_ + class_) and (_APPENDED.search(id_) or _APPENDED.search(class_)))
                 and (element.find(".//h1") is None or _APPENDED_ALWAYS.search(id_) or _APPENDED_ALWAYS.search(class_))
             )
             or "elementor-share-buttons" in class_
@@ -203,7 +213,7 @@ def raw_tree_boilerplate(tree: Any, comments: bool = True) -> list:
             comments
             and tag != "aside"
             and (
-                _COMMENTS_CLASS.search(class_)
+                ("omment" in class_ and _COMMENTS_CLASS.search(class_))
                 or (_COMMENTS_LIST_ID if tag in ("ol", "ul") else _COMMENTS_ID).search(id_)
             )
         ):
@@ -332,8 +342,13 @@ _MAIN_ID = _any(_X._MAIN_CONTENT_ID_TOKENS)
 _MAIN_CLASS = _any(_X._MAIN_CONTENT_CLASS_TOKENS)
 
 
+# Each rule's patterns need a class or an id: an element with neither is judged without them.
+
+
 def _article_frame(element: Any) -> bool:
     class_, id_ = element.get("class", ""), element.get("id", "")
+    if not (class_ or id_):
+        return element.get("itemprop") == "articleBody"
     return bool(
         class_ in ("post", "entry")
         or element.get("itemprop") == "articleBody"
@@ -345,6 +360,8 @@ def _article_frame(element: Any) -> bool:
 
 def _story_frame(element: Any) -> bool:
     class_, id_ = element.get("class", ""), element.get("id", "")
+    if not (class_ or id_):
+        return element.get("role") == "article"
     return bool(
         element.get("role") == "article"
         or id_ in ("article", "story")
@@ -357,6 +374,8 @@ def _story_frame(element: Any) -> bool:
 
 def _main_content_frame(element: Any) -> bool:
     class_, id_ = element.get("class", ""), element.get("id", "")
+    if not (class_ or id_):
+        return False
     return bool(
         id_ == "content"
         or class_ == "content"
@@ -498,13 +517,17 @@ def _recover_wild_text(tree: Any, result_body: Any, options: Extractor, consumed
     return result_body
 
 
-def extract_content(cleaned_tree: Any, options: Extractor) -> tuple[Any, str]:
-    """The main extractor on a cleaned, converted tree: (result body, its text)."""
-    backup_tree = deepcopy(cleaned_tree)
+def extract_content(cleaned_tree: Any, options: Extractor, rebuild: Callable[[], Any] | None = None) -> tuple[Any, str]:
+    """The main extractor on a cleaned, converted tree: (result body, its text). The wild-text
+    recovery reads the tree as it was before the extraction changed it: `rebuild` makes it
+    again when needed (one page in fifteen), else a copy is kept."""
+    backup_tree = deepcopy(cleaned_tree) if rebuild is None else None
     order = list(cleaned_tree.iter())
     result_body, temp_text = _extract(cleaned_tree, options)
     # wild <p> elements when nothing or too little was found
     if len(result_body) == 0 or len(temp_text) < options.min_extracted_size:
+        if backup_tree is None:
+            backup_tree = rebuild()
         consumed = {twin for elem, twin in zip(order, backup_tree.iter(), strict=True) if elem.tag == "done"}
         result_body = _recover_wild_text(backup_tree, result_body, options, consumed)
         temp_text = " ".join(result_body.itertext()).strip()
@@ -540,25 +563,24 @@ _BLOCKS = tuple(sorted(BASELINE_BLOCK_ELEMS))
 _VIDEO_MARK = len(" VIDEO")
 
 
-def readability_reach(tree: Any, page_chars: int, unlikely: list[tuple[int, Any]]) -> int:
+def readability_reach(tree: Any, page_chars: int, unlikely: list) -> int:
     """An upper bound on the length of the text trafilatura's readability extracts from a
     raw-pruned `tree` (left unchanged) whose text, less its scripts and styles, collapses to
     `page_chars` characters: that length less the unlikely candidates readability removes
     first. Its output is a subset of what is left, in document order, and removing a
     contiguous run of text R from a text shortens its collapsed form by at least
-    len(trim(R)) - 1. `unlikely`: _unlikely_candidates(tree). A candidate holding a script is
+    len(trim(R)) - 1. `unlikely`: _unlikely_candidates(tree), the outermost removed elements
+    (their text holds their descendants'). A candidate holding a script is
     counted by its script-free children, one in a script (not in `page_chars`) not at all."""
-    removed = {element for _, element in unlikely}
     scripted = _holders(tree, SCRIPT_TAGS)
+    # the elements in a script (HTML gives scripts and styles no child elements: rarely any)
+    in_script = {inner for element in tree.iter(*SCRIPT_TAGS) for inner in element.iterdescendants()}
     reach = page_chars
-    for _, element in unlikely:
-        # only the outermost removed elements count: their text holds their descendants'
-        if element.tag in SCRIPT_TAGS or any(
-            ancestor in removed or ancestor.tag in SCRIPT_TAGS for ancestor in element.iterancestors()
-        ):
+    for element in unlikely:
+        if element.tag in SCRIPT_TAGS or element in in_script:
             continue
         for run in _script_free(element, scripted):
-            reach -= max(_collapsed_length(run.text_content()) - 1, 0)
+            reach -= max(collapsed_length(run.text_content()) - 1, 0)
     return reach + _VIDEO_MARK * len(tree.findall(".//iframe"))
 
 
@@ -580,15 +602,20 @@ def _script_free(element: Any, scripted: set) -> list:
     return [run for child in element if child.tag not in SCRIPT_TAGS for run in _script_free(child, scripted)]
 
 
-def _unlikely_candidates(tree: Any) -> list[tuple[int, Any]]:
-    """The elements readability's remove_unlikely_candidates drops (a class or id matching
-    unlikelyCandidatesRe and not okMaybeItsACandidateRe; not <html> or <body>), in document
-    order, each with its position among the tree's descendant elements. The verdicts are cached
-    per (class, id): the pages repeat a few class names."""
+def _unlikely_candidates(tree: Any) -> list:
+    """The outermost elements readability's remove_unlikely_candidates drops (a class or id
+    matching unlikelyCandidatesRe and not okMaybeItsACandidateRe; not <html> or <body>), in
+    document order. The ones inside them go with them, so the walk skips their subtrees. The
+    verdicts are cached per (class, id): the pages repeat a few class names."""
     verdicts: dict[tuple, bool] = {}
     unlikely = []
-    for position, element in enumerate(tree.iterdescendants(etree.Element)):
-        key = (element.get("class"), element.get("id"))
+    walk = etree.iterwalk(tree, events=("start",))
+    next(walk)  # the root
+    for _, element in walk:
+        class_, id_ = element.get("class"), element.get("id")
+        if class_ is None and id_ is None:
+            continue
+        key = (class_, id_)
         verdict = verdicts.get(key)
         if verdict is None:
             attrs = " ".join(filter(None, key))
@@ -597,20 +624,16 @@ def _unlikely_candidates(tree: Any) -> list[tuple[int, Any]]:
                 len(attrs) >= 2 and _UNLIKELY.search(low) and not _MAYBE_CANDIDATE.search(low)
             )
         if verdict and element.tag != "body":
-            unlikely.append((position, element))
+            unlikely.append(element)
+            walk.skip_subtree()
     return unlikely
 
 
-def _collapsed_length(text: str) -> int:
-    """len(trim(text)) without building the collapsed string."""
-    words = text.split()
-    return sum(map(len, words)) + len(words) - 1 if words else 0
-
-
 def page_text_bound(tree: Any, page_chars: int) -> int:
-    """An upper bound on len(trafilatura.baseline.html2txt(tree)) for a tree without
-    SCRIPT_TAGS whose whole text collapses to `page_chars` characters: that length (the body's
-    text is part of it), plus the two spaces html2txt puts around each block of the body."""
+    """An upper bound on len(trafilatura.baseline.html2txt(tree)) for a tree whose text, less
+    its SCRIPT_TAGS, collapses to `page_chars` characters: that length (the body's text is
+    part of it), plus the two spaces html2txt puts around each block of the body (blocks in a
+    fenced frame, which html2txt drops, only loosen it)."""
     body = tree.find("body")
     root = tree if body is None else body
     return page_chars + 2 * sum(1 for _ in root.iter(*_BLOCKS))
@@ -623,34 +646,72 @@ _COOKIE_CONSENT = re.compile(COOKIE_CONSENT_RE, re.I)
 def basic_clean_matches(root: Any) -> list:
     """The descendants trafilatura's BASIC_CLEAN_XPATH selects (document order): asides,
     footers, scripts, styles, SVG, templates, footer divs and cookie-consent banners."""
-    matches = []
     consent: dict[str, bool] = {}  # per class or id value: the pages repeat them
-    for element in root.iterdescendants(etree.Element):
-        if element.tag in _BASIC_CLEAN_TAGS:
-            matches.append(element)
-            continue
-        class_, id_ = element.get("class"), element.get("id")
-        if class_ is None and id_ is None:
-            continue
-        if element.tag == "div" and class_ is not None and id_ is not None:
-            footer = "footer" in _first_of(element.attrib, "class", "id")
-        else:
-            footer = element.tag == "div" and "footer" in (class_ if id_ is None else id_)
-        if footer or any(
-            value is not None
-            and (consent[value] if value in consent else consent.setdefault(value, bool(_COOKIE_CONSENT.search(value))))
-            for value in (class_, id_)
-        ):
-            matches.append(element)
-    return matches
+    return [element for element in root.iterdescendants(etree.Element) if _basic_clean_match(element, consent)]
+
+
+def _basic_clean_match(element: Any, consent: dict[str, bool]) -> bool:
+    """Whether BASIC_CLEAN_XPATH selects `element`; `consent` caches the cookie-consent
+    verdicts per class or id value."""
+    if element.tag in _BASIC_CLEAN_TAGS:
+        return True
+    class_, id_ = element.get("class"), element.get("id")
+    if class_ is None and id_ is None:
+        return False
+    if element.tag == "div" and class_ is not None and id_ is not None:
+        footer = "footer" in _first_of(element.attrib, "class", "id")
+    else:
+        footer = element.tag == "div" and "footer" in (class_ if id_ is None else id_)
+    return footer or any(
+        value is not None
+        and (consent[value] if value in consent else consent.setdefault(value, bool(_COOKIE_CONSENT.search(value))))
+        for value in (class_, id_)
+    )
 
 
 def page_text_length(raw: Any) -> int:
-    """len(trafilatura.baseline.html2txt(raw)) for a parsed page, its XPath matched in Python."""
+    """len(trafilatura.baseline.html2txt(raw)) for a parsed page, without its copy of the page.
+    html2txt deletes what BASIC_CLEAN_XPATH selects (a deleted element's tail joins the text
+    before it), puts a space before the text and the tail of each block element, control
+    characters removed from those, and collapses the text. Here one walk skips the deleted
+    subtrees and collects the same text runs, in order."""
     body = raw.find(".//body")
-    body = copy(raw if body is None else body)
-    _delete_all(basic_clean_matches(body))
-    return len(_spaced_text(body))
+    root = raw if body is None else body
+    consent: dict[str, bool] = {}
+    runs: list[str] = []
+    # the text run being collected: whose text or tail it is, and its parts
+    owner, parts = root, [root.text or ""]
+    walk = etree.iterwalk(root, events=("start", "end"))
+    skipped = None
+    for event, element in walk:
+        if element is root:
+            continue
+        if event == "start":
+            if _basic_clean_match(element, consent):
+                parts.append(element.tail or "")
+                walk.skip_subtree()
+                skipped = element
+                continue
+            runs.append(_spaced_run(owner, parts))
+            owner, parts = element, [element.text or ""]
+        elif element is not skipped:
+            runs.append(_spaced_run(owner, parts))
+            owner, parts = element, [element.tail or ""]
+    runs.append(_spaced_run(owner, parts))
+    return collapsed_length("".join(runs))
+
+
+def _spaced_run(owner: Any, parts: list[str]) -> str:
+    """A text run as trafilatura.baseline._spaced_text leaves it: spaced and cleaned of
+    control characters when a block element holds it."""
+    text = "".join(parts)
+    if owner.tag not in BASELINE_BLOCK_ELEMS:
+        return text
+    # remove_control_characters keeps whitespace and printable characters: most runs hold only
+    # those, and are found so faster than its per-character walk
+    if text.isprintable() or "".join(text.split()).isprintable():
+        return f" {text}"
+    return f" {remove_control_characters(text)}"
 
 
 def external_may_win(body: Any, text: str, reach: int, options: Extractor) -> bool:
@@ -688,9 +749,23 @@ def _recall(options: Extractor) -> Extractor:
     return recall
 
 
-def _extract_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
+def _clean_tree(tree: Any, options: Extractor) -> Any:
     # tree_cleaning and convert_tags change the tree in place; callers pass a tree they own
-    return extract_content(convert_tags(tree_cleaning(tree, options), options), options)
+    return convert_tags(tree_cleaning(tree, options), options)
+
+
+def _extract_tree(tree: Any, options: Extractor, twin: Callable[[], Any] | None = None) -> tuple[Any, str]:
+    """The main pass on `tree` (consumed); `twin`, if given, makes an equal tree again, for
+    the wild-text recovery on the pages that need it (else a copy of the cleaned tree is kept)."""
+    rebuild = None if twin is None else lambda: _clean_tree(twin(), options)
+    return extract_content(_clean_tree(tree, options), options, rebuild)
+
+
+def _main_tree(tree: Any) -> Any:
+    """The raw-pruned page as the main pass reads it: without the subtrees its cleaning deletes."""
+    strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
+    strip_elements(tree, *DROPPED_TAGS, with_tail=False)
+    return tree
 
 
 class _Readability(ReadabilityDocument):
@@ -707,23 +782,46 @@ class _Readability(ReadabilityDocument):
             element.drop_tree()
 
 
-def _readability(raw: Any, unlikely: list[tuple[int, Any]]) -> Any:
-    """trafilatura.external.try_readability(copy(raw)), given _unlikely_candidates(raw): the copy's
-    elements at their positions. Readability drops scripts, styles and fenced frames first,
-    so candidates among them are left to it (one in a fenced frame goes with the frame)."""
+def _readability(raw: Any, unlikely: list) -> Any:
+    """trafilatura.external.try_readability(copy(raw)), given _unlikely_candidates(raw)."""
+    return _summary_tree(_readability_summary(raw, unlikely))
+
+
+def _readability_summary(raw: Any, unlikely: list) -> str | None:
+    """The HTML readability's summary gives on a copy of `raw` (None: readability failed),
+    given the unlikely candidates: their twins in the copy (readability drops the ones inside
+    them too, to no effect: they are gone with them). Readability drops scripts, styles and
+    fenced frames first, so candidates among them are left to it."""
     tree = copy(raw)
-    elements = list(tree.iterdescendants(etree.Element))
-    doomed = [elements[position] for position, element in unlikely if element.tag not in SCRIPT_TAGS]
+    doomed = [_twin(element, raw, tree) for element in unlikely if element.tag not in SCRIPT_TAGS]
     try:
-        summary = fromstring_bytes(_Readability(tree, doomed).summary())
+        return _Readability(tree, doomed).summary()
     except Exception:  # trafilatura's guard: readability failing yields nothing
-        return lxml_html.HtmlElement()
-    return summary if summary is not None else lxml_html.HtmlElement()
+        return None
+
+
+def _summary_tree(summary: str | None) -> Any:
+    """try_readability's tree for a summary (an empty element where there is none)."""
+    tree = None if summary is None else fromstring_bytes(summary)
+    return tree if tree is not None else lxml_html.HtmlElement()
+
+
+def _twin(element: Any, root: Any, twin_root: Any) -> Any:
+    """The element of `twin_root`, a copy of `root`, at the place `element` has in `root`."""
+    steps = []
+    while element is not root:
+        parent = element.getparent()
+        steps.append(parent.index(element))
+        element = parent
+    for step in reversed(steps):
+        twin_root = twin_root[step]
+    return twin_root
 
 
 def _justext(tree: Any, options: Extractor) -> tuple[Any, str]:
-    """trafilatura.external.justext_rescue (see lean_stages.justext_rescue), changing `tree`."""
-    return justext_rescue(tree, basic_clean_matches(tree), options)
+    """trafilatura.external.justext_rescue (see lean_stages.justext_rescue), `tree` unchanged."""
+    consent: dict[str, bool] = {}
+    return justext_rescue(tree, options, lambda element: _basic_clean_match(element, consent))
 
 
 class _RawPage:
@@ -733,11 +831,11 @@ class _RawPage:
 
     def __init__(self, tree: Any) -> None:
         self.tree = tree
-        self._unlikely: list[tuple[int, Any]] | None = None
-        self._readability: tuple[Any, str] | None = None
+        self._unlikely: list | None = None
+        self._readability: tuple[str | None, str] | None = None
 
     @property
-    def unlikely(self) -> list[tuple[int, Any]]:
+    def unlikely(self) -> list:
         """_unlikely_candidates(tree)."""
         if self._unlikely is None:
             self._unlikely = _unlikely_candidates(self.tree)
@@ -745,14 +843,15 @@ class _RawPage:
 
     def readability(self) -> tuple[Any, str]:
         """trafilatura's readability result on the page and its text; the caller may change the
-        result (the comparison sanitizes it), so a later call gets a copy kept aside."""
-        if self._readability is not None:
-            body, text = self._readability
-            return deepcopy(body), text
-        body = _readability(self.tree, self.unlikely)
-        text = trim(tostring(body, method="text", encoding="utf-8").decode("utf-8"))
-        self._readability = deepcopy(body), text
-        return body, text
+        result (the comparison sanitizes it), so a later call parses its summary again."""
+        if self._readability is None:
+            summary = _readability_summary(self.tree, self.unlikely)
+            body = _summary_tree(summary)
+            text = trim(tostring(body, method="text", encoding="utf-8").decode("utf-8"))
+            self._readability = summary, text
+            return body, text
+        summary, text = self._readability
+        return _summary_tree(summary), text
 
 
 def _compare(raw: _RawPage, body: Any, text: str, options: Extractor) -> tuple[Any, str]:
@@ -793,23 +892,9 @@ def extract_text(html: str, fast: bool = False) -> str | None:
     if tree is None:
         return None
     options = FAST_OPTIONS if fast else OPTIONS
-    # the raw page for the later passes: in default mode half the pages need it, and copying the
-    # parsed page costs a quarter of parsing it again (fast mode rarely needs it: parsed then)
-    spare = None if fast else deepcopy(tree)
-    strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
-    page_text = tree.text_content()
-    # XML-incompatible characters: trafilatura removes them before parsing. Found faster in the
-    # page's text than in its HTML (the text is what reaches lxml's checks); a NUL may end the
-    # parse, so it is looked for in the HTML.
-    if "\x00" in html or any(char in page_text for char in _XML_INCOMPATIBLE):
-        html = INVALID_XML_CHARS.sub("", html)
-        tree, spare = _load_page(html), None
-        strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
-        page_text = tree.text_content()
-    page_chars = _collapsed_length(page_text)  # bounds readability's text, before its removals
-    page_bound = page_text_bound(tree, page_chars)
-    strip_elements(tree, *DROPPED_TAGS, with_tail=False)
-    body, text = _extract_tree(tree, options)  # consumes the tree
+    html, tree, spare, page_chars, page_bound = _main_tree_and_spare(html, tree, fast)
+    twin = None if spare is None else lambda: _main_tree(deepcopy(spare))
+    body, text = _extract_tree(tree, options, twin)  # consumes the tree
     raw = None
     if not fast and external_may_win(body, text, page_chars, options):
         raw = _RawPage(_raw_page(html, spare))
@@ -822,13 +907,82 @@ def extract_text(html: str, fast: bool = False) -> str | None:
         if b_len > len(text):
             body, text = b_body, b_text
     # a short extraction covering little of the page: retry in recall mode
-    if 0 < len(text) < ESCALATION_MAX_LENGTH and len(text) < ESCALATION_PAGE_SHARE * page_bound:
+    if 0 < len(text) < ESCALATION_MAX_LENGTH and len(text) < ESCALATION_PAGE_SHARE * (
+        page_text_bound(spare, page_chars) if page_bound is None else page_bound
+    ):
         raw = raw or _RawPage(_raw_page(html, spare))
         if len(text) < ESCALATION_PAGE_SHARE * page_text_length(raw.tree):
             body, text = _escalate(raw, body, text, options)
     if len(text) < options.min_output_size:
         return None
     return normalize_unicode(xmltotxt(body, options.formatting).strip())
+
+
+def _main_tree_and_spare(html: str, tree: Any, fast: bool) -> tuple[str, Any, Any, int, int]:
+    """From the raw-pruned page: the HTML (repaired where XML-incompatible characters are
+    found), the tree the main pass reads (without the subtrees it drops), the raw page kept
+    for the later passes (None: parsed again if needed), and the page's collapsed text length
+    (scripts and styles left out) with page_text_bound's bound where no page is kept (None:
+    found on the kept page by the pages that need it)."""
+    # in default mode half the pages need the raw page, and copying it costs a quarter of
+    # parsing it again (fast mode rarely needs it: parsed then). The dropped subtrees (half
+    # the nodes) are detached for the copy and put back, so only the main pass's tree is copied.
+    scripts = None if fast else _detach(tree, SCRIPT_TAGS)
+    if fast:
+        strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
+    page_text = tree.text_content()
+    # XML-incompatible characters: trafilatura removes them before parsing. Found faster in the
+    # page's text than in its HTML (the text is what reaches lxml's checks); a NUL may end the
+    # parse, so it is looked for in the HTML.
+    if "\x00" in html or any(char in page_text for char in _XML_INCOMPATIBLE):
+        html = INVALID_XML_CHARS.sub("", html)
+        tree, scripts = _load_page(html), None
+        strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
+        page_text = tree.text_content()
+    page_chars = collapsed_length(page_text)  # bounds readability's text, before its removals
+    if scripts is None:
+        page_bound = page_text_bound(tree, page_chars)
+        strip_elements(tree, *DROPPED_TAGS, with_tail=False)
+        return html, tree, None, page_chars, page_bound
+    dropped = _detach(tree, DROPPED_TAGS)
+    main = deepcopy(tree)
+    _reattach(dropped)
+    _reattach(scripts)
+    return html, main, tree, page_chars, None
+
+
+def _detach(tree: Any, tags: tuple[str, ...]) -> list[tuple]:
+    """Removes the elements of `tags` (with their subtrees) from `tree` as strip_elements(tree,
+    *tags, with_tail=False) does, each one's tail joining the text before it, and returns what
+    _reattach needs to undo it."""
+    walk = etree.iterwalk(tree, events=("start",), tag=tags)
+    outermost = []
+    for _, element in walk:
+        outermost.append(element)
+        walk.skip_subtree()
+    undo = []
+    for element in outermost:
+        parent, previous, tail = element.getparent(), element.getprevious(), element.tail
+        before = parent.text if previous is None else previous.tail
+        if tail:
+            if previous is None:
+                parent.text = (before or "") + tail
+            else:
+                previous.tail = (before or "") + tail
+        undo.append((element, parent, previous, before))
+        parent.remove(element)  # its tail goes with it, and comes back with it
+    return undo
+
+
+def _reattach(undo: list[tuple]) -> None:
+    """Puts back what _detach removed: the tree is as it was before."""
+    for element, parent, previous, before in reversed(undo):
+        if previous is None:
+            parent.insert(0, element)
+            parent.text = before
+        else:
+            previous.addnext(element)
+            previous.tail = before
 
 
 def _raw_page(html: str, spare: Any = None) -> Any:
@@ -854,12 +1008,12 @@ def _escalate(raw: _RawPage, body: Any, text: str, options: Extractor) -> tuple[
     """trafilatura's recall escalation: the main pass (and in default mode the comparison) in
     recall mode, and in default mode a jusText candidate; the clearly longer result wins."""
     recall = _recall(options)
-    r_body, r_text = _extract_tree(copy(raw.tree), recall)
+    r_body, r_text = _extract_tree(copy(raw.tree), recall, lambda: copy(raw.tree))
     if not options.fast:
         r_body, r_text = _compare(raw, r_body, r_text, recall)
     j_text = ""
     if not options.fast:
-        j_body, j_text = _justext(copy(raw.tree), options)
+        j_body, j_text = _justext(raw.tree, options)
     if len(j_text) > len(r_text) and len(j_text) > ESCALATION_JUSTEXT_RATIO * len(text):
         return j_body, j_text
     if len(r_text) >= options.min_extracted_size and len(r_text) > ESCALATION_ACCEPT_RATIO * len(text):

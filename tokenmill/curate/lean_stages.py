@@ -10,6 +10,7 @@ against trafilatura's.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from copy import deepcopy
 from typing import Any
 
@@ -28,6 +29,13 @@ from trafilatura.htmlprocessing import (
 from trafilatura.settings import JUSTEXT_LANGUAGES, MANUALLY_CLEANED, MANUALLY_STRIPPED, Extractor
 from trafilatura.utils import LINK_FARM_RATIO, trim
 from trafilatura.xml import delete_element
+
+
+def collapsed_length(text: str) -> int:
+    """len(trafilatura.utils.trim(text)) without building the collapsed string (or hashing
+    the text for trim's cache)."""
+    words = text.split()
+    return sum(map(len, words)) + len(words) - 1 if words else 0
 
 
 def _link_holders(subtree: Any) -> set:
@@ -122,7 +130,9 @@ def _delete_by_link_density(
         if elem not in holders or (only is not None and elem not in only):
             continue
         result, short_with_links = link_density_test(elem, link_lengths)
-        if result or (backtracking and short_with_links and len(elem) >= 3 and len(trim(elem.text_content())) < 100):
+        if result or (
+            backtracking and short_with_links and len(elem) >= 3 and collapsed_length(elem.text_content()) < 100
+        ):
             # trafilatura keeps a paragraph holding a list item's content (GH #788)
             parent = elem.getparent()
             if tagname == "p" and parent is not None and parent.tag in ("item", "td", "th"):
@@ -142,12 +152,12 @@ def link_density_test(element: Any, link_lengths: dict) -> tuple[bool, bool]:
     links = element.findall(".//ref")
     if not links or element.find(".//graphic") is not None:
         return False, False
-    elemlen = len(trim(element.text_content()))
+    elemlen = collapsed_length(element.text_content())
     lengths = []
     for link in links:
         length = link_lengths.get(link)
         if length is None:
-            length = link_lengths[link] = len(trim(link.text_content()))
+            length = link_lengths[link] = collapsed_length(link.text_content())
         lengths.append(length)
     if len(links) == 1 and lengths[0] > 100 and lengths[0] > elemlen * 0.9:
         return True, False
@@ -201,15 +211,19 @@ class Paragraph(JustextParagraph):
         self.class_type = ""
 
 
-def make_paragraphs(root: Any) -> list[Paragraph]:
+def make_paragraphs(root: Any, skip: Callable[[Any], bool] | None = None) -> list[Paragraph]:
     """justext.core.ParagraphMaker.make_paragraphs: the blocks of text of `root`, each with its
     DOM path, link characters and tag count (the XPath of each, unused by the classification,
     is left out). `root` holds no comments or processing instructions (lean's parser drops
-    them), which the walk would skip with their tails."""
+    them), which the walk would skip with their tails. `skip`: the paragraphs of `root` once
+    the elements it selects are deleted (trafilatura.xml.delete_element: each one's tail joins
+    the text before it), without deleting them."""
     paragraphs: list[Paragraph] = []
     tags: list[str] = []
     paragraph = Paragraph("")
     link = br = False
+    # the text read last, and the tails of skipped elements that join it
+    pending: list[str] = []
 
     def new_paragraph() -> Paragraph:
         if paragraph.text_nodes:
@@ -218,9 +232,11 @@ def make_paragraphs(root: Any) -> list[Paragraph]:
                 paragraphs.append(paragraph)
         return Paragraph(".".join(tags))
 
-    def characters(content: str) -> None:
+    def characters() -> None:
         nonlocal br
-        if content.isspace():
+        content = "".join(pending)
+        pending.clear()
+        if not content or content.isspace():
             return
         text = normalize_whitespace(content)
         paragraph.text_nodes.append(text)
@@ -228,7 +244,17 @@ def make_paragraphs(root: Any) -> list[Paragraph]:
             paragraph.chars_count_in_links += len(text)
         br = False
 
-    for event, element in iterwalk(root, events=("start", "end")):
+    walk = iterwalk(root, events=("start", "end"))
+    skipped = None
+    for event, element in walk:
+        if event == "start" and skip is not None and element is not root and skip(element):
+            pending.append(element.tail or "")
+            walk.skip_subtree()
+            skipped = element
+            continue
+        if element is skipped:  # its end
+            continue
+        characters()
         name = element.tag.rpartition("}")[2]
         if event == "start":
             tags.append(name)
@@ -243,32 +269,30 @@ def make_paragraphs(root: Any) -> list[Paragraph]:
                 elif name == "a":
                     link = True
                 paragraph.tags_count += 1
-            if element.text:
-                characters(element.text)
+            pending.append(element.text or "")
         else:
             tags.pop()
             if name in PARAGRAPH_TAGS:
                 paragraph = new_paragraph()
             if name == "a":
                 link = False
-            if element.tail:
-                characters(element.tail)
+            pending.append(element.tail or "")
+    characters()
     new_paragraph()
     return paragraphs
 
 
-def justext_rescue(tree: Any, cleaning: list, options: Extractor) -> tuple[Any, str]:
-    """trafilatura.external.justext_rescue on `tree` (changed in place), given the elements
-    trafilatura's basic cleaning deletes from it (lean_html.basic_clean_matches)."""
-    for element in cleaning:
-        delete_element(element)
+def justext_rescue(tree: Any, options: Extractor, skip: Callable[[Any], bool] | None = None) -> tuple[Any, str]:
+    """trafilatura.external.justext_rescue on `tree`, given a predicate selecting the elements
+    trafilatura's basic cleaning deletes from it (lean_html's basic-clean rules): `tree` is
+    read as if they were deleted (see make_paragraphs), and left unchanged."""
     if options.lang in JUSTEXT_LANGUAGES:
         stoplist = get_stoplist(JUSTEXT_LANGUAGES[options.lang])
     else:
         stoplist = trafilatura_external.JT_STOPLIST or trafilatura_external.jt_stoplist_init()
     body = Element("body")
     try:
-        paragraphs = make_paragraphs(tree)
+        paragraphs = make_paragraphs(tree, skip)
         classify_paragraphs(paragraphs, stoplist, 50, 150, 0.1, 0.2, 0.25, True)
         revise_paragraph_classification(paragraphs, 150)
     except Exception:  # trafilatura's guard: jusText failing yields no text
