@@ -1,4 +1,5 @@
-"""Every `tokenmill curate ...` subcommand and `tokenmill inspect` describes itself and every option."""
+"""Every `tokenmill curate ...` subcommand and `tokenmill inspect` describes itself and every option;
+`inspect` of a directory that is not a stage says so in one line."""
 
 from __future__ import annotations
 
@@ -54,3 +55,20 @@ def test_help_shows_description_and_option_help_as_typed():
         timeout=120,
     )
     assert "fastText training epochs" in done.stdout and "held-out" in done.stdout
+
+
+def test_inspect_of_a_directory_that_is_no_stage_says_so_in_one_line(tmp_path, capsys):
+    from tokenmill.cli import main
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "torn").mkdir()
+    (tmp_path / "torn" / "manifest.json").write_text("{bad")
+    assert main(["inspect", str(tmp_path / "empty")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"tokenmill: error: {tmp_path / 'empty'} is not a stage directory: manifest.json is missing"
+    )
+    assert main(["inspect", str(tmp_path / "torn")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"tokenmill: error: {tmp_path / 'torn' / 'manifest.json'} is not valid JSON: "
+        "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+    )

@@ -4,7 +4,6 @@ holds `kept/`, `rejected/` and `manifest.json`."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -91,12 +90,7 @@ def check_document_columns(table_columns: list[str], where: str | Path) -> None:
 
 def read_manifest(stage_dir: str | Path) -> dict[str, Any]:
     path = storage.join(stage_dir, MANIFEST_FILE)
-    if not storage.exists(path):
-        raise TokenmillError(f"{stage_dir} is not a stage directory: {MANIFEST_FILE} is missing")
-    try:
-        return json.loads(storage.read_text(path))
-    except json.JSONDecodeError as error:
-        raise TokenmillError(f"{path} is not valid JSON: {error}") from None
+    return storage.read_json(path, missing=f"{stage_dir} is not a stage directory: {MANIFEST_FILE} is missing")
 
 
 def upstream_manifest(path: str | Path | list) -> dict[str, Any] | None:

@@ -294,6 +294,16 @@ def read_text(path: str | os.PathLike) -> str:
     return read_bytes(path).decode("utf-8")
 
 
+def read_json(path: str | os.PathLike, missing: str) -> Any:
+    """A JSON file's content; a missing file raises `missing`, invalid JSON says where, in one line."""
+    if not isfile(path):
+        raise TokenmillError(missing)
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as error:
+        raise TokenmillError(f"{path} is not valid JSON: {error}") from None
+
+
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write a whole file atomically (a local rename; a single PUT on object storage)."""
     if not is_url(path):

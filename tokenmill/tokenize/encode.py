@@ -436,12 +436,8 @@ def _versions() -> dict[str, str]:
 def read_shard_metadata(prefix: str | Path) -> dict[str, Any]:
     """The `PREFIX.json` written by `encode_documents`."""
     path = f"{prefix}.json"
-    if not storage.isfile(path):
-        raise TokenmillError(f"shard metadata not found: {path} (was {prefix} written by `tokenmill tokenize encode`?)")
-    try:
-        return json.loads(storage.read_text(path))
-    except json.JSONDecodeError as error:
-        raise TokenmillError(f"{path} is not valid JSON: {error}") from None
+    missing = f"shard metadata not found: {path} (was {prefix} written by `tokenmill tokenize encode`?)"
+    return storage.read_json(path, missing=missing)
 
 
 def verify_shard(prefix: str | Path) -> dict[str, str]:
