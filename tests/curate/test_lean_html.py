@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import trafilatura
 from justext.core import ParagraphMaker
+from justext.core import classify_paragraphs as justext_classify_paragraphs
 from justext.utils import normalize_whitespace as justext_normalize_whitespace
 from lxml.etree import strip_elements, tostring
 from trafilatura import xpaths
@@ -46,9 +47,11 @@ from tokenmill.curate.lean_html import (
 )
 from tokenmill.curate.lean_stages import (
     LINK_DENSITY_PASSES,
+    classify_paragraphs,
     make_paragraphs,
     normalize_whitespace,
     prune_by_link_density,
+    stopwords,
     tree_cleaning,
 )
 
@@ -267,6 +270,20 @@ def test_justext_paragraphs_read_past_deleted_elements(shared_data):
             delete_element(element)
         skipped = make_paragraphs(tree, partial(_basic_clean_match, consent={}))
         assert paragraph_fields(skipped) == paragraph_fields(ParagraphMaker.make_paragraphs(deleted))
+
+
+def test_justext_classification_is_justexts(shared_data):
+    pages = benchmark_html(shared_data, limit=60) + [
+        "<html><body><p>\u00a9 2024 the and of</p><select><option>the and of it is</option></select>"
+        "<p><a href='/'>a link that is long enough to be more than a quarter</a> of it</p></body></html>"
+    ]
+    stoplist = stopwords(None)
+    for html in pages:
+        paragraphs = make_paragraphs(load_tree(html))
+        classify_paragraphs(paragraphs, stoplist)
+        verdicts = [(p.cf_class, p.heading) for p in paragraphs]
+        justext_classify_paragraphs(paragraphs, stoplist, 50, 150, 0.1, 0.2, 0.25, True)
+        assert verdicts == [(p.cf_class, p.heading) for p in paragraphs]
 
 
 @pytest.mark.parametrize("text", ["", " ", "a  b", "a \t\n b", "\r", " x\x0b\x0c\x1c\x85y\u2028 \n\n z\xa0\u3000"])

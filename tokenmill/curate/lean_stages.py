@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from copy import deepcopy
+from functools import cache
 from typing import Any
 
-from justext.core import PARAGRAPH_TAGS, classify_paragraphs, revise_paragraph_classification
+from justext.core import PARAGRAPH_TAGS, revise_paragraph_classification
 from justext.paragraph import Paragraph as JustextParagraph
 from justext.utils import get_stoplist
 from lxml.etree import Element, SubElement, iterwalk, strip_tags
@@ -282,18 +283,50 @@ def make_paragraphs(root: Any, skip: Callable[[Any], bool] | None = None) -> lis
     return paragraphs
 
 
+@cache
+def stopwords(language: str | None) -> frozenset[str]:
+    """The lower-cased stoplist trafilatura gives jusText for a language of JUSTEXT_LANGUAGES
+    (None: every language's). jusText lower-cases it into a set on every call, which on the
+    all-language list (150,000 words) costs more than classifying a page."""
+    if language is None:
+        stoplist = trafilatura_external.JT_STOPLIST or trafilatura_external.jt_stoplist_init()
+    else:
+        stoplist = get_stoplist(language)
+    return frozenset(word.lower() for word in stoplist)
+
+
+def classify_paragraphs(paragraphs: list[Paragraph], stoplist: frozenset[str]) -> None:
+    """justext.core.classify_paragraphs with trafilatura's settings (lengths 50 and 150,
+    stopword densities 0.1 and 0.2, link density 0.25, no headings), given the lower-cased
+    stoplist; the stopwords are counted only where the verdict reads them."""
+    for paragraph in paragraphs:
+        text = paragraph.text
+        length = len(text)
+        paragraph.heading = False
+        if length and paragraph.chars_count_in_links / length > 0.25:
+            paragraph.cf_class = "bad"
+        elif "\xa9" in text or "&copy" in text or "select" in paragraph.dom_path:
+            paragraph.cf_class = "bad"
+        elif length < 50:
+            paragraph.cf_class = "bad" if paragraph.chars_count_in_links > 0 else "short"
+        else:
+            words = text.split()
+            density = sum(word.lower() in stoplist for word in words) / len(words) if words else 0
+            if density >= 0.2:
+                paragraph.cf_class = "good" if length > 150 else "neargood"
+            else:
+                paragraph.cf_class = "neargood" if density >= 0.1 else "bad"
+
+
 def justext_rescue(tree: Any, options: Extractor, skip: Callable[[Any], bool] | None = None) -> tuple[Any, str]:
     """trafilatura.external.justext_rescue on `tree`, given a predicate selecting the elements
     trafilatura's basic cleaning deletes from it (lean_html's basic-clean rules): `tree` is
     read as if they were deleted (see make_paragraphs), and left unchanged."""
-    if options.lang in JUSTEXT_LANGUAGES:
-        stoplist = get_stoplist(JUSTEXT_LANGUAGES[options.lang])
-    else:
-        stoplist = trafilatura_external.JT_STOPLIST or trafilatura_external.jt_stoplist_init()
+    stoplist = stopwords(JUSTEXT_LANGUAGES.get(options.lang))
     body = Element("body")
     try:
         paragraphs = make_paragraphs(tree, skip)
-        classify_paragraphs(paragraphs, stoplist, 50, 150, 0.1, 0.2, 0.25, True)
+        classify_paragraphs(paragraphs, stoplist)
         revise_paragraph_classification(paragraphs, 150)
     except Exception:  # trafilatura's guard: jusText failing yields no text
         return body, ""
