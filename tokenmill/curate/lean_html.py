@@ -102,7 +102,9 @@ DROPPED_TAGS = (
 )
 # What readability drops first (trafilatura.readability_lxml.Document.summary).
 SCRIPT_TAGS = ("script", "style", "fencedframe")
-_XML_INCOMPATIBLE = tuple(chr(c) for c in [*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF])
+# XML-incompatible characters but NUL, which the parser replaces (U+FFFD): looked for once NUL
+# is known absent (a NUL is the slowest to find in a 2-byte string, where most bytes are 0)
+_XML_INCOMPATIBLE = tuple(chr(c) for c in [*range(0x01, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF])
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>")
 _parser: Any = None
 
@@ -988,7 +990,8 @@ def _reattach(undo: list[tuple]) -> None:
 def _raw_page(html: str, spare: Any = None) -> Any:
     """The raw-pruned page as trafilatura's later passes see it (left unchanged by them):
     `spare`, the copy of the page parsed as it stands, unless an attribute or a script holds
-    characters that trafilatura's repair removes before parsing."""
+    characters that trafilatura's repair removes before parsing (a spare page holds no NUL:
+    see _main_tree_and_spare)."""
     if spare is not None and not any(char in html for char in _XML_INCOMPATIBLE):
         return spare
     raw = load_tree(html)
