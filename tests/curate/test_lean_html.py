@@ -139,11 +139,13 @@ def test_lean_text_is_trafilatura_text_on_the_raw_page(shared_data):
             assert (extract_text(html, fast=fast) or "").strip() == expected.strip()
 
 
-# Dropped elements first in their parent, in a row, nested, holding scripts, with and without tails.
+# Dropped elements first in their parent, in a row, nested, holding scripts, with and without
+# tails; a fenced frame holding scripts.
 DROPPED_CORNERS = (
     "<html><head><title>T</title><script>s</script></head><body>lead<nav>n<script>x</script></nav>after"
     "<p><script>a</script><style>b</style>c<svg><g/></svg><button>b</button>d<span>e</span><iframe/></p>"
-    "<div><footer><aside>f</aside>g</footer></div>end<script>z</script></body></html>"
+    "<div><footer><aside>f</aside>g</footer></div>end<fencedframe>q<script>r</script>t<style>u</style>"
+    "</fencedframe>v<script>z</script></body></html>"
 )
 
 

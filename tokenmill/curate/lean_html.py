@@ -929,7 +929,7 @@ def _main_tree_and_spare(html: str, tree: Any, fast: bool) -> tuple[str, Any, An
     # in default mode half the pages need the raw page, and copying it costs a quarter of
     # parsing it again (fast mode rarely needs it: parsed then). The dropped subtrees (half
     # the nodes) are detached for the copy and put back, so only the main pass's tree is copied.
-    scripts = None if fast else _detach(tree, SCRIPT_TAGS)
+    scripts = None if fast else _detach(_outermost_scripts(tree))
     if fast:
         strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
     page_text = tree.text_content()
@@ -946,22 +946,35 @@ def _main_tree_and_spare(html: str, tree: Any, fast: bool) -> tuple[str, Any, An
         page_bound = page_text_bound(tree, page_chars)
         strip_elements(tree, *DROPPED_TAGS, with_tail=False)
         return html, tree, None, page_chars, page_bound
-    dropped = _detach(tree, DROPPED_TAGS)
+    dropped = _detach(_outermost(tree, DROPPED_TAGS))
     main = deepcopy(tree)
     _reattach(dropped)
     _reattach(scripts)
     return html, main, tree, page_chars, None
 
 
-def _detach(tree: Any, tags: tuple[str, ...]) -> list[tuple]:
-    """Removes the elements of `tags` (with their subtrees) from `tree` as strip_elements(tree,
-    *tags, with_tail=False) does, each one's tail joining the text before it, and returns what
-    _reattach needs to undo it."""
+def _outermost(tree: Any, tags: tuple[str, ...]) -> list:
+    """The elements of `tags` in `tree` that are not inside another one, in document order."""
     walk = etree.iterwalk(tree, events=("start",), tag=tags)
     outermost = []
     for _, element in walk:
         outermost.append(element)
         walk.skip_subtree()
+    return outermost
+
+
+def _outermost_scripts(tree: Any) -> list:
+    """_outermost(tree, SCRIPT_TAGS), faster: the parser gives scripts and styles only text, so
+    unless a fenced frame holds elements none is inside another, and a plain iteration (half
+    the cost of a walk) finds them."""
+    found = list(tree.iter(*SCRIPT_TAGS))
+    return _outermost(tree, SCRIPT_TAGS) if any(len(element) for element in found) else found
+
+
+def _detach(outermost: list) -> list[tuple]:
+    """Removes `outermost` (elements of a tree, none inside another, in document order) with
+    their subtrees as strip_elements(tree, *their tags, with_tail=False) does, each one's tail
+    joining the text before it, and returns what _reattach needs to undo it."""
     undo = []
     for element in outermost:
         parent, previous, tail = element.getparent(), element.getprevious(), element.tail
