@@ -34,6 +34,7 @@ from tokenmill.curate.lean_html import (
     _load_page,
     _main_tree_and_spare,
     _readability,
+    _reattach,
     _unlikely_candidates,
     basic_clean_matches,
     content_frame,
@@ -156,8 +157,9 @@ def test_main_tree_is_the_stripped_page_and_the_spare_the_page(shared_data):
         stripped = deepcopy(tree)
         strip_elements(stripped, *SCRIPT_TAGS, with_tail=False)
         strip_elements(stripped, *DROPPED_TAGS, with_tail=False)
-        _, main, spare, _, _ = _main_tree_and_spare(html, tree, fast=False)
+        _, main, spare, scripts, _, _ = _main_tree_and_spare(html, tree, fast=False)
         assert tostring(main) == tostring(stripped)
+        _reattach(scripts)
         assert tostring(spare) == page
 
 

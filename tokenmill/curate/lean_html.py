@@ -739,7 +739,9 @@ def external_may_win(body: Any, text: str, reach: int, options: Extractor) -> bo
 # trafilatura's default mode or its fast mode. The main pass runs on the pre-stripped tree; the
 # later passes, for the pages whose result they can change, on the unstripped page trafilatura
 # sees: in default mode a copy kept before stripping (half the pages need it, and a copy costs
-# a quarter of a parse), in fast mode (a page in ten needs it) the page parsed again.
+# a quarter of a parse), in fast mode (a page in ten needs it) the page parsed again. The kept
+# copy's scripts and styles stay out until the baseline reads them (JSON-LD): every other pass
+# drops them first, their tails joining the text before them as they do when detached.
 
 OPTIONS = Extractor(output_format="txt", fast=False, comments=False)
 FAST_OPTIONS = Extractor(output_format="txt", fast=True, comments=False)
@@ -831,10 +833,18 @@ class _RawPage:
     it once: readability's unlikely candidates, and readability's result, which the recall
     retry's comparison needs again."""
 
-    def __init__(self, tree: Any) -> None:
+    def __init__(self, tree: Any, scripts: list[tuple] | None = None) -> None:
         self.tree = tree
+        self._scripts = scripts  # the page's detached scripts and styles (see _detach)
         self._unlikely: list | None = None
         self._readability: tuple[str | None, str] | None = None
+
+    def with_scripts(self) -> Any:
+        """The page with its scripts and styles."""
+        if self._scripts is not None:
+            _reattach(self._scripts)
+            self._scripts = None
+        return self.tree
 
     @property
     def unlikely(self) -> list:
@@ -894,25 +904,25 @@ def extract_text(html: str, fast: bool = False) -> str | None:
     if tree is None:
         return None
     options = FAST_OPTIONS if fast else OPTIONS
-    html, tree, spare, page_chars, page_bound = _main_tree_and_spare(html, tree, fast)
+    html, tree, spare, scripts, page_chars, page_bound = _main_tree_and_spare(html, tree, fast)
     twin = None if spare is None else lambda: _main_tree(deepcopy(spare))
     body, text = _extract_tree(tree, options, twin)  # consumes the tree
     raw = None
     if not fast and external_may_win(body, text, page_chars, options):
-        raw = _RawPage(_raw_page(html, spare))
+        raw = _raw_page(html, spare, scripts)
         if external_may_win(body, text, readability_reach(raw.tree, page_chars, raw.unlikely), options):
             body, text = _compare(raw, body, text, options)
     # baseline rescue on the raw page, kept only if it adds text
     if len(text) < options.min_extracted_size:
-        raw = raw or _RawPage(_raw_page(html, spare))
-        b_body, b_text, b_len = baseline(raw.tree)  # baseline copies its input
+        raw = raw or _raw_page(html, spare, scripts)
+        b_body, b_text, b_len = baseline(raw.with_scripts())  # baseline copies its input
         if b_len > len(text):
             body, text = b_body, b_text
     # a short extraction covering little of the page: retry in recall mode
     if 0 < len(text) < ESCALATION_MAX_LENGTH and len(text) < ESCALATION_PAGE_SHARE * (
         page_text_bound(spare, page_chars) if page_bound is None else page_bound
     ):
-        raw = raw or _RawPage(_raw_page(html, spare))
+        raw = raw or _raw_page(html, spare, scripts)
         if len(text) < ESCALATION_PAGE_SHARE * page_text_length(raw.tree):
             body, text = _escalate(raw, body, text, options)
     if len(text) < options.min_output_size:
@@ -920,10 +930,11 @@ def extract_text(html: str, fast: bool = False) -> str | None:
     return normalize_unicode(xmltotxt(body, options.formatting).strip())
 
 
-def _main_tree_and_spare(html: str, tree: Any, fast: bool) -> tuple[str, Any, Any, int, int]:
+def _main_tree_and_spare(html: str, tree: Any, fast: bool) -> tuple[str, Any, Any, list | None, int, int]:
     """From the raw-pruned page: the HTML (repaired where XML-incompatible characters are
     found), the tree the main pass reads (without the subtrees it drops), the raw page kept
-    for the later passes (None: parsed again if needed), and the page's collapsed text length
+    for the later passes (None: parsed again if needed) without its scripts and styles, what
+    puts them back (see _detach), and the page's collapsed text length
     (scripts and styles left out) with page_text_bound's bound where no page is kept (None:
     found on the kept page by the pages that need it)."""
     # in default mode half the pages need the raw page, and copying it costs a quarter of
@@ -945,12 +956,11 @@ def _main_tree_and_spare(html: str, tree: Any, fast: bool) -> tuple[str, Any, An
     if scripts is None:
         page_bound = page_text_bound(tree, page_chars)
         strip_elements(tree, *DROPPED_TAGS, with_tail=False)
-        return html, tree, None, page_chars, page_bound
+        return html, tree, None, None, page_chars, page_bound
     dropped = _detach(_outermost(tree, DROPPED_TAGS))
     main = deepcopy(tree)
     _reattach(dropped)
-    _reattach(scripts)
-    return html, main, tree, page_chars, None
+    return html, main, tree, scripts, page_chars, None
 
 
 def _outermost(tree: Any, tags: tuple[str, ...]) -> list:
@@ -1000,16 +1010,16 @@ def _reattach(undo: list[tuple]) -> None:
             previous.tail = before
 
 
-def _raw_page(html: str, spare: Any = None) -> Any:
+def _raw_page(html: str, spare: Any = None, scripts: list[tuple] | None = None) -> _RawPage:
     """The raw-pruned page as trafilatura's later passes see it (left unchanged by them):
-    `spare`, the copy of the page parsed as it stands, unless an attribute or a script holds
-    characters that trafilatura's repair removes before parsing (a spare page holds no NUL:
-    see _main_tree_and_spare)."""
+    `spare`, the copy of the page parsed as it stands (`scripts` puts back its scripts and
+    styles), unless an attribute or a script holds characters that trafilatura's repair removes
+    before parsing (a spare page holds no NUL: see _main_tree_and_spare)."""
     if spare is not None and not any(char in html for char in _XML_INCOMPATIBLE):
-        return spare
+        return _RawPage(spare, scripts)
     raw = load_tree(html)
     prune_raw_tree(raw)
-    return raw
+    return _RawPage(raw)
 
 
 def _load_page(html: str) -> Any:
