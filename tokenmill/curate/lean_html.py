@@ -574,22 +574,25 @@ def readability_reach(tree: Any, page_chars: int, unlikely: list) -> int:
     len(trim(R)) - 1. `unlikely`: _unlikely_candidates(tree), the outermost removed elements
     (their text holds their descendants'). A candidate holding a script is
     counted by its script-free children, one in a script (not in `page_chars`) not at all."""
-    scripted = _holders(tree, SCRIPT_TAGS)
+    # one pass finds the iframes and the scripts (none on the kept page: see _main_tree_and_spare)
+    found = list(tree.iter("iframe", *SCRIPT_TAGS))
+    scripts = [element for element in found if element.tag != "iframe"]
+    scripted = _holders(scripts)
     # the elements in a script (HTML gives scripts and styles no child elements: rarely any)
-    in_script = {inner for element in tree.iter(*SCRIPT_TAGS) for inner in element.iterdescendants()}
+    in_script = {inner for element in scripts for inner in element.iterdescendants()}
     reach = page_chars
     for element in unlikely:
         if element.tag in SCRIPT_TAGS or element in in_script:
             continue
         for run in _script_free(element, scripted):
             reach -= max(collapsed_length(run.text_content()) - 1, 0)
-    return reach + _VIDEO_MARK * len(tree.findall(".//iframe"))
+    return reach + _VIDEO_MARK * (len(found) - len(scripts))
 
 
-def _holders(tree: Any, tags: tuple[str, ...]) -> set:
-    """The elements of `tree` with a descendant of one of `tags`."""
+def _holders(elements: list) -> set:
+    """The ancestors of `elements`."""
     holders: set = set()
-    for element in tree.iter(*tags):
+    for element in elements:
         parent = element.getparent()
         while parent is not None and parent not in holders:
             holders.add(parent)
