@@ -49,6 +49,8 @@ from tokenmill.curate.lean_html import (
 from tokenmill.curate.lean_stages import (
     LINK_DENSITY_PASSES,
     classify_paragraphs,
+    collapsed_length,
+    collapsed_length_below,
     make_paragraphs,
     normalize_whitespace,
     prune_by_link_density,
@@ -246,6 +248,16 @@ def test_link_density_pruning_is_trafilaturas(shared_data):
             for tag, backtracking in LINK_DENSITY_PASSES:
                 trafilatura_delete_by_link_density(expected, tag, backtracking)
         assert tostring(prune_by_link_density(tree)) == tostring(expected)
+
+
+def test_collapsed_length_below_a_bound_is_exact_below_it(shared_data):
+    indented = "\n" + "".join(f"{' ' * 40}word{i}\n" for i in range(300))
+    texts = [indented, " " * 5000 + "x", "y" * 5000]
+    for html in benchmark_html(shared_data, limit=5):
+        texts += [element.text_content() for element in parse_html(html).iter("body", "div", "p", "ul")]
+    for text, bound in itertools.product(texts, (30, 60, 100, 300, 1000)):
+        exact, bounded = collapsed_length(text), collapsed_length_below(text, bound)
+        assert bounded == exact if exact < bound else bounded >= bound
 
 
 def paragraph_fields(paragraphs) -> list[tuple]:

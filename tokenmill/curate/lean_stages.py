@@ -39,6 +39,20 @@ def collapsed_length(text: str) -> int:
     return sum(map(len, words)) + len(words) - 1 if words else 0
 
 
+def collapsed_length_below(text: str, bound: int) -> int:
+    """collapsed_length(text) where it is below `bound`, else a length of at least `bound`.
+    Most texts a bound is asked of are long: growing prefixes are measured first (the
+    collapsed prefix of a text is a prefix of the collapsed text); indentation can make a
+    page's text mostly whitespace, hence the growth."""
+    prefix_size = 2 * bound + 64
+    while 2 * prefix_size < len(text):
+        length = collapsed_length(text[:prefix_size])
+        if length >= bound:
+            return length
+        prefix_size *= 4
+    return collapsed_length(text)
+
+
 def _link_holders(subtree: Any) -> set:
     """The elements of `subtree` (itself included) with a <ref> descendant."""
     holders: set = set()
@@ -153,19 +167,25 @@ def link_density_test(element: Any, link_lengths: dict) -> tuple[bool, bool]:
     links = element.findall(".//ref")
     if not links or element.find(".//graphic") is not None:
         return False, False
-    elemlen = collapsed_length(element.text_content())
     lengths = []
     for link in links:
         length = link_lengths.get(link)
         if length is None:
             length = link_lengths[link] = collapsed_length(link.text_content())
         lengths.append(length)
-    if len(links) == 1 and lengths[0] > 100 and lengths[0] > elemlen * 0.9:
-        return True, False
     if element.tag == "p":
         limitlen = 60 if element.getnext() is None else 30
     else:
         limitlen = 300 if element.getnext() is None else 100
+    # the element's length is compared with these bounds only: known exactly below the largest
+    bound = limitlen
+    if len(links) == 1 and lengths[0] > 100:
+        bound = max(bound, int(lengths[0] / 0.9) + 1)
+    elif len(links) > 4:
+        bound = max(bound, int(sum(lengths) / LINK_FARM_RATIO) + 1)
+    elemlen = collapsed_length_below(element.text_content(), bound)
+    if len(links) == 1 and lengths[0] > 100 and lengths[0] > elemlen * 0.9:
+        return True, False
     if elemlen < limitlen:
         lengths = [length for length in lengths if length]
         if not lengths:
