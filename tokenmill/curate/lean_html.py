@@ -112,7 +112,8 @@ _parser: Any = None
 def _html_parser() -> Any:
     global _parser
     if _parser is None:
-        _parser = etree.HTMLParser(remove_comments=True, remove_pis=True, default_doctype=False)
+        # no ID table: nothing looks elements up by ID, and building it is 5% of the parse
+        _parser = etree.HTMLParser(remove_comments=True, remove_pis=True, default_doctype=False, collect_ids=False)
         # lxml.html's own parser picks each element's class in a Python callback; a fixed class
         # (trafilatura needs HtmlElement's text_content) is chosen in C.
         _parser.set_element_class_lookup(etree.ElementDefaultClassLookup(element=lxml_html.HtmlElement))
@@ -311,13 +312,26 @@ def _section_verdict(tag: str, attrib: dict[str, str]) -> tuple[bool, bool, bool
     )
 
 
+def _outermost_listed(elements: list) -> list:
+    """The elements of `elements` (document order) inside none of the others. An element
+    inside another comes after it, so the descendants of those kept are all it is checked
+    against."""
+    outermost: list = []
+    inside: set = set()
+    for element in elements:
+        if element not in inside:
+            outermost.append(element)
+            if len(element):
+                inside.update(element.iterdescendants())
+    return outermost
+
+
 def prune_sections(tree: Any, potential_tags: set[str], options: Extractor, keep_teasers: bool = False) -> Any:
     """trafilatura.main_extractor.prune_unwanted_sections for the balanced and recall focus."""
     boilerplate, captions, teasers = section_matches(tree)
     # trafilatura's guard: prune nothing when that would remove more than 6/7 of the text
     if boilerplate:
-        matched = set(boilerplate)
-        outer = [e for e in boilerplate if not any(a in matched for a in e.iterancestors())]
+        outer = _outermost_listed(boilerplate)
         old_len = len(tree.text_content())
         if old_len - sum(len(e.text_content()) for e in outer) > old_len / 7:
             _delete_all(outer)
