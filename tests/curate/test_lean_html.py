@@ -16,7 +16,7 @@ import trafilatura
 from justext.core import ParagraphMaker
 from justext.core import classify_paragraphs as justext_classify_paragraphs
 from justext.utils import normalize_whitespace as justext_normalize_whitespace
-from lxml.etree import strip_elements, tostring
+from lxml.etree import SubElement, strip_elements, tostring
 from trafilatura import xpaths
 from trafilatura.baseline import html2txt
 from trafilatura.external import try_readability
@@ -24,13 +24,14 @@ from trafilatura.htmlprocessing import convert_tags
 from trafilatura.htmlprocessing import delete_by_link_density as trafilatura_delete_by_link_density
 from trafilatura.htmlprocessing import tree_cleaning as trafilatura_tree_cleaning
 from trafilatura.settings import BASIC_CLEAN_XPATH
-from trafilatura.xml import delete_element
+from trafilatura.xml import delete_element, xmltotxt
 
 from tokenmill.curate.lean_html import (
     DROPPED_TAGS,
     OPTIONS,
     SCRIPT_TAGS,
     _basic_clean_match,
+    _extract_tree,
     _load_page,
     _main_tree_and_spare,
     _readability,
@@ -56,6 +57,7 @@ from tokenmill.curate.lean_stages import (
     prune_by_link_density,
     stopwords,
     tree_cleaning,
+    xml_text,
 )
 
 
@@ -337,3 +339,12 @@ def test_readability_given_its_candidates_is_trafilaturas(shared_data):
         strip_elements(page, *SCRIPT_TAGS, with_tail=False)
         reach = readability_reach(raw, len(" ".join(page.text_content().split())), unlikely)
         assert len(" ".join(expected.text_content().split())) <= reach
+
+
+def test_result_text_is_xmltotxts(shared_data):
+    bodies = [_extract_tree(parse_html(html), OPTIONS)[0] for html in benchmark_html(shared_data, limit=40)]
+    corners = bodies[0]
+    for text in ("\tsoft\xadhyphen \u200bzero-width &nbsp;x\u2424 &#10;&#13;", "\u2028 \ufeff", "", "\x85 plain\t\n\n"):
+        SubElement(corners, "p").text = text
+    for body in bodies:
+        assert xml_text(deepcopy(body), False) == xmltotxt(body, False)

@@ -70,9 +70,15 @@ from trafilatura.utils import (
     text_chars_test,
     trim,
 )
-from trafilatura.xml import delete_element, xmltotxt
+from trafilatura.xml import delete_element
 
-from tokenmill.curate.lean_stages import collapsed_length, justext_rescue, prune_by_link_density, tree_cleaning
+from tokenmill.curate.lean_stages import (
+    collapsed_length,
+    justext_rescue,
+    prune_by_link_density,
+    tree_cleaning,
+    xml_text,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Parsing
@@ -944,7 +950,7 @@ def extract_text(html: str, fast: bool = False) -> str | None:
             body, text = _escalate(raw, body, text, options)
     if len(text) < options.min_output_size:
         return None
-    return normalize_unicode(xmltotxt(body, options.formatting).strip())
+    return normalize_unicode(xml_text(body, options.formatting).strip())
 
 
 def _main_tree_and_spare(html: str, tree: Any, fast: bool) -> tuple[str, Any, Any, list | None, int, int]:

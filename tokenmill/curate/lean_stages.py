@@ -28,8 +28,8 @@ from trafilatura.htmlprocessing import (
     recover_math,
 )
 from trafilatura.settings import JUSTEXT_LANGUAGES, MANUALLY_CLEANED, MANUALLY_STRIPPED, Extractor
-from trafilatura.utils import LINK_FARM_RATIO, trim
-from trafilatura.xml import delete_element
+from trafilatura.utils import LINK_FARM_RATIO, remove_control_characters, trim
+from trafilatura.xml import delete_element, process_element, unescape, xmltotxt
 
 
 def collapsed_length(text: str) -> int:
@@ -354,3 +354,32 @@ def justext_rescue(tree: Any, options: Extractor, skip: Callable[[Any], bool] | 
         if not paragraph.is_boilerplate:
             SubElement(body, "p").text = paragraph.text
     return body, trim(" ".join(body.itertext()))
+
+
+# ---------------------------------------------------------------------------------------------
+# The result as text: trafilatura.xml.xmltotxt, whose clean-up of each line (utils.sanitize with
+# preserve_space) walks a line character by character unless it is all printable, and a line
+# holding a tab or other whitespace is not.
+
+
+def xml_text(body: Any, formatting: bool) -> str:
+    """trafilatura.xml.xmltotxt(body, formatting)."""
+    if formatting:
+        return xmltotxt(body, formatting)
+    parts: list[str] = []
+    process_element(body, parts, False)
+    return unescape(sanitize_keeping_space("".join(parts)))
+
+
+def sanitize_keeping_space(text: str) -> str:
+    """trafilatura.utils.sanitize(text, preserve_space=True): space entities decoded,
+    characters neither printable nor whitespace removed, empty lines dropped."""
+    lines = []
+    for line in text.splitlines():
+        if "&" in line:
+            line = line.replace("&#13;", "\r").replace("&#10;", "\n").replace("&nbsp;", "\u00a0")
+        if not (line.isprintable() or "".join(line.split()).isprintable()):
+            line = remove_control_characters(line)
+        if line:
+            lines.append(line)
+    return "\n".join(lines).replace("\u2424", "")
