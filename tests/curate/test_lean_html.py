@@ -19,6 +19,7 @@ from justext.utils import normalize_whitespace as justext_normalize_whitespace
 from lxml.etree import SubElement, strip_elements, tostring
 from trafilatura import xpaths
 from trafilatura.baseline import html2txt
+from trafilatura.external import sanitize_tree as trafilatura_sanitize_tree
 from trafilatura.external import try_readability
 from trafilatura.htmlprocessing import convert_tags
 from trafilatura.htmlprocessing import delete_by_link_density as trafilatura_delete_by_link_density
@@ -36,6 +37,7 @@ from tokenmill.curate.lean_html import (
     _main_tree_and_spare,
     _readability,
     _reattach,
+    _recall,
     _unlikely_candidates,
     basic_clean_matches,
     content_frame,
@@ -55,6 +57,7 @@ from tokenmill.curate.lean_stages import (
     make_paragraphs,
     normalize_whitespace,
     prune_by_link_density,
+    sanitize_tree,
     stopwords,
     tree_cleaning,
     xml_text,
@@ -339,6 +342,11 @@ def test_readability_given_its_candidates_is_trafilaturas(shared_data):
         strip_elements(page, *SCRIPT_TAGS, with_tail=False)
         reach = readability_reach(raw, len(" ".join(page.text_content().split())), unlikely)
         assert len(" ".join(expected.text_content().split())) <= reach
+        # and its clean-up, when it wins, is trafilatura's
+        for options in (OPTIONS, _recall(OPTIONS)):
+            body, text = sanitize_tree(deepcopy(expected), options)
+            expected_body, expected_text = trafilatura_sanitize_tree(deepcopy(expected), options)
+            assert (tostring(body), text) == (tostring(expected_body), expected_text)
 
 
 def test_result_text_is_xmltotxts(shared_data):

@@ -41,7 +41,6 @@ from trafilatura.external import (
     JUSTEXT_OVERRIDE_RATIO,
     SANITIZED_XPATH,
     _prefer_readability,
-    sanitize_tree,
 )
 from trafilatura.htmlprocessing import (
     convert_tags,
@@ -76,6 +75,7 @@ from tokenmill.curate.lean_stages import (
     collapsed_length,
     justext_rescue,
     prune_by_link_density,
+    sanitize_tree,
     tree_cleaning,
     xml_text,
 )

@@ -23,13 +23,15 @@ from trafilatura import external as trafilatura_external
 from trafilatura.htmlprocessing import (
     PRESERVE_IMG_CLEANING,
     _handle_forms,
+    convert_tags,
     is_paragraph_listing,
     prune_html,
     recover_math,
 )
+from trafilatura.main_extractor import handle_image
 from trafilatura.settings import JUSTEXT_LANGUAGES, MANUALLY_CLEANED, MANUALLY_STRIPPED, Extractor
 from trafilatura.utils import LINK_FARM_RATIO, remove_control_characters, trim
-from trafilatura.xml import delete_element, process_element, unescape, xmltotxt
+from trafilatura.xml import TEI_VALID_TAGS, delete_element, process_element, unescape, xmltotxt
 
 
 def collapsed_length(text: str) -> int:
@@ -110,6 +112,33 @@ def tree_cleaning(tree: Any, options: Extractor) -> Any:
     if clean_forms:
         _handle_forms(tree)
     return prune_html(tree, options.focus)
+
+
+def sanitize_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
+    """trafilatura.external.sanitize_tree (the clean-up of readability's result) with the
+    tree_cleaning above; adapted from trafilatura 2.3.1 (Apache License 2.0)."""
+    cleaned_tree = tree_cleaning(tree, options)
+    strip_tags(cleaned_tree, "span", *(() if options.links else ("a",)))
+    cleaned_tree = convert_tags(cleaned_tree, options, options.url)
+    for elem in list(cleaned_tree.iter("graphic")):
+        image = handle_image(elem, options)
+        if image is None:
+            delete_element(elem)
+        else:
+            elem.attrib.clear()
+            elem.attrib.update(image.attrib)
+    # the first row holding a <th> in each table is its head
+    seen_groups: set = set()
+    for row in cleaned_tree.iter("tr"):
+        parent = row.getparent()
+        if parent not in seen_groups and row.find("th") is not None:
+            seen_groups.add(parent)
+            for cell in row.iterchildren("th"):
+                cell.set("role", "head")
+    for elem in cleaned_tree.iter("td", "th", "tr"):
+        elem.tag = "row" if elem.tag == "tr" else "cell"
+    strip_tags(cleaned_tree, *({str(elem.tag) for elem in cleaned_tree.iter("*")} - TEI_VALID_TAGS))
+    return cleaned_tree, trim(" ".join(cleaned_tree.itertext()))
 
 
 # the link-density passes of prune_unwanted_sections, in order: (tag, backtracking)
