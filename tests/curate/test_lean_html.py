@@ -201,6 +201,11 @@ RESCUED_PAGES = {
     + f"<nav>{LINKS}</nav><article><h1>Bridge\x07 vote</h1>"
     + STORY.replace("bridge", "bri\x07dge")
     + "</article><footer>(c) 2024</footer></body></html>",
+    # NUL characters, which the parser would keep as U+FFFD, in a page of 2-byte characters
+    "NUL characters": HEAD
+    + f"<nav>{LINKS}</nav><article class='sto\x00ry'><h1>Bridge\x00 vote, 2\u202f000 \u20ac</h1>"
+    + STORY.replace("bridge", "bri\x00dge")
+    + "</article><footer>(c) 2024</footer></body></html>",
     # a script-rendered page whose article is only in <noscript>
     "article in noscript": HEAD + f"<nav>{LINKS}</nav><div id='app'></div><noscript><article>{STORY}</article>"
     "</noscript><footer>(c) 2024</footer></body></html>",

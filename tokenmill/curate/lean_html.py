@@ -111,6 +111,8 @@ SCRIPT_TAGS = ("script", "style", "fencedframe")
 # XML-incompatible characters but NUL, which the parser replaces (U+FFFD): looked for once NUL
 # is known absent (a NUL is the slowest to find in a 2-byte string, where most bytes are 0)
 _XML_INCOMPATIBLE = tuple(chr(c) for c in [*range(0x01, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF])
+# str.find looks for a NUL in a 2-byte string a character at a time; a regex, twice as fast
+_NUL = re.compile("\x00")
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>")
 _parser: Any = None
 
@@ -970,7 +972,7 @@ def _main_tree_and_spare(html: str, tree: Any, fast: bool) -> tuple[str, Any, An
     # XML-incompatible characters: trafilatura removes them before parsing. Found faster in the
     # page's text than in its HTML (the text is what reaches lxml's checks); a NUL may end the
     # parse, so it is looked for in the HTML.
-    if "\x00" in html or any(char in page_text for char in _XML_INCOMPATIBLE):
+    if _NUL.search(html) or any(char in page_text for char in _XML_INCOMPATIBLE):
         html = INVALID_XML_CHARS.sub("", html)
         tree, scripts = _load_page(html), None
         strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
