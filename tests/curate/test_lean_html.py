@@ -101,7 +101,7 @@ ID_VALUES = (
 CLASS_VALUES = (
     "|Cookie-Banner|site-footer|post|entry|Comments|comment-body|post-comments|share-bar|elementor-share-buttons|x hidden|hide-print"
     "|cookie-notice|widget|Byline|post-content|fulltext Body|article |Page-Content|content_main|main-wrap"
-    "|story|tags|caption|TeaserBox"
+    "|story|tags|caption|TeaserBox|ONETRUST-pc|con\u017fent-banner|coo\u212aie-bar"
 ).split("|")
 OTHER_ATTRIBUTES = (
     '| style="display:none"| style="color: red; hidden"| aria-hidden="true"| role="Navigation"| role="article"'

@@ -680,20 +680,39 @@ def basic_clean_matches(root: Any) -> list:
 def _basic_clean_match(element: Any, consent: dict[str, bool]) -> bool:
     """Whether BASIC_CLEAN_XPATH selects `element`; `consent` caches the cookie-consent
     verdicts per class or id value."""
-    if element.tag in _BASIC_CLEAN_TAGS:
+    tag = element.tag
+    if tag in _BASIC_CLEAN_TAGS:
         return True
     class_, id_ = element.get("class"), element.get("id")
-    if class_ is None and id_ is None:
-        return False
-    if element.tag == "div" and class_ is not None and id_ is not None:
-        footer = "footer" in _first_of(element.attrib, "class", "id")
-    else:
-        footer = element.tag == "div" and "footer" in (class_ if id_ is None else id_)
-    return footer or any(
-        value is not None
-        and (consent[value] if value in consent else consent.setdefault(value, bool(_COOKIE_CONSENT.search(value))))
-        for value in (class_, id_)
+    if class_ is None:
+        if id_ is None:
+            return False
+        return (tag == "div" and "footer" in id_) or _cookie_consent(id_, consent)
+    if id_ is None:
+        return (tag == "div" and "footer" in class_) or _cookie_consent(class_, consent)
+    return (
+        (tag == "div" and "footer" in _first_of(element.attrib, "class", "id"))
+        or _cookie_consent(class_, consent)
+        or _cookie_consent(id_, consent)
     )
+
+
+# every alternative of COOKIE_CONSENT_RE holds one of these words
+_COOKIE_CONSENT_HINT = re.compile("cookie|consent|borlabs|cmplz|onetrust|moove")
+
+
+def _cookie_consent(value: str, consent: dict[str, bool]) -> bool:
+    """Whether COOKIE_CONSENT_RE matches `value`, case ignored (cached in `consent`). An ASCII
+    value without any of its words is no match; other values go to the pattern, whose
+    ignored case also matches letters such as U+017F (long s) to ASCII ones."""
+    verdict = consent.get(value)
+    if verdict is None:
+        if value.isascii():
+            verdict = _COOKIE_CONSENT_HINT.search(value.lower()) is not None and bool(_COOKIE_CONSENT.search(value))
+        else:
+            verdict = bool(_COOKIE_CONSENT.search(value))
+        consent[value] = verdict
+    return verdict
 
 
 def page_text_length(raw: Any) -> int:
@@ -701,44 +720,45 @@ def page_text_length(raw: Any) -> int:
     html2txt deletes what BASIC_CLEAN_XPATH selects (a deleted element's tail joins the text
     before it), puts a space before the text and the tail of each block element, control
     characters removed from those, and collapses the text. Here one walk skips the deleted
-    subtrees and collects the same text runs, in order."""
+    subtrees and collects the same pieces of text, in order."""
     body = raw.find(".//body")
     root = raw if body is None else body
     consent: dict[str, bool] = {}
-    runs: list[str] = []
-    # the text run being collected: whose text or tail it is, and its parts
-    owner, parts = root, [root.text or ""]
+    pieces: list[str] = []
+    # whether the text read now (an element's text or tail, and the tails of deleted elements
+    # that join it) belongs to a block element
+    block = False
     walk = etree.iterwalk(root, events=("start", "end"))
     skipped = None
     for event, element in walk:
-        if element is root:
-            continue
         if event == "start":
-            if _basic_clean_match(element, consent):
-                parts.append(element.tail or "")
+            if element is not root and _basic_clean_match(element, consent):
+                text = element.tail
                 walk.skip_subtree()
                 skipped = element
-                continue
-            runs.append(_spaced_run(owner, parts))
-            owner, parts = element, [element.text or ""]
-        elif element is not skipped:
-            runs.append(_spaced_run(owner, parts))
-            owner, parts = element, [element.tail or ""]
-    runs.append(_spaced_run(owner, parts))
-    return collapsed_length("".join(runs))
+            else:
+                block = element.tag in BASELINE_BLOCK_ELEMS
+                if block:
+                    pieces.append(" ")
+                text = element.text
+        elif element is skipped or element is root:
+            continue
+        else:
+            block = element.tag in BASELINE_BLOCK_ELEMS
+            if block:
+                pieces.append(" ")
+            text = element.tail
+        if text:
+            pieces.append(_cleaned(text) if block else text)
+    return collapsed_length("".join(pieces))
 
 
-def _spaced_run(owner: Any, parts: list[str]) -> str:
-    """A text run as trafilatura.baseline._spaced_text leaves it: spaced and cleaned of
-    control characters when a block element holds it."""
-    text = "".join(parts)
-    if owner.tag not in BASELINE_BLOCK_ELEMS:
-        return text
-    # remove_control_characters keeps whitespace and printable characters: most runs hold only
-    # those, and are found so faster than its per-character walk
+def _cleaned(text: str) -> str:
+    """remove_control_characters(text), which keeps whitespace and printable characters: most
+    texts hold only those, and are found so faster than by its per-character walk."""
     if text.isprintable() or "".join(text.split()).isprintable():
-        return f" {text}"
-    return f" {remove_control_characters(text)}"
+        return text
+    return remove_control_characters(text)
 
 
 def external_may_win(body: Any, text: str, reach: int, options: Extractor) -> bool:
