@@ -25,6 +25,7 @@ from trafilatura.htmlprocessing import convert_tags
 from trafilatura.htmlprocessing import delete_by_link_density as trafilatura_delete_by_link_density
 from trafilatura.htmlprocessing import tree_cleaning as trafilatura_tree_cleaning
 from trafilatura.settings import BASIC_CLEAN_XPATH
+from trafilatura.utils import remove_control_characters
 from trafilatura.xml import delete_element, xmltotxt
 
 from tokenmill.curate.lean_html import (
@@ -56,6 +57,7 @@ from tokenmill.curate.lean_stages import (
     collapsed_length_below,
     make_paragraphs,
     normalize_whitespace,
+    printable_but_spaces,
     prune_by_link_density,
     sanitize_tree,
     stopwords,
@@ -361,3 +363,10 @@ def test_result_text_is_xmltotxts(shared_data):
         SubElement(corners, "p").text = text
     for body in bodies:
         assert xml_text(deepcopy(body), False) == xmltotxt(body, False)
+
+
+@pytest.mark.parametrize(
+    "text", ["plain", "\ttab\xa0nbsp", "\u2028line\u3000space\x85", "soft\xadhyphen", "\tzero\u200bwidth", "", " \x1f"]
+)
+def test_printable_but_spaces_is_what_control_character_removal_leaves(text):
+    assert printable_but_spaces(text) == (remove_control_characters(text) == text)

@@ -400,6 +400,16 @@ def xml_text(body: Any, formatting: bool) -> str:
     return unescape(sanitize_keeping_space("".join(parts)))
 
 
+def printable_but_spaces(text: str) -> bool:
+    """Whether every character of `text` but its whitespace is printable (what
+    trafilatura.utils.remove_control_characters leaves unchanged). Tabs and no-break spaces,
+    the usual whitespace that is not printable, are taken out before splitting at the others."""
+    if text.isprintable():
+        return True
+    text = text.replace("\t", "").replace("\xa0", "")
+    return text.isprintable() or "".join(text.split()).isprintable()
+
+
 def sanitize_keeping_space(text: str) -> str:
     """trafilatura.utils.sanitize(text, preserve_space=True): space entities decoded,
     characters neither printable nor whitespace removed, empty lines dropped."""
@@ -407,7 +417,7 @@ def sanitize_keeping_space(text: str) -> str:
     for line in text.splitlines():
         if "&" in line:
             line = line.replace("&#13;", "\r").replace("&#10;", "\n").replace("&nbsp;", "\u00a0")
-        if not (line.isprintable() or "".join(line.split()).isprintable()):
+        if not printable_but_spaces(line):
             line = remove_control_characters(line)
         if line:
             lines.append(line)
