@@ -23,6 +23,7 @@ from trafilatura.external import sanitize_tree as trafilatura_sanitize_tree
 from trafilatura.external import try_readability
 from trafilatura.htmlprocessing import convert_tags
 from trafilatura.htmlprocessing import delete_by_link_density as trafilatura_delete_by_link_density
+from trafilatura.htmlprocessing import link_density_test_tables as trafilatura_link_density_test_tables
 from trafilatura.htmlprocessing import tree_cleaning as trafilatura_tree_cleaning
 from trafilatura.settings import BASIC_CLEAN_XPATH
 from trafilatura.utils import remove_control_characters
@@ -55,6 +56,7 @@ from tokenmill.curate.lean_stages import (
     classify_paragraphs,
     collapsed_length,
     collapsed_length_below,
+    link_density_test_tables,
     make_paragraphs,
     normalize_whitespace,
     printable_but_spaces,
@@ -260,6 +262,25 @@ def test_link_density_pruning_is_trafilaturas(shared_data):
             for tag, backtracking in LINK_DENSITY_PASSES:
                 trafilatura_delete_by_link_density(expected, tag, backtracking)
         assert tostring(prune_by_link_density(tree)) == tostring(expected)
+
+
+def link_table(cells: int, words: int) -> str:
+    row = "".join(
+        f"<td><a href='/{i}'>{'link text ' * (i % 4)}</a> {'cell words ' * (i % words)}</td>" for i in range(cells)
+    )
+    return f"<html><body><table><tr>{row}</tr></table></body></html>"
+
+
+def test_link_dense_tables_are_trafilaturas(shared_data):
+    # link-dense below and above 1,000 characters, mostly text, and 64% links in 940 characters
+    # (link-dense were it over 1,000)
+    near_limit = "<html><body><table><tr><td><a href='/x'>" + "link text " * 60 + "</a> " + "cell words " * 31
+    pages = [*benchmark_html(shared_data), link_table(20, 1), link_table(80, 1), link_table(60, 7), near_limit]
+    tables = [table for html in pages for table in converted(parse_html(html)).iter("table")]
+    assert len(tables) >= 50
+    verdicts = [link_density_test_tables(table, {}) for table in tables]
+    assert verdicts == [trafilatura_link_density_test_tables(table) for table in tables]
+    assert any(verdicts) and not all(verdicts)
 
 
 def test_collapsed_length_below_a_bound_is_exact_below_it(shared_data):

@@ -44,7 +44,6 @@ from trafilatura.external import (
 )
 from trafilatura.htmlprocessing import (
     convert_tags,
-    link_density_test_tables,
     process_node,
 )
 from trafilatura.main_extractor import NOT_AT_THE_END, REBUILT_BLOCKS, _elem_text, handle_textelem
@@ -74,6 +73,7 @@ from trafilatura.xml import delete_element
 from tokenmill.curate.lean_stages import (
     collapsed_length,
     justext_rescue,
+    link_density_test_tables,
     printable_but_spaces,
     prune_by_link_density,
     sanitize_tree,
@@ -350,7 +350,8 @@ def prune_sections(tree: Any, potential_tags: set[str], options: Extractor, keep
         _delete_all(teasers)
     tree = prune_by_link_density(tree)
     if "table" in potential_tags:
-        for element in [e for e in tree.iter("table") if link_density_test_tables(e) is True]:
+        link_lengths: dict = {}
+        for element in [e for e in tree.iter("table") if link_density_test_tables(e, link_lengths)]:
             delete_element(element, keep_tail=False)
     strip_tags(tree, "span", *(() if "ref" in potential_tags else ("ref",)))
     return tree

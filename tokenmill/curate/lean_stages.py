@@ -230,6 +230,25 @@ def link_density_test(element: Any, link_lengths: dict) -> tuple[bool, bool]:
     return False, False
 
 
+def link_density_test_tables(element: Any, link_lengths: dict) -> bool:
+    """trafilatura.htmlprocessing.link_density_test_tables: whether a table is mostly link text
+    (links measured as in link_density_test). Its length is measured as far as the verdict
+    reads it: exactly below 1,000 characters or twice the link text."""
+    links = element.findall(".//ref")
+    if not links:
+        return False
+    linklen = 0
+    for link in links:
+        length = link_lengths.get(link)
+        if length is None:
+            length = link_lengths[link] = collapsed_length(link.text_content())
+        linklen += length
+    elemlen = collapsed_length_below(element.text_content(), max(1000, 2 * linklen + 1))
+    if elemlen < 200:
+        return False
+    return linklen > 0.8 * elemlen if elemlen < 1000 else linklen > 0.5 * elemlen
+
+
 # ---------------------------------------------------------------------------------------------
 # jusText as trafilatura runs it (trafilatura.external.justext_rescue): jusText's paragraph
 # maker is a SAX handler (lxml builds each element's attributes and namespace map for it) whose
