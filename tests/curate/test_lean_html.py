@@ -218,6 +218,23 @@ RESCUED_PAGES = {
 }
 
 
+# Pages whose main pass finds too little: wild text recovered from a tree the pass changed (a
+# short content frame) or left as it was (no content frame).
+WILD_TEXT_PAGES = {
+    "short frame": f"<html><body><article><p>Only a line.</p></article><table><tr><td>{STORY}</td></tr></table></body></html>",
+    "no frame": f"<html><body><table><tr><td>{STORY}</td></tr></table></body></html>",
+}
+
+
+@pytest.mark.parametrize("name", list(WILD_TEXT_PAGES))
+def test_wild_text_is_recovered_as_trafilatura_recovers_it(name):
+    html = WILD_TEXT_PAGES[name]
+    for fast in (False, True):
+        text = extract_text(html, fast=fast)
+        assert text == trafilatura.extract(html, include_comments=False, fast=fast)
+        assert "Paragraph 5 of the story" in text
+
+
 @pytest.mark.parametrize("name", list(RESCUED_PAGES))
 def test_pages_trafilatura_repairs_or_rescues(name):
     html = RESCUED_PAGES[name]

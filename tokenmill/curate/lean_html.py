@@ -447,13 +447,16 @@ def unsanitized(body: Any) -> bool:
 # the minor release they follow, and tests/curate/test_lean_html.py checks them against it.
 
 
-def _extract(tree: Any, options: Extractor) -> tuple[Any, str]:
+def _extract(tree: Any, options: Extractor) -> tuple[Any, str, bool]:
+    """(result body, its text, whether `tree` was changed: not where no content frame is found)."""
     potential_tags = set(TAG_CATALOG) | {"table", "td", "th", "tr"}
     result_body = Element("body")
+    changed = False
     for rule in range(len(_FRAME_RULES)):
         subtree = content_frame(tree, rule)
         if subtree is None:
             continue
+        changed = True
         subtree = prune_sections(subtree, potential_tags, options)
         if len(subtree) == 0:
             continue
@@ -499,7 +502,7 @@ def _extract(tree: Any, options: Extractor) -> tuple[Any, str]:
             if lead is not None:
                 result_body.insert(start, lead)
             break
-    return result_body, " ".join(result_body.itertext()).strip()
+    return result_body, " ".join(result_body.itertext()).strip(), changed
 
 
 def _recover_wild_text(tree: Any, result_body: Any, options: Extractor, consumed: set) -> Any:
@@ -549,12 +552,15 @@ def extract_content(cleaned_tree: Any, options: Extractor, rebuild: Callable[[],
     again when needed (one page in fifteen), else a copy is kept."""
     backup_tree = deepcopy(cleaned_tree) if rebuild is None else None
     order = list(cleaned_tree.iter())
-    result_body, temp_text = _extract(cleaned_tree, options)
+    result_body, temp_text, changed = _extract(cleaned_tree, options)
     # wild <p> elements when nothing or too little was found
     if len(result_body) == 0 or len(temp_text) < options.min_extracted_size:
-        if backup_tree is None:
-            backup_tree = rebuild()
-        consumed = {twin for elem, twin in zip(order, backup_tree.iter(), strict=True) if elem.tag == "done"}
+        if not changed:  # no content frame: the tree is as it was
+            backup_tree, consumed = cleaned_tree, set()
+        else:
+            if backup_tree is None:
+                backup_tree = rebuild()
+            consumed = {twin for elem, twin in zip(order, backup_tree.iter(), strict=True) if elem.tag == "done"}
         result_body = _recover_wild_text(backup_tree, result_body, options, consumed)
         temp_text = " ".join(result_body.itertext()).strip()
     # drop substantial elements repeating the previous one
