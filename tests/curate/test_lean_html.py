@@ -21,6 +21,7 @@ from trafilatura import xpaths
 from trafilatura.baseline import html2txt
 from trafilatura.external import sanitize_tree as trafilatura_sanitize_tree
 from trafilatura.external import try_readability
+from trafilatura.htmlprocessing import convert_quotes as trafilatura_convert_quotes
 from trafilatura.htmlprocessing import convert_tags
 from trafilatura.htmlprocessing import delete_by_link_density as trafilatura_delete_by_link_density
 from trafilatura.htmlprocessing import link_density_test_tables as trafilatura_link_density_test_tables
@@ -56,6 +57,7 @@ from tokenmill.curate.lean_stages import (
     classify_paragraphs,
     collapsed_length,
     collapsed_length_below,
+    convert_quotes,
     link_density_test_tables,
     make_paragraphs,
     normalize_whitespace,
@@ -408,3 +410,22 @@ def test_result_text_is_xmltotxts(shared_data):
 )
 def test_printable_but_spaces_is_what_control_character_removal_leaves(text):
     assert printable_but_spaces(text) == (remove_control_characters(text) == text)
+
+
+QUOTE_CORNERS = (
+    "<html><body><pre><span>one span</span></pre><pre>x = {1: 2}</pre><pre>plain prose</pre>"
+    "<pre><b>bold</b> prose</pre><pre><code><span class='hljs-keyword'>def</span> f</code></pre>"
+    "<pre><span class='x hljs'>not highlight.js</span><span>two</span></pre><blockquote>quoted</blockquote>"
+    "<q>inline</q><pre>\n    indented code</pre><pre>print('hi')</pre></body></html>"
+)
+
+
+def test_quotes_converted_as_trafilatura_converts_them(shared_data):
+    for html in [*benchmark_html(shared_data), QUOTE_CORNERS]:
+        tree = parse_html(html)
+        expected = deepcopy(tree)
+        for element in tree.iter("blockquote", "pre", "q"):
+            convert_quotes(element)
+        for element in expected.iter("blockquote", "pre", "q"):
+            trafilatura_convert_quotes(element)
+        assert tostring(tree) == tostring(expected)

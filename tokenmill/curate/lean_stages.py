@@ -21,6 +21,7 @@ from justext.utils import get_stoplist
 from lxml.etree import Element, SubElement, iterwalk, strip_tags
 from trafilatura import external as trafilatura_external
 from trafilatura.htmlprocessing import (
+    CODE_INDICATORS,
     PRESERVE_IMG_CLEANING,
     _handle_forms,
     convert_tags,
@@ -112,6 +113,26 @@ def tree_cleaning(tree: Any, options: Extractor) -> Any:
     if clean_forms:
         _handle_forms(tree)
     return prune_html(tree, options.focus)
+
+
+def convert_quotes(element: Any) -> None:
+    """trafilatura.htmlprocessing.convert_quotes: a <pre> becomes <code> if it wraps a single
+    span, holds highlight.js spans (their attributes cleared) or code-like text, and any other
+    quoting element <quote>. trafilatura compiles its highlight.js XPath on every call."""
+    is_code = False
+    if element.tag == "pre":
+        highlighted = False
+        for span in element.iterdescendants("span"):
+            if span.get("class", "").startswith("hljs"):
+                span.attrib.clear()
+                highlighted = True
+        text = element.text or ""
+        is_code = (
+            (len(element) == 1 and element[0].tag == "span")
+            or highlighted
+            or any(indicator in text for indicator in CODE_INDICATORS)
+        )
+    element.tag = "code" if is_code else "quote"
 
 
 def sanitize_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
