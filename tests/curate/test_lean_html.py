@@ -406,7 +406,20 @@ def test_result_text_is_xmltotxts(shared_data):
 
 
 @pytest.mark.parametrize(
-    "text", ["plain", "\ttab\xa0nbsp", "\u2028line\u3000space\x85", "soft\xadhyphen", "\tzero\u200bwidth", "", " \x1f"]
+    "text",
+    [
+        "plain",
+        "\ttab\xa0nbsp",
+        "\u2028line\u3000space\x85",
+        "soft\xadhyphen",
+        "\tzero\u200bwidth",
+        "",
+        " \x1f",
+        "\n   ",
+        "line\n\t" * 100,
+        "line\n\t" * 100 + "\xad",
+        "line\u3000" * 100,
+    ],
 )
 def test_printable_but_spaces_is_what_control_character_removal_leaves(text):
     assert printable_but_spaces(text) == (remove_control_characters(text) == text)

@@ -442,12 +442,16 @@ def xml_text(body: Any, formatting: bool) -> str:
 
 def printable_but_spaces(text: str) -> bool:
     """Whether every character of `text` but its whitespace is printable (what
-    trafilatura.utils.remove_control_characters leaves unchanged). Tabs and no-break spaces,
-    the usual whitespace that is not printable, are taken out before splitting at the others."""
-    if text.isprintable():
+    trafilatura.utils.remove_control_characters leaves unchanged). A long text is checked with
+    its usual non-printable whitespace (line breaks, tabs, no-break spaces) taken out rather
+    than split into words."""
+    if text.isprintable() or text.isspace():
         return True
-    text = text.replace("\t", "").replace("\xa0", "")
-    return text.isprintable() or "".join(text.split()).isprintable()
+    if len(text) > 256:
+        text = text.replace("\n", "").replace("\t", "").replace("\xa0", "").replace("\r", "")
+        if text.isprintable():
+            return True
+    return "".join(text.split()).isprintable()
 
 
 def sanitize_keeping_space(text: str) -> str:
