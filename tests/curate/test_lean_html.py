@@ -354,7 +354,9 @@ def test_justext_classification_is_justexts(shared_data):
         assert verdicts == [(p.cf_class, p.heading) for p in paragraphs]
 
 
-@pytest.mark.parametrize("text", ["", " ", "a  b", "a \t\n b", "\r", " x\x0b\x0c\x1c\x85y\u2028 \n\n z\xa0\u3000"])
+@pytest.mark.parametrize(
+    "text", ["", " ", "a b c", "a\xa0b", "a  b", "a \t\n b", "\r", " x\x0b\x0c\x1c\x85y\u2028 \n\n z\xa0\u3000"]
+)
 def test_whitespace_normalised_as_justext_does(text):
     assert normalize_whitespace(text) == justext_normalize_whitespace(text)
 

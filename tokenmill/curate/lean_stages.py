@@ -284,7 +284,10 @@ _SPACE = re.compile(r"[^\S\n]+")
 
 
 def normalize_whitespace(text: str) -> str:
-    """justext.utils.normalize_whitespace."""
+    """justext.utils.normalize_whitespace. A printable text without two spaces in a row holds
+    no whitespace but single spaces: it is left as it is (most texts are)."""
+    if text.isprintable() and "  " not in text:
+        return text
     return _SPACE.sub(" ", _BREAKING_SPACE.sub("\n", text))
 
 
@@ -317,7 +320,9 @@ def make_paragraphs(root: Any, skip: Callable[[Any], bool] | None = None) -> lis
 
     def new_paragraph() -> Paragraph:
         if paragraph.text_nodes:
-            paragraph.text = normalize_whitespace("".join(paragraph.text_nodes).strip())
+            # one text node is normalized already, and stays so stripped
+            nodes = paragraph.text_nodes
+            paragraph.text = nodes[0].strip() if len(nodes) == 1 else normalize_whitespace("".join(nodes).strip())
             if paragraph.text:
                 paragraphs.append(paragraph)
         return Paragraph(".".join(tags))
