@@ -26,6 +26,7 @@ from trafilatura.htmlprocessing import convert_tags
 from trafilatura.htmlprocessing import delete_by_link_density as trafilatura_delete_by_link_density
 from trafilatura.htmlprocessing import link_density_test_tables as trafilatura_link_density_test_tables
 from trafilatura.htmlprocessing import tree_cleaning as trafilatura_tree_cleaning
+from trafilatura.readability_lxml import Document as ReadabilityDocument
 from trafilatura.settings import BASIC_CLEAN_XPATH
 from trafilatura.utils import remove_control_characters
 from trafilatura.xml import delete_element, xmltotxt
@@ -39,6 +40,7 @@ from tokenmill.curate.lean_html import (
     _load_page,
     _main_tree_and_spare,
     _readability,
+    _readability_summary,
     _reattach,
     _recall,
     _unlikely_candidates,
@@ -52,6 +54,7 @@ from tokenmill.curate.lean_html import (
     readability_reach,
     section_matches,
 )
+from tokenmill.curate.lean_readability import _collapsed_length
 from tokenmill.curate.lean_stages import (
     LINK_DENSITY_PASSES,
     classify_paragraphs,
@@ -444,3 +447,47 @@ def test_quotes_converted_as_trafilatura_converts_them(shared_data):
         for element in expected.iter("blockquote", "pre", "q"):
             trafilatura_convert_quotes(element)
         assert tostring(tree) == tostring(expected)
+
+
+# Corners of readability's rules: divs renamed or not (loose text beside a link, a no-break space
+# only, tags that merely start like a block's, a comment holding markup), text and breaks
+# wrapped, hidden inputs, videos, headings dropped by weight or links, empty divs between
+# long neighbours (a comment among them), sections cleaned for images, embeds or links, and a
+# class weighed by a pattern whose case is ignored.
+READABILITY_CORNERS = (
+    HEAD
+    + "<div id='main'><div class='text'>"
+    + STORY
+    + "</div><div>loose <a href='/a'>link</a></div><div><a href='/b'>only a link</a> </div>"
+    "<div>\xa0<a href='/c'>spaced link</a></div><div><span><path-x>a path</path-x></span></div>"
+    "<div><svg><path d='M0'/></svg>drawing, with a caption long enough to count</div>"
+    "<div><!-- <p>markup</p> -->commented text<br>after a break<br> <br>last, and long enough</div>"
+    "<div><input type='hidden'><input type='hidden'><input><p>a form, with a field</p></div>"
+    "<iframe src='https://www.youtube.com/embed/x'></iframe><iframe src='/ad'></iframe>"
+    "<h2 class='meta'>Meta heading</h2><h3><a href='/h'>Linked heading</a></h3>"
+    + STORY
+    + "<div class='pictured'><p></p><img src='i'></div><!-- a comment, with its own text -->"
+    "<table><tr><td><img src='1'><img src='2'><img src='3'><p>short</p></td></tr></table>"
+    "<ul><li><embed src='e'><embed src='f'>Two embeds and some words to pass the length</li></ul>"
+    "<div class='widget'>" + LINKS + "</div><section>" + STORY + "</section>"
+    # a dotless i matches widget's i when the case is ignored
+    "<div class='w\u0131dget'><p>A widget, with a text long enough to be kept were it not one.</p></div>"
+    "</div></body></html>"
+)
+
+
+def test_readability_summary_is_trafilaturas(shared_data):
+    """The same summary string as trafilatura's readability on the page, and the page unchanged."""
+    for html in [*benchmark_html(shared_data), UNLIKELY_IN_SCRIPTS, READABILITY_CORNERS]:
+        raw = load_tree(html)
+        before = tostring(raw)
+        expected = ReadabilityDocument(copy(raw), min_text_length=25).summary()
+        assert _readability_summary(raw, _unlikely_candidates(raw)) == expected
+        assert tostring(raw) == before
+
+
+@pytest.mark.parametrize(
+    "text", ["", "a", "a b", "a  b", " a", "a ", "a\xa0b", "a\tb", "a\nb", "\u3000a", "a\u2028b", "a\x1cb", "a\u200bb"]
+)
+def test_readability_text_length_is_collapsed_length(text):
+    assert _collapsed_length(text) == collapsed_length(text)

@@ -48,7 +48,6 @@ from trafilatura.htmlprocessing import (
 )
 from trafilatura.main_extractor import NOT_AT_THE_END, REBUILT_BLOCKS, _elem_text, handle_textelem
 from trafilatura.readability_lxml import REGEXES as READABILITY_REGEXES
-from trafilatura.readability_lxml import Document as ReadabilityDocument
 from trafilatura.settings import _COOKIE_CONSENT_RE as COOKIE_CONSENT_RE
 from trafilatura.settings import (
     DEDUPE_SCAN_CAP,
@@ -70,6 +69,7 @@ from trafilatura.utils import (
 )
 from trafilatura.xml import delete_element
 
+from tokenmill.curate.lean_readability import LeanReadability
 from tokenmill.curate.lean_stages import (
     collapsed_length,
     justext_rescue,
@@ -832,20 +832,6 @@ def _main_tree(tree: Any) -> Any:
     return tree
 
 
-class _Readability(ReadabilityDocument):
-    """trafilatura's readability, its unlikely candidates given (found for readability_reach)."""
-
-    __slots__ = ["unlikely"]
-
-    def __init__(self, doc: Any, unlikely: list) -> None:
-        super().__init__(doc, min_text_length=25)
-        self.unlikely = unlikely
-
-    def remove_unlikely_candidates(self) -> None:
-        for element in self.unlikely:
-            element.drop_tree()
-
-
 def _readability(raw: Any, unlikely: list) -> Any:
     """trafilatura.external.try_readability(copy(raw)), given _unlikely_candidates(raw)."""
     return _summary_tree(_readability_summary(raw, unlikely))
@@ -853,13 +839,14 @@ def _readability(raw: Any, unlikely: list) -> Any:
 
 def _readability_summary(raw: Any, unlikely: list) -> str | None:
     """The HTML readability's summary gives on a copy of `raw` (None: readability failed),
-    given the unlikely candidates: their twins in the copy (readability drops the ones inside
-    them too, to no effect: they are gone with them). Readability drops scripts, styles and
-    fenced frames first, so candidates among them are left to it."""
+    given the unlikely candidates: they are detached for the copy, which readability would
+    drop first (the ones inside them too, to no effect: they are gone with them). Readability
+    drops scripts, styles and fenced frames first, so candidates among them are left to it."""
+    undo = _detach([element for element in unlikely if element.tag not in SCRIPT_TAGS])
     tree = copy(raw)
-    doomed = [_twin(element, raw, tree) for element in unlikely if element.tag not in SCRIPT_TAGS]
+    _reattach(undo)
     try:
-        return _Readability(tree, doomed).summary()
+        return LeanReadability(tree).summary()
     except Exception:  # trafilatura's guard: readability failing yields nothing
         return None
 
@@ -868,18 +855,6 @@ def _summary_tree(summary: str | None) -> Any:
     """try_readability's tree for a summary (an empty element where there is none)."""
     tree = None if summary is None else fromstring_bytes(summary)
     return tree if tree is not None else lxml_html.HtmlElement()
-
-
-def _twin(element: Any, root: Any, twin_root: Any) -> Any:
-    """The element of `twin_root`, a copy of `root`, at the place `element` has in `root`."""
-    steps = []
-    while element is not root:
-        parent = element.getparent()
-        steps.append(parent.index(element))
-        element = parent
-    for step in reversed(steps):
-        twin_root = twin_root[step]
-    return twin_root
 
 
 def _justext(tree: Any, options: Extractor) -> tuple[Any, str]:
