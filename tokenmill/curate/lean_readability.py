@@ -22,7 +22,7 @@ from trafilatura.readability_lxml import (
     text_length,
 )
 
-from tokenmill.curate.lean_stages import collapsed_length, collapsed_length_below
+from tokenmill.curate.lean_stages import collapsed_length_below
 
 _NEGATIVE = REGEXES["negativeRe"]
 _POSITIVE = REGEXES["positiveRe"]
@@ -50,10 +50,11 @@ def _text(element: Any) -> str:
 
 def _collapsed_length(text: str) -> int:
     """collapsed_length(text), at once for a text whose only spaces are single ASCII spaces
-    between words (a printable text holds no other whitespace)."""
+    between words (a printable text holds no other whitespace), else by joining its words
+    (faster than summing their lengths)."""
     if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
         return len(text)
-    return collapsed_length(text)
+    return len(" ".join(text.split()))
 
 
 def _is_misused(div: Any) -> bool:
@@ -80,6 +81,11 @@ def _wrap_loose_text(div: Any) -> None:
         paragraph = div.makeelement("p")
         paragraph.text, div.text = div.text, None
         div.insert(0, paragraph)
+    for child in div:  # most divs hold neither: their children are walked once
+        if child.tag == "br" or (child.tail and child.tail.strip()):
+            break
+    else:
+        return
     for position, child in reversed(list(enumerate(div))):
         if child.tail and child.tail.strip():
             paragraph = div.makeelement("p")
