@@ -28,7 +28,7 @@ from trafilatura.htmlprocessing import link_density_test_tables as trafilatura_l
 from trafilatura.htmlprocessing import tree_cleaning as trafilatura_tree_cleaning
 from trafilatura.readability_lxml import Document as ReadabilityDocument
 from trafilatura.settings import BASIC_CLEAN_XPATH
-from trafilatura.utils import remove_control_characters
+from trafilatura.utils import remove_control_characters, trim
 from trafilatura.xml import delete_element, xmltotxt
 
 from tokenmill.curate.lean_html import (
@@ -54,7 +54,7 @@ from tokenmill.curate.lean_html import (
     readability_reach,
     section_matches,
 )
-from tokenmill.curate.lean_readability import _collapsed_length
+from tokenmill.curate.lean_readability import _collapsed_length, element_text_length
 from tokenmill.curate.lean_stages import (
     LINK_DENSITY_PASSES,
     classify_paragraphs,
@@ -491,3 +491,9 @@ def test_readability_summary_is_trafilaturas(shared_data):
 )
 def test_readability_text_length_is_collapsed_length(text):
     assert _collapsed_length(text) == collapsed_length(text)
+
+
+def test_element_text_length_is_trimmed_text_content_length(shared_data):
+    for html in [*benchmark_html(shared_data, limit=20), READABILITY_CORNERS]:
+        for node in load_tree(html).iter():  # comments and processing instructions too
+            assert element_text_length(node) == len(trim(node.text_content()))

@@ -69,7 +69,7 @@ from trafilatura.utils import (
 )
 from trafilatura.xml import delete_element
 
-from tokenmill.curate.lean_readability import LeanReadability
+from tokenmill.curate.lean_readability import LeanReadability, element_text_length
 from tokenmill.curate.lean_stages import (
     collapsed_length,
     justext_rescue,
@@ -624,7 +624,7 @@ def readability_reach(tree: Any, page_chars: int, unlikely: list) -> int:
         if element.tag in SCRIPT_TAGS or element in in_script:
             continue
         for run in _script_free(element, scripted):
-            reach -= max(collapsed_length(run.text_content()) - 1, 0)
+            reach -= max(element_text_length(run) - 1, 0)
     return reach + _VIDEO_MARK * (len(found) - len(scripts))
 
 
