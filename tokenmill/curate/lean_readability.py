@@ -1,9 +1,9 @@
 """trafilatura's readability (trafilatura.readability_lxml.Document.summary, trafilatura 2.3.1)
 with the same summary, faster: each element's text is serialized once where readability asks
-for it two or three times, the lengths of the links are measured once per scoring, a link
-density is measured only where a verdict reads it, the class weights are matched once per
-(class, id) pair, and one XPath finds the misused divs that readability tests one descendant
-at a time."""
+for it two or three times (and read directly where the element has no child), the lengths of
+the links are measured once per scoring, a link density is measured only where a verdict reads
+it, the class weights are matched once per (class, id) pair, and the misused divs are found and
+the others' loose text wrapped in one pass over the divs."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ _CONDITIONALLY_CLEANED = ("table", "ul", "div", "aside", "header", "footer", "se
 # the descendants sanitize counts (its TEXT_CLEAN_ELEMS less <a>, which it counts unread)
 _COUNTED = ("p", "img", "li", "input", "embed")
 
-# the length from which a paragraph's score no longer grows with it
-_FULL_SCORE_LENGTH = 300
+# the length from which a paragraph's score no longer grows with it: min(length / 100, 3) is 3
+_FULL_SCORE_LENGTH = 301
 # XML's whitespace, which XPath's normalize-space() removes
 _XML_SPACE = " \t\n\r"
 
@@ -150,7 +150,7 @@ class LeanReadability(Document):
             for node in (parent, grandparent):
                 if node is not None and node not in candidates:
                     candidates[node] = self.score_node(node)
-            # the pieces of the trimmed text split at its commas, and its length up to 300
+            # the pieces of the trimmed text split at its commas, and its length below 301
             score = 1 + (text.count(",") + 1) + min((length / 100), 3)
             candidates[parent].score += score
             if grandparent is not None:
