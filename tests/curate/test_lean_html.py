@@ -54,7 +54,7 @@ from tokenmill.curate.lean_html import (
     readability_reach,
     section_matches,
 )
-from tokenmill.curate.lean_readability import _collapsed_length, element_text_length
+from tokenmill.curate.lean_readability import element_text_length
 from tokenmill.curate.lean_stages import (
     LINK_DENSITY_PASSES,
     classify_paragraphs,
@@ -489,8 +489,8 @@ def test_readability_summary_is_trafilaturas(shared_data):
 @pytest.mark.parametrize(
     "text", ["", "a", "a b", "a  b", " a", "a ", "a\xa0b", "a\tb", "a\nb", "\u3000a", "a\u2028b", "a\x1cb", "a\u200bb"]
 )
-def test_readability_text_length_is_collapsed_length(text):
-    assert _collapsed_length(text) == collapsed_length(text)
+def test_collapsed_length_is_trimmed_length(text):
+    assert collapsed_length(text) == len(trim(text))
 
 
 def test_element_text_length_is_trimmed_text_content_length(shared_data):

@@ -22,7 +22,7 @@ from trafilatura.readability_lxml import (
     text_length,
 )
 
-from tokenmill.curate.lean_stages import collapsed_length_below
+from tokenmill.curate.lean_stages import collapsed_length, collapsed_length_below
 
 _NEGATIVE = REGEXES["negativeRe"]
 _POSITIVE = REGEXES["positiveRe"]
@@ -48,18 +48,9 @@ def _text(element: Any) -> str:
     return etree.tostring(element, method="text", encoding=str, with_tail=False)
 
 
-def _collapsed_length(text: str) -> int:
-    """collapsed_length(text), at once for a text whose only spaces are single ASCII spaces
-    between words (a printable text holds no other whitespace), else by joining its words
-    (faster than summing their lengths)."""
-    if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
-        return len(text)
-    return len(" ".join(text.split()))
-
-
 def element_text_length(element: Any) -> int:
     """len(trafilatura.utils.trim(element.text_content())), faster."""
-    return _collapsed_length(_text(element))
+    return collapsed_length(_text(element))
 
 
 def _is_misused(div: Any) -> bool:
@@ -223,7 +214,7 @@ class LeanReadability(Document):
         inputs = counts["input"]
         if inputs:
             inputs -= len(element.findall('.//input[@type="hidden"]'))
-        content_length = _collapsed_length(text)
+        content_length = collapsed_length(text)
         if paragraphs and images > 1 + paragraphs * 1.3:
             return True
         if counts["li"] - 100 > paragraphs and element.tag not in LIST_TAGS:

@@ -36,10 +36,12 @@ from trafilatura.xml import TEI_VALID_TAGS, delete_element, process_element, une
 
 
 def collapsed_length(text: str) -> int:
-    """len(trafilatura.utils.trim(text)) without building the collapsed string (or hashing
-    the text for trim's cache)."""
-    words = text.split()
-    return sum(map(len, words)) + len(words) - 1 if words else 0
+    """len(trafilatura.utils.trim(text)) without hashing the text for trim's cache: at once
+    for a text whose only spaces are single ASCII spaces between words (a printable text holds
+    no other whitespace), else by joining its words."""
+    if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+        return len(text)
+    return len(" ".join(text.split()))
 
 
 def collapsed_length_below(text: str, bound: int) -> int:
