@@ -429,8 +429,9 @@ def content_frame(tree: Any, rule: int) -> Any:
 
 
 # XPath expressions trafilatura passes as strings (compiled on every call): compiled once
-_PARAGRAPH_TEXT_ANYWHERE = etree.XPath("//p//text()")
-_PARAGRAPH_TEXT = etree.XPath(".//p//text()")
+# (plain strings: lxml's default text results each carry their parent)
+_PARAGRAPH_TEXT_ANYWHERE = etree.XPath("//p//text()", smart_strings=False)
+_PARAGRAPH_TEXT = etree.XPath(".//p//text()", smart_strings=False)
 # SANITIZED_XPATH's tags (".//aside|.//audio|..."), matched in C
 _UNSANITIZED_TAGS = tuple(part.removeprefix(".//") for part in SANITIZED_XPATH.split("|"))
 
@@ -464,7 +465,7 @@ def _extract(tree: Any, options: Extractor) -> tuple[Any, str, bool]:
         ptest = _PARAGRAPH_TEXT_ANYWHERE(subtree)
         if not ptest or len("".join(ptest)) < options.min_extracted_size * 3:
             potential_tags.add("div")
-        subelems = subtree.xpath(".//*")
+        subelems = list(subtree.iterdescendants(etree.Element))  # XPath .//*, without XPath
         # a single text run (only lb or inline elements): process the frame itself
         tags = {e.tag for e in subelems}
         if tags == {"lb"} or (subtree.tag == "div" and "div" in potential_tags and tags <= INLINE_FORMATTABLE | {"lb"}):
