@@ -216,8 +216,8 @@ def _delete_by_link_density(
 def link_density_test(element: Any, link_lengths: dict) -> tuple[bool, bool]:
     """trafilatura.htmlprocessing.link_density_test (favor_precision off), each link's trimmed
     text length taken from `link_lengths`, a cache for a tree that does not change."""
-    links = element.findall(".//ref")
-    if not links or element.find(".//graphic") is not None:
+    links = list(element.iterdescendants("ref"))  # findall(".//ref") without ElementPath
+    if not links or next(element.iterdescendants("graphic"), None) is not None:
         return False, False
     lengths = []
     for link in links:
@@ -257,7 +257,7 @@ def link_density_test_tables(element: Any, link_lengths: dict) -> bool:
     """trafilatura.htmlprocessing.link_density_test_tables: whether a table is mostly link text
     (links measured as in link_density_test). Its length is measured as far as the verdict
     reads it: exactly below 1,000 characters or twice the link text."""
-    links = element.findall(".//ref")
+    links = list(element.iterdescendants("ref"))
     if not links:
         return False
     linklen = 0
