@@ -36,6 +36,7 @@ from tokenmill.curate.lean_html import (
     _basic_clean_match,
     _extract_tree,
     _load_page,
+    _main_tree,
     _main_tree_and_spare,
     _readability,
     _reattach,
@@ -65,6 +66,9 @@ from tokenmill.curate.lean_stages import (
     stopwords,
     tree_cleaning,
     xml_text,
+)
+from tokenmill.curate.lean_stages import (
+    convert_tags as lean_convert_tags,
 )
 
 
@@ -365,6 +369,54 @@ def test_tree_cleaning_is_trafilaturas(shared_data):
         for options in (OPTIONS, recall):
             expected = tostring(trafilatura_tree_cleaning(deepcopy(tree), options))
             assert tostring(tree_cleaning(deepcopy(tree), options)) == expected
+
+
+def markup_and_text_nodes(tree) -> tuple:
+    """A tree's markup and its text nodes one by one (the markup joins adjacent ones)."""
+    return tostring(tree), tree.xpath("//text()")
+
+
+CONVERSION_CORNERS = (
+    "<p>a <a href='x'>link</a> b</p><a>outside</a> tail<a><a>nested</a></a>",
+    "<sup><a></a></sup>t<sup></sup>u<sub><a>x</a></sub><div>w<sup><a></a></sup>v<sup><b></b></sup></div>",
+    "<div><a>x</a>y<sup></sup>z</div><sup>kept</sup><sub><br></sub>",
+    "<strong class='schema-faq-question x'>Q?</strong><strong>bold</strong><em>it</em><kbd>k</kbd>",
+    "<dl><dt>t</dt><dd>d<dl><dt>in</dt><dd>x</dd></dl></dd><dd>e</dd></dl><ul><li>a<ol><li>b</li></ol></li></ul>",
+    "<pre><span class='hljs-keyword'>def</span></pre><pre>x = f('a')</pre><pre><pre><span class='hljs'>x</span></pre></pre>"
+    "<blockquote>q</blockquote><q>s</q><pre><span>one</span></pre>",
+    "<h2 class='c'>h</h2><br><hr><del>d</del><s>s</s><strike>k</strike><details><summary>s</summary>x</details>",
+    "<table><tr><td><a>cell</a></td></tr></table><span><a>loose</a><b><a>b</a></b></span><li><a>item</a></li>",
+)
+
+
+@pytest.mark.parametrize("html", CONVERSION_CORNERS)
+def test_tag_conversion_is_trafilaturas_on_corners(html):
+    no_tables = copy(OPTIONS)
+    no_tables.tables = False
+    page = f"<html><body>{html}</body></html>"
+    for options in (OPTIONS, no_tables):
+        expected, tree = load_tree(page), load_tree(page)
+        assert markup_and_text_nodes(lean_convert_tags(tree, options)) == markup_and_text_nodes(
+            convert_tags(expected, options)
+        )
+        # a subtree converted in place: its links' containers may lie above it
+        wrapped = f"<html><body><div>{html}</div></body></html>"
+        expected, tree = load_tree(wrapped), load_tree(wrapped)
+        lean_convert_tags(tree.find("body")[0][0], options)
+        convert_tags(expected.find("body")[0][0], options)
+        assert markup_and_text_nodes(tree) == markup_and_text_nodes(expected)
+
+
+def test_tree_cleaning_and_tag_conversion_are_trafilaturas(shared_data):
+    recall = copy(OPTIONS)
+    recall.focus = "recall"
+    for html in benchmark_html(shared_data, limit=60):
+        raw = _load_page(html)
+        for tree in (raw, _main_tree(deepcopy(raw))):
+            for options in (OPTIONS, recall):
+                expected = convert_tags(trafilatura_tree_cleaning(deepcopy(tree), options), options)
+                result = lean_convert_tags(tree_cleaning(deepcopy(tree), options), options)
+                assert markup_and_text_nodes(result) == markup_and_text_nodes(expected)
 
 
 UNLIKELY_IN_SCRIPTS = (

@@ -21,13 +21,15 @@ from justext.utils import get_stoplist
 from lxml.etree import Element, SubElement, iterwalk, strip_tags
 from trafilatura import external as trafilatura_external
 from trafilatura.htmlprocessing import (
+    CONVERSIONS,
     PRESERVE_IMG_CLEANING,
+    REND_TAG_MAPPING,
     _handle_forms,
-    convert_tags,
     is_paragraph_listing,
     prune_html,
     recover_math,
 )
+from trafilatura.htmlprocessing import convert_tags as trafilatura_convert_tags
 from trafilatura.main_extractor import handle_image
 from trafilatura.settings import JUSTEXT_LANGUAGES, MANUALLY_CLEANED, MANUALLY_STRIPPED, Extractor
 from trafilatura.utils import LINK_FARM_RATIO, remove_control_characters, trim
@@ -139,6 +141,112 @@ def sanitize_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
         elem.tag = "row" if elem.tag == "tr" else "cell"
     strip_tags(cleaned_tree, *({str(elem.tag) for elem in cleaned_tree.iter("*")} - TEI_VALID_TAGS))
     return cleaned_tree, trim(" ".join(cleaned_tree.itertext()))
+
+
+# what convert_tags reads or changes: links, formatting (Yoast FAQ questions and sub/sup among
+# it) and the CONVERSIONS tags
+CONVERTED_TAGS = ("a", *REND_TAG_MAPPING, *CONVERSIONS)
+HEADING_TAGS = frozenset(("h1", "h2", "h3", "h4", "h5", "h6"))
+LIST_TAGS = frozenset(("dl", "ol", "ul"))
+
+
+def convert_tags(tree: Any, options: Extractor, url: str | None = None) -> Any:
+    """trafilatura.htmlprocessing.convert_tags (links, images and formatting off, when the URL
+    is not read; otherwise trafilatura's own). It walks the tree once per step (links, Yoast FAQ
+    questions, empty sub/sup, formatting, conversions) and climbs from every link to its
+    nearest container; here one walk collects the elements of every step, in document order,
+    a link's container is known from its parent's, and the steps run in trafilatura's order on
+    the elements collected (none adds or renames an element another step reads)."""
+    if options.links or options.images or options.formatting:
+        return trafilatura_convert_tags(tree, options, url)
+    links, questions, scripts, conversions = [], [], [], []
+    formatted = False
+    for element in tree.iter(CONVERTED_TAGS):
+        tag = element.tag
+        if tag == "a":
+            links.append(element)
+        elif tag in CONVERSIONS:
+            conversions.append(element)
+        else:
+            formatted = True
+            if tag == "strong":
+                questions.append(element)
+            elif tag in ("sub", "sup"):
+                scripts.append(element)
+    stripped = _links_to_refs(tree, links, ("div", "li", "p", "table") if options.tables else ("div", "li", "p"))
+    if stripped and scripts:  # whether a sub/sup is empty is read once the links are stripped
+        strip_tags(tree, "a")
+    for element in questions:
+        if "schema-faq-question" in element.get("class", ""):
+            element.attrib.clear()
+            element.set("rend", "h3")
+            element.tag = "head"
+    # an empty sub/sup goes, its tail kept (it would be stripped with the formatting anyway,
+    # but trafilatura joins the tail to the text before it)
+    for element in scripts:
+        if not element.text and len(element) == 0:
+            delete_element(element)
+    # the links and the formatting stripped in one walk: the same tree as one after the other
+    if stripped or formatted:
+        strip_tags(tree, "a", *REND_TAG_MAPPING)
+    for element in conversions:
+        tag = element.tag
+        if tag == "br" or tag == "hr":
+            element.tag = "lb"
+        elif tag in HEADING_TAGS:
+            element.attrib.clear()
+            element.set("rend", tag)
+            element.tag = "head"
+        elif tag in LIST_TAGS:
+            _convert_list(element, tag)
+        else:
+            CONVERSIONS[tag](element)
+    return tree
+
+
+def _links_to_refs(tree: Any, links: list, containers: tuple[str, ...]) -> bool:
+    """convert_tags' links: each one a container below `tree` holds becomes a <ref>; whether
+    any is left (to be stripped). Whether an element's links are held is kept per element,
+    so each climb stops at the first element already answered."""
+    # trafilatura's test: the nearest container ancestor exists and is not `tree`
+    held = {tree: tree.tag not in containers and next(tree.iterancestors(containers), None) is not None}
+    stripped = False
+    for link in links:
+        node = link.getparent()
+        climbed = []
+        while True:
+            answer = held.get(node)
+            if answer is not None:
+                break
+            if node is None:
+                answer = False
+                break
+            climbed.append(node)
+            if node.tag in containers:
+                answer = True
+                break
+            node = node.getparent()
+        for node in climbed:
+            held[node] = answer
+        if answer:
+            link.tag = "ref"
+        else:
+            stripped = True
+    return stripped
+
+
+def _convert_list(element: Any, tag: str) -> None:
+    """trafilatura.htmlprocessing.convert_lists."""
+    element.set("rend", tag)
+    element.tag = "list"
+    number = 1
+    for item in element.iter("dd", "dt", "li"):
+        item_tag = item.tag
+        if item_tag != "li":
+            item.set("rend", f"{item_tag}-{number}")
+            if item_tag == "dd":
+                number += 1
+        item.tag = "item"
 
 
 # the link-density passes of prune_unwanted_sections, in order: (tag, backtracking)
