@@ -408,12 +408,13 @@ def test_tag_conversion_is_trafilaturas_on_corners(html):
 
 
 def test_tree_cleaning_and_tag_conversion_are_trafilaturas(shared_data):
-    recall = copy(OPTIONS)
+    recall, no_tables = copy(OPTIONS), copy(OPTIONS)
     recall.focus = "recall"
+    no_tables.tables = False
     for html in benchmark_html(shared_data, limit=60):
         raw = _load_page(html)
         for tree in (raw, _main_tree(deepcopy(raw))):
-            for options in (OPTIONS, recall):
+            for options in (OPTIONS, recall, no_tables):
                 expected = convert_tags(trafilatura_tree_cleaning(deepcopy(tree), options), options)
                 result = lean_convert_tags(tree_cleaning(deepcopy(tree), options), options)
                 assert markup_and_text_nodes(result) == markup_and_text_nodes(expected)

@@ -71,25 +71,30 @@ def _link_holders(subtree: Any) -> set:
 
 
 def tree_cleaning(tree: Any, options: Extractor) -> Any:
-    """trafilatura.htmlprocessing.tree_cleaning. It walks the tree once per tag it deletes
-    (some forty, each loop deleting while iterating); here one walk first finds the tags the
-    tree holds and only their loops run, unchanged (deletions never add a tag)."""
-    recover_math(tree)
+    """trafilatura.htmlprocessing.tree_cleaning. It walks the tree once per step (MathML,
+    figures and tables, forms) and once per tag it deletes (some forty, each loop deleting
+    while iterating); here one walk first finds the elements of these tags (the steps add
+    none), and only the steps and loops of the tags found run, unchanged."""
     cleaning_list, stripping_list = MANUALLY_CLEANED.copy(), MANUALLY_STRIPPED.copy()
     clean_forms = "form" in cleaning_list
     if clean_forms:
         cleaning_list.remove("form")
     if not options.tables:
         cleaning_list.extend(["table", "td", "th", "tr"])
-    else:
-        # figures holding a table and ARIA layout tables are kept, as containers
-        for elem in tree.iter("figure", "table"):
-            if (
-                elem.find(".//table") is not None
-                if elem.tag == "figure"
-                else elem.get("role") in ("presentation", "none")
-            ):
-                elem.tag = "div"
+    found: dict[str, list] = {}
+    for element in tree.iter(*cleaning_list, "figure", "form", "math", "table"):
+        found.setdefault(element.tag, []).append(element)
+    if "math" in found:
+        recover_math(tree)
+    if options.tables:
+        # figures holding a table and ARIA layout tables are kept, as containers (a figure's
+        # tables follow it: the figures tested first see the tables as they are)
+        for figure in found.get("figure", ()):
+            if figure.find(".//table") is not None:
+                figure.tag = "div"
+        for table in found.get("table", ()):
+            if table.get("role") in ("presentation", "none"):
+                table.tag = "div"
     if options.images:
         cleaning_list = [e for e in cleaning_list if e not in PRESERVE_IMG_CLEANING]
         stripping_list.remove("img")
@@ -104,14 +109,13 @@ def tree_cleaning(tree: Any, options: Extractor) -> Any:
         )
     ):
         tcopy = deepcopy(tree)
-    present = {element.tag for element in tree.iter(*cleaning_list)}
     for expression in cleaning_list:
-        if expression in present:
+        if expression in found:
             for element in tree.iter(expression):
                 delete_element(element)
     if tcopy is not None and tree.find(".//p") is None:
         tree = tcopy
-    if clean_forms:
+    if clean_forms and "form" in found:
         _handle_forms(tree)
     return prune_html(tree, options.focus)
 
