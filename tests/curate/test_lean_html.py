@@ -21,6 +21,7 @@ from trafilatura import xpaths
 from trafilatura.baseline import html2txt
 from trafilatura.external import sanitize_tree as trafilatura_sanitize_tree
 from trafilatura.external import try_readability
+from trafilatura.htmlprocessing import _handle_forms as trafilatura_handle_forms
 from trafilatura.htmlprocessing import convert_tags
 from trafilatura.htmlprocessing import delete_by_link_density as trafilatura_delete_by_link_density
 from trafilatura.htmlprocessing import link_density_test_tables as trafilatura_link_density_test_tables
@@ -57,6 +58,7 @@ from tokenmill.curate.lean_stages import (
     classify_paragraphs,
     collapsed_length,
     collapsed_length_below,
+    handle_forms,
     link_density_test_tables,
     make_paragraphs,
     normalize_whitespace,
@@ -405,6 +407,23 @@ def test_tag_conversion_is_trafilaturas_on_corners(html):
         lean_convert_tags(tree.find("body")[0][0], options)
         convert_tags(expected.find("body")[0][0], options)
         assert markup_and_text_nodes(tree) == markup_and_text_nodes(expected)
+
+
+FORM_CORNERS = (
+    "<form id='aspnetForm'><p>Most of the text, \u00e9t\u00e9 \U0001f600 included.</p></form><p>a little</p>",
+    "<p>the article's text, longer than the form's</p><form><label>Search</label>x</form>tail",
+    "<form>half<form>nested \u00e9</form></form><p>half</p><form></form>",
+    "<form></form>",
+)
+
+
+@pytest.mark.parametrize("html", FORM_CORNERS)
+def test_forms_handled_as_trafilatura_does(html):
+    page = f"<html><body>{html}</body></html>"
+    expected, tree = load_tree(page), load_tree(page)
+    trafilatura_handle_forms(expected)
+    handle_forms(tree)
+    assert markup_and_text_nodes(tree) == markup_and_text_nodes(expected)
 
 
 def test_tree_cleaning_and_tag_conversion_are_trafilaturas(shared_data):

@@ -18,13 +18,12 @@ from typing import Any
 from justext.core import PARAGRAPH_TAGS, revise_paragraph_classification
 from justext.paragraph import Paragraph as JustextParagraph
 from justext.utils import get_stoplist
-from lxml.etree import Element, SubElement, iterwalk, strip_tags
+from lxml.etree import Element, SubElement, XPath, iterwalk, strip_tags
 from trafilatura import external as trafilatura_external
 from trafilatura.htmlprocessing import (
     CONVERSIONS,
     PRESERVE_IMG_CLEANING,
     REND_TAG_MAPPING,
-    _handle_forms,
     is_paragraph_listing,
     prune_html,
     recover_math,
@@ -116,7 +115,7 @@ def tree_cleaning(tree: Any, options: Extractor) -> Any:
     if tcopy is not None and tree.find(".//p") is None:
         tree = tcopy
     if clean_forms and "form" in found:
-        _handle_forms(tree)
+        handle_forms(tree)
     return prune_html(tree, options.focus)
 
 
@@ -145,6 +144,25 @@ def sanitize_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
         elem.tag = "row" if elem.tag == "tr" else "cell"
     strip_tags(cleaned_tree, *({str(elem.tag) for elem in cleaned_tree.iter("*")} - TEI_VALID_TAGS))
     return cleaned_tree, trim(" ".join(cleaned_tree.itertext()))
+
+
+# len(element.text_content()) (lxml.html's text_content is XPath's string()), counted by libxml2
+# without decoding the text into a Python string
+_TEXT_LENGTH = XPath("string-length()")
+
+
+def handle_forms(tree: Any) -> None:
+    """trafilatura.htmlprocessing._handle_forms: a <form> holding most of the page's text is a
+    layout wrapper, kept as a <div>; the others are deleted. The lengths are counted in C."""
+    forms = list(tree.iter("form"))
+    if not forms:
+        return
+    total = int(_TEXT_LENGTH(tree))
+    for form in forms:
+        if total and int(_TEXT_LENGTH(form)) > total / 2:
+            form.tag = "div"
+        else:
+            delete_element(form)
 
 
 # what convert_tags reads or changes: links, formatting (Yoast FAQ questions and sub/sup among
