@@ -119,6 +119,25 @@ def tree_cleaning(tree: Any, options: Extractor) -> Any:
     return prune_html(tree, options.focus)
 
 
+# len(element.text_content()) (lxml.html's text_content is XPath's string()), counted by libxml2
+# without decoding the text into a Python string
+_TEXT_LENGTH = XPath("string-length()")
+
+
+def handle_forms(tree: Any) -> None:
+    """trafilatura.htmlprocessing._handle_forms: a <form> holding most of the page's text is a
+    layout wrapper, kept as a <div>; the others are deleted. The lengths are counted in C."""
+    forms = list(tree.iter("form"))
+    if not forms:
+        return
+    total = int(_TEXT_LENGTH(tree))
+    for form in forms:
+        if total and int(_TEXT_LENGTH(form)) > total / 2:
+            form.tag = "div"
+        else:
+            delete_element(form)
+
+
 def sanitize_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
     """trafilatura.external.sanitize_tree (the clean-up of readability's result) with the
     tree_cleaning above; adapted from trafilatura 2.3.1 (Apache License 2.0)."""
@@ -144,25 +163,6 @@ def sanitize_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
         elem.tag = "row" if elem.tag == "tr" else "cell"
     strip_tags(cleaned_tree, *({str(elem.tag) for elem in cleaned_tree.iter("*")} - TEI_VALID_TAGS))
     return cleaned_tree, trim(" ".join(cleaned_tree.itertext()))
-
-
-# len(element.text_content()) (lxml.html's text_content is XPath's string()), counted by libxml2
-# without decoding the text into a Python string
-_TEXT_LENGTH = XPath("string-length()")
-
-
-def handle_forms(tree: Any) -> None:
-    """trafilatura.htmlprocessing._handle_forms: a <form> holding most of the page's text is a
-    layout wrapper, kept as a <div>; the others are deleted. The lengths are counted in C."""
-    forms = list(tree.iter("form"))
-    if not forms:
-        return
-    total = int(_TEXT_LENGTH(tree))
-    for form in forms:
-        if total and int(_TEXT_LENGTH(form)) > total / 2:
-            form.tag = "div"
-        else:
-            delete_element(form)
 
 
 # what convert_tags reads or changes: links, formatting (Yoast FAQ questions and sub/sup among
