@@ -21,6 +21,7 @@ from trafilatura import xpaths
 from trafilatura.baseline import html2txt
 from trafilatura.external import sanitize_tree as trafilatura_sanitize_tree
 from trafilatura.external import try_readability
+from trafilatura.htmlprocessing import _handle_forms as trafilatura_handle_forms
 from trafilatura.htmlprocessing import convert_quotes as trafilatura_convert_quotes
 from trafilatura.htmlprocessing import convert_tags
 from trafilatura.htmlprocessing import delete_by_link_density as trafilatura_delete_by_link_density
@@ -38,6 +39,7 @@ from tokenmill.curate.lean_html import (
     _basic_clean_match,
     _extract_tree,
     _load_page,
+    _main_tree,
     _main_tree_and_spare,
     _readability,
     _readability_summary,
@@ -61,6 +63,7 @@ from tokenmill.curate.lean_stages import (
     collapsed_length,
     collapsed_length_below,
     convert_quotes,
+    handle_forms,
     link_density_test_tables,
     make_paragraphs,
     normalize_whitespace,
@@ -70,6 +73,9 @@ from tokenmill.curate.lean_stages import (
     stopwords,
     tree_cleaning,
     xml_text,
+)
+from tokenmill.curate.lean_stages import (
+    convert_tags as lean_convert_tags,
 )
 
 
@@ -372,6 +378,72 @@ def test_tree_cleaning_is_trafilaturas(shared_data):
         for options in (OPTIONS, recall):
             expected = tostring(trafilatura_tree_cleaning(deepcopy(tree), options))
             assert tostring(tree_cleaning(deepcopy(tree), options)) == expected
+
+
+def markup_and_text_nodes(tree) -> tuple:
+    """A tree's markup and its text nodes one by one (the markup joins adjacent ones)."""
+    return tostring(tree), tree.xpath("//text()")
+
+
+CONVERSION_CORNERS = (
+    "<p>a <a href='x'>link</a> b</p><a>outside</a> tail<a><a>nested</a></a>",
+    "<sup><a></a></sup>t<sup></sup>u<sub><a>x</a></sub><div>w<sup><a></a></sup>v<sup><b></b></sup></div>",
+    "<div><a>x</a>y<sup></sup>z</div><sup>kept</sup><sub><br></sub>",
+    "<strong class='schema-faq-question x'>Q?</strong><strong>bold</strong><em>it</em><kbd>k</kbd>",
+    "<dl><dt>t</dt><dd>d<dl><dt>in</dt><dd>x</dd></dl></dd><dd>e</dd></dl><ul><li>a<ol><li>b</li></ol></li></ul>",
+    "<pre><span class='hljs-keyword'>def</span></pre><pre>x = f('a')</pre><pre><pre><span class='hljs'>x</span></pre></pre>"
+    "<blockquote>q</blockquote><q>s</q><pre><span>one</span></pre>",
+    "<h2 class='c'>h</h2><br><hr><del>d</del><s>s</s><strike>k</strike><details><summary>s</summary>x</details>",
+    "<table><tr><td><a>cell</a></td></tr></table><span><a>loose</a><b><a>b</a></b></span><li><a>item</a></li>",
+)
+
+
+@pytest.mark.parametrize("html", CONVERSION_CORNERS)
+def test_tag_conversion_is_trafilaturas_on_corners(html):
+    no_tables = copy(OPTIONS)
+    no_tables.tables = False
+    page = f"<html><body>{html}</body></html>"
+    for options in (OPTIONS, no_tables):
+        expected, tree = load_tree(page), load_tree(page)
+        assert markup_and_text_nodes(lean_convert_tags(tree, options)) == markup_and_text_nodes(
+            convert_tags(expected, options)
+        )
+        # a subtree converted in place: its links' containers may lie above it
+        wrapped = f"<html><body><div>{html}</div></body></html>"
+        expected, tree = load_tree(wrapped), load_tree(wrapped)
+        lean_convert_tags(tree.find("body")[0][0], options)
+        convert_tags(expected.find("body")[0][0], options)
+        assert markup_and_text_nodes(tree) == markup_and_text_nodes(expected)
+
+
+FORM_CORNERS = (
+    "<form id='aspnetForm'><p>Most of the text, \u00e9t\u00e9 \U0001f600 included.</p></form><p>a little</p>",
+    "<p>the article's text, longer than the form's</p><form><label>Search</label>x</form>tail",
+    "<form>half<form>nested \u00e9</form></form><p>half</p><form></form>",
+    "<form></form>",
+)
+
+
+@pytest.mark.parametrize("html", FORM_CORNERS)
+def test_forms_handled_as_trafilatura_does(html):
+    page = f"<html><body>{html}</body></html>"
+    expected, tree = load_tree(page), load_tree(page)
+    trafilatura_handle_forms(expected)
+    handle_forms(tree)
+    assert markup_and_text_nodes(tree) == markup_and_text_nodes(expected)
+
+
+def test_tree_cleaning_and_tag_conversion_are_trafilaturas(shared_data):
+    recall, no_tables = copy(OPTIONS), copy(OPTIONS)
+    recall.focus = "recall"
+    no_tables.tables = False
+    for html in benchmark_html(shared_data, limit=60):
+        raw = _load_page(html)
+        for tree in (raw, _main_tree(deepcopy(raw))):
+            for options in (OPTIONS, recall, no_tables):
+                expected = convert_tags(trafilatura_tree_cleaning(deepcopy(tree), options), options)
+                result = lean_convert_tags(tree_cleaning(deepcopy(tree), options), options)
+                assert markup_and_text_nodes(result) == markup_and_text_nodes(expected)
 
 
 UNLIKELY_IN_SCRIPTS = (

@@ -6,9 +6,9 @@ Trafilatura finds the content frame and prunes boilerplate with XPath expression
 candidate element, present attribute or not, and those passes take most of trafilatura's time on
 a typical page. Here the same rules (the same token vocabularies, imported from trafilatura) are
 matched with compiled regular expressions in one walk over the elements, reading only the
-attributes an element has. Tree cleaning, link-density pruning and jusText's paragraphs run as
-faster equivalents of trafilatura's (lean_stages); the rest is trafilatura's own code: tag
-conversion, the text handlers, readability and the text output. The cascade is trafilatura's,
+attributes an element has. Tree cleaning, tag conversion, link-density pruning and jusText's
+paragraphs run as faster equivalents of trafilatura's (lean_stages); the rest is trafilatura's
+own code: the text handlers, readability and the text output. The cascade is trafilatura's,
 in its default or its fast mode (main extractor, wild-text recovery, comparison with readability
 and jusText, baseline rescue, recall retry), each costly pass skipped where a bound shows it
 cannot change the result.
@@ -42,10 +42,7 @@ from trafilatura.external import (
     SANITIZED_XPATH,
     _prefer_readability,
 )
-from trafilatura.htmlprocessing import (
-    convert_tags,
-    process_node,
-)
+from trafilatura.htmlprocessing import process_node
 from trafilatura.main_extractor import NOT_AT_THE_END, REBUILT_BLOCKS, _elem_text, handle_textelem
 from trafilatura.readability_lxml import REGEXES as READABILITY_REGEXES
 from trafilatura.settings import _COOKIE_CONSENT_RE as COOKIE_CONSENT_RE
@@ -72,6 +69,7 @@ from trafilatura.xml import delete_element
 from tokenmill.curate.lean_readability import LeanReadability, element_text_length
 from tokenmill.curate.lean_stages import (
     collapsed_length,
+    convert_tags,
     justext_rescue,
     link_density_test_tables,
     printable_but_spaces,

@@ -18,17 +18,18 @@ from typing import Any
 from justext.core import PARAGRAPH_TAGS, revise_paragraph_classification
 from justext.paragraph import Paragraph as JustextParagraph
 from justext.utils import get_stoplist
-from lxml.etree import Element, SubElement, iterwalk, strip_tags
+from lxml.etree import Element, SubElement, XPath, iterwalk, strip_tags
 from trafilatura import external as trafilatura_external
 from trafilatura.htmlprocessing import (
     CODE_INDICATORS,
+    CONVERSIONS,
     PRESERVE_IMG_CLEANING,
-    _handle_forms,
-    convert_tags,
+    REND_TAG_MAPPING,
     is_paragraph_listing,
     prune_html,
     recover_math,
 )
+from trafilatura.htmlprocessing import convert_tags as trafilatura_convert_tags
 from trafilatura.main_extractor import handle_image
 from trafilatura.settings import JUSTEXT_LANGUAGES, MANUALLY_CLEANED, MANUALLY_STRIPPED, Extractor
 from trafilatura.utils import LINK_FARM_RATIO, remove_control_characters, trim
@@ -72,25 +73,30 @@ def _link_holders(subtree: Any) -> set:
 
 
 def tree_cleaning(tree: Any, options: Extractor) -> Any:
-    """trafilatura.htmlprocessing.tree_cleaning. It walks the tree once per tag it deletes
-    (some forty, each loop deleting while iterating); here one walk first finds the tags the
-    tree holds and only their loops run, unchanged (deletions never add a tag)."""
-    recover_math(tree)
+    """trafilatura.htmlprocessing.tree_cleaning. It walks the tree once per step (MathML,
+    figures and tables, forms) and once per tag it deletes (some forty, each loop deleting
+    while iterating); here one walk first finds the elements of these tags (the steps add
+    none), and only the steps and loops of the tags found run, unchanged."""
     cleaning_list, stripping_list = MANUALLY_CLEANED.copy(), MANUALLY_STRIPPED.copy()
     clean_forms = "form" in cleaning_list
     if clean_forms:
         cleaning_list.remove("form")
     if not options.tables:
         cleaning_list.extend(["table", "td", "th", "tr"])
-    else:
-        # figures holding a table and ARIA layout tables are kept, as containers
-        for elem in tree.iter("figure", "table"):
-            if (
-                elem.find(".//table") is not None
-                if elem.tag == "figure"
-                else elem.get("role") in ("presentation", "none")
-            ):
-                elem.tag = "div"
+    found: dict[str, list] = {}
+    for element in tree.iter(*cleaning_list, "figure", "form", "math", "table"):
+        found.setdefault(element.tag, []).append(element)
+    if "math" in found:
+        recover_math(tree)
+    if options.tables:
+        # figures holding a table and ARIA layout tables are kept, as containers (a figure's
+        # tables follow it: the figures tested first see the tables as they are)
+        for figure in found.get("figure", ()):
+            if figure.find(".//table") is not None:
+                figure.tag = "div"
+        for table in found.get("table", ()):
+            if table.get("role") in ("presentation", "none"):
+                table.tag = "div"
     if options.images:
         cleaning_list = [e for e in cleaning_list if e not in PRESERVE_IMG_CLEANING]
         stripping_list.remove("img")
@@ -105,15 +111,14 @@ def tree_cleaning(tree: Any, options: Extractor) -> Any:
         )
     ):
         tcopy = deepcopy(tree)
-    present = {element.tag for element in tree.iter(*cleaning_list)}
     for expression in cleaning_list:
-        if expression in present:
+        if expression in found:
             for element in tree.iter(expression):
                 delete_element(element)
     if tcopy is not None and tree.find(".//p") is None:
         tree = tcopy
-    if clean_forms:
-        _handle_forms(tree)
+    if clean_forms and "form" in found:
+        handle_forms(tree)
     return prune_html(tree, options.focus)
 
 
@@ -135,6 +140,25 @@ def convert_quotes(element: Any) -> None:
             or any(indicator in text for indicator in CODE_INDICATORS)
         )
     element.tag = "code" if is_code else "quote"
+
+
+# len(element.text_content()) (lxml.html's text_content is XPath's string()), counted by libxml2
+# without decoding the text into a Python string
+_TEXT_LENGTH = XPath("string-length()")
+
+
+def handle_forms(tree: Any) -> None:
+    """trafilatura.htmlprocessing._handle_forms: a <form> holding most of the page's text is a
+    layout wrapper, kept as a <div>; the others are deleted. The lengths are counted in C."""
+    forms = list(tree.iter("form"))
+    if not forms:
+        return
+    total = int(_TEXT_LENGTH(tree))
+    for form in forms:
+        if total and int(_TEXT_LENGTH(form)) > total / 2:
+            form.tag = "div"
+        else:
+            delete_element(form)
 
 
 def sanitize_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
@@ -162,6 +186,115 @@ def sanitize_tree(tree: Any, options: Extractor) -> tuple[Any, str]:
         elem.tag = "row" if elem.tag == "tr" else "cell"
     strip_tags(cleaned_tree, *({str(elem.tag) for elem in cleaned_tree.iter("*")} - TEI_VALID_TAGS))
     return cleaned_tree, trim(" ".join(cleaned_tree.itertext()))
+
+
+# what convert_tags reads or changes: links, formatting (Yoast FAQ questions and sub/sup among
+# it) and the CONVERSIONS tags
+CONVERTED_TAGS = ("a", *REND_TAG_MAPPING, *CONVERSIONS)
+HEADING_TAGS = frozenset(("h1", "h2", "h3", "h4", "h5", "h6"))
+LIST_TAGS = frozenset(("dl", "ol", "ul"))
+QUOTE_TAGS = frozenset(("blockquote", "pre", "q"))
+
+
+def convert_tags(tree: Any, options: Extractor, url: str | None = None) -> Any:
+    """trafilatura.htmlprocessing.convert_tags (links, images and formatting off, when the URL
+    is not read; otherwise trafilatura's own). It walks the tree once per step (links, Yoast FAQ
+    questions, empty sub/sup, formatting, conversions) and climbs from every link to its
+    nearest container; here one walk collects the elements of every step, in document order,
+    a link's container is known from its parent's, and the steps run in trafilatura's order on
+    the elements collected (none adds or renames an element another step reads)."""
+    if options.links or options.images or options.formatting:
+        return trafilatura_convert_tags(tree, options, url)
+    links, questions, scripts, conversions = [], [], [], []
+    formatted = False
+    for element in tree.iter(CONVERTED_TAGS):
+        tag = element.tag
+        if tag == "a":
+            links.append(element)
+        elif tag in CONVERSIONS:
+            conversions.append(element)
+        else:
+            formatted = True
+            if tag == "strong":
+                questions.append(element)
+            elif tag in ("sub", "sup"):
+                scripts.append(element)
+    stripped = _links_to_refs(tree, links, ("div", "li", "p", "table") if options.tables else ("div", "li", "p"))
+    if stripped and scripts:  # whether a sub/sup is empty is read once the links are stripped
+        strip_tags(tree, "a")
+    for element in questions:
+        if "schema-faq-question" in element.get("class", ""):
+            element.attrib.clear()
+            element.set("rend", "h3")
+            element.tag = "head"
+    # an empty sub/sup goes, its tail kept (it would be stripped with the formatting anyway,
+    # but trafilatura joins the tail to the text before it)
+    for element in scripts:
+        if not element.text and len(element) == 0:
+            delete_element(element)
+    # the links and the formatting stripped in one walk: the same tree as one after the other
+    if stripped or formatted:
+        strip_tags(tree, "a", *REND_TAG_MAPPING)
+    for element in conversions:
+        tag = element.tag
+        if tag == "br" or tag == "hr":
+            element.tag = "lb"
+        elif tag in HEADING_TAGS:
+            element.attrib.clear()
+            element.set("rend", tag)
+            element.tag = "head"
+        elif tag in LIST_TAGS:
+            _convert_list(element, tag)
+        elif tag in QUOTE_TAGS:
+            convert_quotes(element)
+        else:
+            CONVERSIONS[tag](element)
+    return tree
+
+
+def _links_to_refs(tree: Any, links: list, containers: tuple[str, ...]) -> bool:
+    """convert_tags' links: each one a container below `tree` holds becomes a <ref>; whether
+    any is left (to be stripped). Whether an element's links are held is kept per element,
+    so each climb stops at the first element already answered."""
+    # trafilatura's test: the nearest container ancestor exists and is not `tree`
+    held = {tree: tree.tag not in containers and next(tree.iterancestors(containers), None) is not None}
+    stripped = False
+    for link in links:
+        node = link.getparent()
+        climbed = []
+        while True:
+            answer = held.get(node)
+            if answer is not None:
+                break
+            if node is None:
+                answer = False
+                break
+            climbed.append(node)
+            if node.tag in containers:
+                answer = True
+                break
+            node = node.getparent()
+        for node in climbed:
+            held[node] = answer
+        if answer:
+            link.tag = "ref"
+        else:
+            stripped = True
+    return stripped
+
+
+def _convert_list(element: Any, tag: str) -> None:
+    """trafilatura.htmlprocessing.convert_lists."""
+    element.set("rend", tag)
+    element.tag = "list"
+    number = 1
+    for item in element.iter("dd", "dt", "li"):
+        item_tag = item.tag
+        if item_tag != "li":
+            item.set("rend", f"{item_tag}-{number}")
+            if item_tag == "dd":
+                number += 1
+        item.tag = "item"
 
 
 # the link-density passes of prune_unwanted_sections, in order: (tag, backtracking)
