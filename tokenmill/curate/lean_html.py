@@ -6,12 +6,12 @@ Trafilatura finds the content frame and prunes boilerplate with XPath expression
 candidate element, present attribute or not, and those passes take most of trafilatura's time on
 a typical page. Here the same rules (the same token vocabularies, imported from trafilatura) are
 matched with compiled regular expressions in one walk over the elements, reading only the
-attributes an element has. Tree cleaning, tag conversion, link-density pruning and jusText's
-paragraphs run as faster equivalents of trafilatura's (lean_stages); the rest is trafilatura's
-own code: the text handlers, readability and the text output. The cascade is trafilatura's,
-in its default or its fast mode (main extractor, wild-text recovery, comparison with readability
-and jusText, baseline rescue, recall retry), each costly pass skipped where a bound shows it
-cannot change the result.
+attributes an element has. Tree cleaning, tag conversion, link-density pruning, jusText's
+paragraphs and the text output's clean-up run as faster equivalents of trafilatura's
+(lean_stages), readability as lean_readability; trafilatura's own code is left for its text
+handlers. The cascade is trafilatura's, in its default or its fast mode (main extractor,
+wild-text recovery, comparison with readability and jusText, baseline rescue, recall retry),
+each costly pass skipped where a bound shows it cannot change the result.
 
 Before trafilatura sees the tree, the subtrees its cleaning deletes anyway (scripts, styles,
 navigation, <head>, ...) are dropped in one C-level pass, so every later pass walks fewer nodes.
@@ -686,13 +686,6 @@ _BASIC_CLEAN_TAGS = frozenset(("aside", "fencedframe", "footer", "script", "styl
 _COOKIE_CONSENT = re.compile(COOKIE_CONSENT_RE, re.I)
 
 
-def basic_clean_matches(root: Any) -> list:
-    """The descendants trafilatura's BASIC_CLEAN_XPATH selects (document order): asides,
-    footers, scripts, styles, SVG, templates, footer divs and cookie-consent banners."""
-    consent: dict[str, bool] = {}  # per class or id value: the pages repeat them
-    return [element for element in root.iterdescendants(etree.Element) if _basic_clean_match(element, consent)]
-
-
 def _basic_clean_match(element: Any, consent: dict[str, bool]) -> bool:
     """Whether BASIC_CLEAN_XPATH selects `element`; `consent` caches the cookie-consent
     verdicts per class or id value."""
@@ -829,11 +822,6 @@ def _main_tree(tree: Any) -> Any:
     strip_elements(tree, *SCRIPT_TAGS, with_tail=False)
     strip_elements(tree, *DROPPED_TAGS, with_tail=False)
     return tree
-
-
-def _readability(raw: Any, unlikely: list) -> Any:
-    """trafilatura.external.try_readability(copy(raw)), given _unlikely_candidates(raw)."""
-    return _summary_tree(_readability_summary(raw, unlikely))
 
 
 def _readability_summary(raw: Any, unlikely: list) -> str | None:
