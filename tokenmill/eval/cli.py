@@ -13,10 +13,19 @@ from tokenmill.eval.tasks import TASKS
 log = logging.getLogger(__name__)
 
 
+EXAMPLES = (
+    "examples:\n"
+    "  tokenmill eval --model runs/tiny --tasks piqa,winogrande,lambada_openai --shots 0,1,5 \\\n"
+    "      --data-dir ../shared/data/eval --output results/tiny.json\n"
+    "  tokenmill eval --model runs/tiny --suite core --data-dir ../shared/data/eval/icl --limit 50\n"
+    "  tokenmill eval --model runs/tiny --bpb held_out.jsonl"
+)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "eval",
-        help="evaluate a model zero/one/few-shot (LAMBADA, PIQA, BoolQ, HellaSwag, WinoGrande, RACE, ANLI, WiC)",
+        help="evaluate a model: benchmark tasks, DCLM's CORE suite, bits per byte on held-out text",
         formatter_class=argparse.RawDescriptionHelpFormatter,  # keeps the example on one line
         description=textwrap.fill(
             "Evaluate a tokenmill run/checkpoint directory or a transformers model directory on "
@@ -24,14 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "few-shot examples, documents and standard errors. Task data comes from --data-dir "
             "(the benchmarks' original files, or the harness's Hugging Face datasets saved in the "
             "hub's layout), else from the Hugging Face hub through `datasets`, as the harness reads it. "
-            f"Tasks: {', '.join(TASKS)}.",
+            f"Tasks: {', '.join(TASKS)}. --suite core runs DCLM's CORE (22 in-context-learning tasks "
+            "in llm-foundry's format, scored as llm-foundry scores them; files under --data-dir) and "
+            "--bpb PATH the bits per byte of held-out text; any of the three may be combined.",
             width=88,
             break_on_hyphens=False,
         ),
-        epilog=(
-            "example:\n  tokenmill eval --model runs/tiny --tasks piqa,winogrande,lambada_openai --shots 0,1,5 \\\n"
-            "      --data-dir ../shared/data/eval --output results/tiny.json"
-        ),
+        epilog=EXAMPLES,
     )
     parser.add_argument(
         "--model",
@@ -41,15 +49,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--tasks",
-        required=True,
+        default=None,
         metavar="NAMES",
         help=f"comma-separated task names (aliases: anli, lambada, race_high); one of: {', '.join(TASKS)}",
+    )
+    parser.add_argument(
+        "--suite",
+        default=None,
+        metavar="NAME|FILE",
+        help="an ICL suite: `core` (DCLM's CORE, bundled) or a suite YAML file; its task files are "
+        "under --data-dir, and each task has its own shot count",
+    )
+    parser.add_argument(
+        "--bpb",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="bits per byte of held-out text: a .jsonl file (`text` per line), a document directory, or a text file",
     )
     parser.add_argument(
         "--shots",
         default="0",
         metavar="K[,K...]",
-        help="comma-separated few-shot counts; every task runs at each (default 0)",
+        help="comma-separated few-shot counts for --tasks; every task runs at each (default 0)",
     )
     parser.add_argument(
         "--data-dir",
@@ -67,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=None,
         metavar="N",
-        help="evaluate the first N documents of each task, in the harness's order (below 1: that fraction)",
+        help="evaluate the first N documents of each task or suite task, in file order (below 1: that fraction)",
     )
     parser.add_argument(
         "--batch-size", type=int, default=16, metavar="B", help="requests per forward pass (default 16)"
@@ -118,11 +140,16 @@ def run(args: argparse.Namespace) -> int:
     # that tasks without --data-dir load as the harness loads them.
     import torch
 
+    from tokenmill.eval.bpb import bpb_rows, read_documents
     from tokenmill.eval.evaluator import evaluate
+    from tokenmill.eval.models import load_model
     from tokenmill.eval.results import markdown_table, write_results
+    from tokenmill.eval.suites import evaluate_suite, load_suite, load_suite_data
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="tokenmill eval: %(levelname)s: %(message)s")
+    if not (args.tasks or args.suite or args.bpb):
+        raise TokenmillError("nothing to evaluate: pass --tasks, --suite or --bpb")
     if args.threads is not None and args.threads < 1:
         raise TokenmillError(f"--threads must be at least 1, got {args.threads}")
     threads = eval_threads(args.threads)
@@ -132,22 +159,36 @@ def run(args: argparse.Namespace) -> int:
     limit = args.limit
     if limit is not None and limit >= 1:
         limit = int(limit)
-    rows = evaluate(
-        args.model,
-        args.tasks,
-        args.shots,
-        data_dir=args.data_dir,
-        limit=limit,
-        batch_size=args.batch_size,
-        device=args.device,
-        bootstrap_iters=args.bootstrap_iters,
-    )
+    if args.batch_size < 1:
+        raise TokenmillError(f"--batch-size must be at least 1, got {args.batch_size}")
+    # Suite files and held-out text are read before the model loads: a bad file fails fast.
+    suite_data = load_suite_data(load_suite(args.suite), args.data_dir) if args.suite else None
+    documents = read_documents(args.bpb) if args.bpb else None
+    model = load_model(args.model, device=args.device) if (suite_data or documents) else args.model
+    rows = []
+    if args.tasks:
+        rows += evaluate(
+            model,
+            args.tasks,
+            args.shots,
+            data_dir=args.data_dir,
+            limit=limit,
+            batch_size=args.batch_size,
+            device=args.device,
+            bootstrap_iters=args.bootstrap_iters,
+        )
+    if suite_data is not None:
+        rows += evaluate_suite(model, suite_data, limit, args.batch_size)
+    if documents is not None:
+        rows += bpb_rows(args.bpb, documents, model, args.batch_size)
     table = markdown_table(rows)
     print(table, end="")
     if args.output:
         config = {
             "model": str(args.model),
             "tasks": args.tasks,
+            "suite": args.suite,
+            "bpb": str(args.bpb) if args.bpb else None,
             "shots": args.shots,
             "data_dir": str(args.data_dir) if args.data_dir else None,
             "limit": limit,

@@ -58,6 +58,8 @@ class TokenLM:
     name: str = "model"
     max_length: int = DEFAULT_MAX_LENGTH
     prefix_token_id: int = 0
+    # The end-of-sequence token (llm-foundry drops it from the end of an encoded few-shot preamble).
+    eos_token_id: int | None = None
     # The decoded prefix token: strings starting with it are encoded without special tokens.
     prefix_text: str | None = None
     device: torch.device = torch.device("cpu")
@@ -124,7 +126,30 @@ class TokenLM:
                 out.append((ctx, ids[context + continuation][len(ctx) :]))
         return out
 
+    def needs_prefix_space(self) -> bool:
+        """llm-foundry's test for a GPT-2-style BPE, where an answer starts with its own space:
+        " a" is one token."""
+        return len(self.encode([" a"], add_special_tokens=False)[0]) == 1
+
     # ----- scoring -----
+    def loglikelihood_rolling(
+        self, texts: Sequence[str], batch_size: int = 16, progress: bool = True, desc: str = "loglikelihood_rolling"
+    ) -> list[float]:
+        """log P(text) of whole documents, as the harness's `loglikelihood_rolling` scores them:
+        the text's tokens (no special tokens) after the prefix (EOD/BOS) token, in disjoint windows
+        of the model's length, each window reading the tokens before it."""
+        windows: list[tuple[list[int], list[int]]] = []
+        owners: list[int] = []
+        for index, tokens in enumerate(self.encode(texts, add_special_tokens=False)):
+            for window in rolling_windows(tokens, self.prefix_token_id, self.max_length):
+                windows.append(window)
+                owners.append(index)
+        totals = [0.0] * len(texts)
+        scored = self.loglikelihood_tokens(windows, batch_size=batch_size, progress=progress, desc=desc)
+        for index, (ll, _) in zip(owners, scored, strict=True):
+            totals[index] += ll
+        return totals
+
     def loglikelihood(
         self,
         requests: Sequence[tuple[str, str]],
@@ -273,6 +298,25 @@ class TokenLM:
                 results[index] = (float(lp), bool((greedy[rows] == target).all()))
 
 
+def rolling_windows(tokens: list[int], prefix_token: int, max_length: int) -> list[tuple[list[int], list[int]]]:
+    """(context, continuation) windows covering every token once: the harness's
+    `get_rolling_token_windows(context_len=1)` followed by `make_disjoint_window`."""
+    if not tokens:
+        return []
+    first = min(max_length, len(tokens))
+    windows = [([prefix_token], tokens[:first])]
+    predicted = first
+    while predicted < len(tokens):
+        end = predicted + min(len(tokens) - predicted, max_length)
+        # Each later window reads the max_length tokens before its last one; its context is the
+        # part of that read before the predicted tokens.
+        window_input = tokens[max(0, end - max_length - 1) : end - 1]
+        predicted_tokens = tokens[predicted:end]
+        windows.append((window_input[: len(window_input) - (len(predicted_tokens) - 1)], predicted_tokens))
+        predicted = end
+    return windows
+
+
 def resolve_max_length(config: object, tokenizer: object | None) -> int:
     """The harness's rule: config n_positions / max_position_embeddings / n_ctx, then tokenizer."""
     cfg = getattr(config, "text_config", None) or config
@@ -325,6 +369,7 @@ class HFModel(TokenLM):
         if prefix is None:
             raise TokenmillError(f"{path}: the tokenizer has neither a BOS nor an EOS token")
         self.prefix_token_id = int(prefix)
+        self.eos_token_id = tok.eos_token_id
         self.prefix_text = tok.decode(self.prefix_token_id)
         self._keep_mode = self._detect_keep_mode()
         self._cache_arg = self._detect_cache_arg()
@@ -416,6 +461,7 @@ class NativeModel(TokenLM):
             raise TokenmillError(f"{path}: checkpoint meta names no readable tokenizer ({tokenizer_path!r})")
         self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
         self.prefix_token_id = self._prefix_id(meta)
+        self.eos_token_id = self.prefix_token_id  # the EOD, exported as EOS
         # As tok_encode does for transformers tokenizers: text that already starts with the
         # prefix token is encoded without special tokens.
         self.prefix_text = self.tokenizer.decode([self.prefix_token_id], skip_special_tokens=False) or None

@@ -24,11 +24,12 @@ RESULT_COLUMNS = ["task", "shots", "n", "metric", "value", "± stderr"]
 
 def result_cells(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
     """The cells of the results table, one list per (task, shots, metric), in `RESULT_COLUMNS`
-    order; a result without a count (held-out perplexity) shows `-` for n."""
+    order; a result without a count (held-out perplexity) or a shot count (a suite's aggregate)
+    shows `-` there."""
     return [
         [
             str(r["task"]),
-            str(r["shots"]),
+            "-" if r.get("shots") is None else str(r["shots"]),
             "-" if r.get("n") is None else str(r["n"]),
             str(r["metric"]),
             _fmt(r["value"], r["metric"]),
@@ -40,9 +41,13 @@ def result_cells(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """The results table of `tokenmill eval`, a recipe's eval step and its report: one line
-    per (task, shots, metric); `±` is the harness's standard error."""
+    per (task, shots, metric); `±` is the harness's standard error. A row's `note` (what a
+    suite's aggregate is over) follows the table."""
     lines = ["| " + " | ".join(RESULT_COLUMNS) + " |", "|---|---:|---:|---|---:|---:|"]
     lines += ["| " + " | ".join(cells) + " |" for cells in result_cells(rows)]
+    notes = [r["note"] for r in rows if r.get("note")]
+    if notes:
+        lines += ["", *notes]
     return "\n".join(lines) + "\n"
 
 
