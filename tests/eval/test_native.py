@@ -63,3 +63,27 @@ def test_native_equals_exported_transformers_model(native_run: Path, eval_dir: P
                 k: v for k, v in sb.scores.items() if k != "perplexity"
             }
         assert [r["value"] for r in a.rows] == pytest.approx([r["value"] for r in b.rows], rel=1e-5)
+
+
+def test_native_suite_and_bpb_equal_exported_model(native_run: Path, shared_data: Path, tmp_path: Path) -> None:
+    """The ICL prompts (preamble encoded with special tokens, EOS dropped) and the rolling windows
+    after the EOD read a tokenmill checkpoint as they read its export."""
+    from tokenmill.eval.bpb import bits_per_byte
+    from tokenmill.eval.suites import load_suite, load_suite_data, score_suite
+    from tokenmill.train.export_hf import export_hf
+
+    native = load_model(native_run)
+    exported = load_model(export_hf(native_run, tmp_path / "hf"))
+    assert native.eos_token_id == exported.eos_token_id == native.prefix_token_id
+    assert native.needs_prefix_space() and exported.needs_prefix_space()
+    data = load_suite_data(load_suite("core"), shared_data / "eval" / "icl")
+    a = score_suite(native, data, limit=3, batch_size=8, progress=False)
+    b = score_suite(exported, data, limit=3, batch_size=8, progress=False)
+    for ta, tb in zip(a.tasks, b.tasks, strict=True):
+        assert [(p.context_tokens, p.continuation_tokens) for p in ta.prompts] == [
+            (p.context_tokens, p.continuation_tokens) for p in tb.prompts
+        ]
+        assert ta.correct == tb.correct, ta.task.label
+    text = (shared_data / "corpus" / "wikitext2_valid.txt").read_text(encoding="utf-8")[:2000]
+    got, want = bits_per_byte(native, [text], progress=False), bits_per_byte(exported, [text], progress=False)
+    assert got["bits_per_byte"] == close_ll(want["bits_per_byte"])
