@@ -1,4 +1,5 @@
-"""`tokenmill eval`: zero/one/few-shot evaluation scored as lm-evaluation-harness 0.4.x scores it."""
+"""`tokenmill eval`: zero/one/few-shot tasks scored as lm-evaluation-harness 0.4.x scores them, ICL
+suites (DCLM's CORE) scored as llm-foundry scores them, and bits per byte of held-out text."""
 
 from __future__ import annotations
 
