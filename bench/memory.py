@@ -3,6 +3,12 @@ and encode of one JSONL file, beside a whole-file read of the same file with pan
 
     .venv/bin/python bench/memory.py [--sizes-mb 50 100 200] [--workers 2] [--limit-mb 1024]
                                      [--out bench/results/memory.txt]
+    .venv/bin/python bench/memory.py --hostile-mb 512 [--document-mb 50]
+
+`--hostile-mb N` measures hostile inputs instead: a `.warc.gz` whose one record expands to N MB,
+a `.jsonl.gz` holding N MB without a newline, one JSONL line of N / 2 MB (all ingested with the
+default --max-record-bytes, so each is a counted `too_large`), and a `--document-mb` document
+through `tokenize train-tokenizer` (in the command's process) and `tokenize encode`.
 
 The input is one generated JSONL file per size: documents of 3-8 real paragraphs (WikiText-2 and
 Shakespeare from ../shared/data/corpus) in a seeded random order, 5% of them repeated, so
@@ -139,6 +145,131 @@ def run_chain(workers: int, limit_mb: int, source: Path, work: Path, tokenizer: 
     return results
 
 
+def write_hostile_inputs(work: Path, hostile_mb: int) -> dict[str, Path]:
+    """The decompression bombs and the huge line, written in 1 MB chunks."""
+    import gzip
+    import zlib
+
+    mb = 1024 * 1024
+    inputs = {
+        name: work / name / file
+        for name, file in (
+            ("warc.gz bomb", "bomb.warc.gz"),
+            ("jsonl.gz bomb", "bomb.jsonl.gz"),
+            ("huge JSONL line", "line.jsonl"),
+        )
+    }
+    for path in inputs.values():
+        path.parent.mkdir()
+    good = json.dumps({"text": "a document after the hostile one"}).encode() + b"\n"
+    http = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n"
+    block_length = len(http) + hostile_mb * mb
+    header = (
+        "WARC/1.0\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:00000000-0000-0000-0000-000000000001>\r\n"
+        "WARC-Date: 2024-05-01T10:00:00Z\r\nWARC-Target-URI: http://example.com/\r\n"
+        f"Content-Type: application/http; msgtype=response\r\nContent-Length: {block_length}\r\n\r\n"
+    ).encode()
+    with inputs["warc.gz bomb"].open("wb") as handle:
+        compressor = zlib.compressobj(9, zlib.DEFLATED, 31)  # one gzip member, as WARC writers make
+        handle.write(compressor.compress(header + http))
+        for _ in range(hostile_mb):
+            handle.write(compressor.compress(b" " * mb))
+        handle.write(compressor.compress(b"\r\n\r\n") + compressor.flush())
+    with gzip.open(inputs["jsonl.gz bomb"], "wb", compresslevel=9) as handle:
+        for _ in range(hostile_mb):
+            handle.write(b"{" * mb)
+        handle.write(b"\n" + good)
+    with inputs["huge JSONL line"].open("wb") as handle:
+        handle.write(b'{"text": "')
+        for _ in range(hostile_mb // 2):
+            handle.write(b"x" * mb)
+        handle.write(b'"}\n' + good)
+    return inputs
+
+
+def run_hostile(args: argparse.Namespace, scratch: Path) -> list[str]:
+    """Peak memory per worker on hostile inputs, beside the bound (the worker's memory limit)."""
+    from distributed import Client, LocalCluster
+
+    from tokenmill.cli import main as tokenmill
+
+    def on_workers(argv: list[str]) -> tuple[list[float], float]:
+        with (
+            LocalCluster(
+                n_workers=args.workers, threads_per_worker=1, memory_limit=f"{args.limit_mb}MiB", dashboard_address=":0"
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            started = time.time()
+            if tokenmill([*argv, "--scheduler", cluster.scheduler_address, "--no-progress"]) != 0:
+                raise SystemExit(f"{' '.join(argv[:2])} failed")
+            return worker_peaks(client), time.time() - started
+
+    rows = []
+    for name, path in write_hostile_inputs(scratch, args.hostile_mb).items():
+        output = path.parent / "out"
+        peaks, seconds = on_workers(["curate", "ingest", "--input", str(path), "--output", str(output)])
+        counts = json.loads((output / "manifest.json").read_text())["counts"]
+        rows.append(
+            (
+                f"ingest {name} ({args.hostile_mb if 'bomb' in name else args.hostile_mb // 2} MB)",
+                peaks,
+                seconds,
+                counts,
+            )
+        )
+    docs = scratch / "document" / "docs"
+    docs.mkdir(parents=True)
+    pool = paragraphs()
+    text = "\n".join(pool)
+    text = (text * (args.document_mb * 1024 * 1024 // len(text) + 1))[: args.document_mb * 1024 * 1024]
+    import pandas as pd
+
+    pd.DataFrame({"id": ["long", "short"], "text": [text, pool[0]], "source": "bench"}).to_parquet(
+        docs / "part-0.parquet"
+    )
+    tokenizer = scratch / "document" / "tokenizer.json"
+    code = (
+        "import sys\nfrom tokenmill.cli import main\n"
+        "code = main(['tokenize', 'train-tokenizer', '--input', sys.argv[1], '--vocab-size', '8000', '--output', sys.argv[2]])\n"
+        "status = open('/proc/self/status').read().split('VmHWM:')[1]\n"
+        "print(int(status.split()[0]) / 1024, code)\n"
+    )
+    started = time.time()
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(docs), str(tokenizer)], capture_output=True, text=True, check=True
+    )
+    peak, code_text = out.stdout.split()
+    if code_text != "0":
+        raise SystemExit("train-tokenizer failed")
+    rows.append(
+        (
+            f"train-tokenizer, one {args.document_mb} MB document (command process)",
+            [float(peak)],
+            time.time() - started,
+            None,
+        )
+    )
+    argv = ["tokenize", "encode", "--input", str(docs), "--tokenizer", str(tokenizer), "--output-prefix"]
+    peaks, seconds = on_workers([*argv, str(scratch / "document" / "shard")])
+    rows.append((f"encode, one {args.document_mb} MB document", peaks, seconds, None))
+
+    lines = [
+        f"hostile inputs: peak RSS per process (MiB; {args.workers} single-threaded workers, memory limit"
+        f" {args.limit_mb} MiB each: the bound; ingest with the default --max-record-bytes, 64 MiB)",
+        "",
+        f"{'input':<62}{'peak':>8}{'bound':>8}{'seconds':>9}  counts",
+    ]
+    for name, peaks, seconds, counts in rows:
+        shown = f"in {counts['in']}, kept {counts['kept']}, rejected {counts['rejected']}" if counts else ""
+        lines.append(f"{name:<62}{max(peaks):>8.0f}{args.limit_mb:>8}{seconds:>9.0f}  {shown}")
+    worst = max(max(peaks) for _, peaks, _, _ in rows)
+    lines.append(
+        f"highest peak: {worst:.0f} MiB, {'within' if worst < args.limit_mb else 'OVER'} the {args.limit_mb} MiB bound"
+    )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes-mb", type=int, nargs="+", default=[50, 100, 200])
@@ -146,7 +277,18 @@ def main() -> None:
     parser.add_argument("--limit-mb", type=int, default=1024, help="memory limit of each worker (the bound)")
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--hostile-mb", type=int, default=None, help="measure the hostile inputs of this size instead")
+    parser.add_argument("--document-mb", type=int, default=50, help="the long document's size (with --hostile-mb)")
     args = parser.parse_args()
+    if args.hostile_mb is not None:
+        with tempfile.TemporaryDirectory(dir=args.work) as scratch:
+            text = "\n".join(run_hostile(args, Path(scratch))) + "\n"
+        print(text)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            with args.out.open("a") as handle:
+                handle.write("\n" + text)
+        return
 
     lines = [
         f"peak RSS per worker (MiB; {args.workers} single-threaded workers, memory limit {args.limit_mb} MiB each)",

@@ -3,7 +3,8 @@
 Every input record ends up either kept (id, text, source) or rejected with a reason and, where
 it exists, the raw line: `invalid_utf8` (`invalid_encoding` with another `--encoding`),
 `invalid_json`, `not_an_object`, `missing_text`, `non_string_text`, `empty_text`, `missing_id`,
-`corrupt_file`, `empty_file` for a file that holds no record at all (one rejection per file, so
+`corrupt_file`, `too_large` for a record over `--max-record-bytes` (skipped unread, see
+`tokenmill.curate.limits`), `empty_file` for a file that holds no record at all (one rejection per file, so
 that an empty input never passes as `in 0`), `binary` for a file read as text that is binary (a
 PDF, an image, an executable), and `unknown_format` for a file in an input directory whose
 extension names no format.
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokenmill.curate import webarchive
+from tokenmill.curate import limits, webarchive
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import Batch, DocumentBatcher, StageOptions, run_stage
 from tokenmill.curate.text import decode_replacing
@@ -124,6 +125,7 @@ REASONS = {
     "binary": "a file read as text that is binary: NUL bytes, control characters, or a PDF/image/archive signature"
     " (a UTF-16 text file has NUL bytes: convert it to UTF-8 first, e.g. with iconv)",
     "unknown_format": "a file in an input directory whose extension names no format (use --format to read it)",
+    **limits.REASONS,
     **webarchive.REASONS,
 }
 
@@ -159,11 +161,18 @@ class IngestStage(StageOptions):
         help="a record with undecodable bytes: reject it (invalid_utf8 / invalid_encoding), or replace the bytes"
         " with U+FFFD and count them in the stats (replaced_bytes) (default: reject)",
     )
+    max_record_bytes: int = option(
+        limits.DEFAULT_MAX_RECORD_BYTES,
+        help="reject a record larger than this many bytes (a JSONL line, a text file or piece, a WARC record or its"
+        " decompressed page, a Parquet cell) as too_large, reading past it in bounded chunks"
+        f" (default {limits.DEFAULT_MAX_RECORD_BYTES // 2**20} MiB)",
+    )
 
     name = "ingest"
 
     def __post_init__(self) -> None:
         self.encoding = check_encoding(self.encoding)
+        self.max_record_bytes = limits.check_limit(self.max_record_bytes)
         if self.encoding_errors not in ENCODING_ERRORS:
             raise TokenmillError(
                 f"--encoding-errors must be one of {', '.join(ENCODING_ERRORS)}, got {self.encoding_errors!r}"
@@ -219,6 +228,7 @@ def check_encoding(encoding: str) -> str:
 def _record_to_document(
     record: Any, doc_id: str, options: IngestStage, batch: DocumentBatcher, raw: str | bytes | None
 ) -> None:
+    """Keep a parsed record (a JSON object, a Parquet row), or reject it with the reason."""
     if not isinstance(record, dict):
         batch.reject(doc_id, "not_an_object", raw)
         return
@@ -227,7 +237,7 @@ def _record_to_document(
         if value is None or value == "":
             batch.reject(doc_id, "missing_id", raw)
             return
-        doc_id = str(value)
+        doc_id = limits.repair_surrogates(str(value), batch)
     if options.text_field not in record or record[options.text_field] is None:
         batch.reject(doc_id, "missing_text", raw)
         return
@@ -235,6 +245,7 @@ def _record_to_document(
     if not isinstance(text, str):
         batch.reject(doc_id, "non_string_text", raw)
         return
+    text = limits.repair_surrogates(text, batch)
     if not text.strip():
         batch.reject(doc_id, "empty_text", raw, text=text)
         return
@@ -272,6 +283,7 @@ class JsonlChunk:
     def run(self) -> Iterator[Batch]:
         batch = DocumentBatcher(self.source)
         undecodable = _undecodable_reason(self.options)
+        limit = self.options.max_record_bytes
         records = 0
         at_end = False
         try:
@@ -280,14 +292,23 @@ class JsonlChunk:
                 if self.start:
                     # The previous chunk owns the line that straddles our start.
                     handle.seek(self.start - 1)
-                    offset += len(handle.readline()) - 1
+                    offset += limits.skip_line(handle) - 1
                 while self.end is None or offset < self.end:
-                    line = handle.readline()
+                    # At most limit + 1 bytes: a longer line is never read whole.
+                    line = handle.readline(limit + 1)
                     if not line:
                         at_end = True
                         break
                     line_offset = offset
                     offset += len(line)
+                    if len(line) > limit and not line.endswith(b"\n"):
+                        skipped = limits.skip_line(handle)
+                        offset += skipped
+                        records += 1
+                        limits.reject_too_large(batch, f"{self.prefix}:{line_offset}", len(line) + skipped, limit, line)
+                        continue
+                    if line_offset == 0 and line.startswith(codecs.BOM_UTF8) and self.options.encoding == "utf-8":
+                        line = line[len(codecs.BOM_UTF8) :]  # a byte-order mark, as Windows editors write
                     stripped = line.strip()
                     if not stripped:
                         continue  # blank lines separate nothing in JSONL
@@ -319,6 +340,34 @@ class JsonlChunk:
         yield batch.flush()
 
 
+def _cell_sizes(column: Any) -> list[int | None]:
+    """Each cell's size in bytes (None for a null or a value that is not text or bytes)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not (
+        pa.types.is_string(column.type) or pa.types.is_large_string(column.type) or pa.types.is_binary(column.type)
+    ):
+        return [None] * len(column)
+    return pc.binary_length(column).to_pylist()
+
+
+def _cell_head(cell: Any) -> bytes:
+    """The first bytes of a text or bytes cell, without copying the rest."""
+    return cell.as_buffer()[: limits.HEAD_BYTES].to_pybytes()
+
+
+def _without_cells(record_batch: Any, column: str, rows: set[int]) -> Any:
+    """`record_batch` with the cells of `column` at `rows` set to null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    mask = pa.array([index in rows for index in range(record_batch.num_rows)])
+    position = record_batch.schema.get_field_index(column)
+    values = record_batch.column(position)
+    return record_batch.set_column(position, column, pc.if_else(mask, pa.scalar(None, values.type), values))
+
+
 @dataclass
 class ParquetChunk:
     """Row groups [first, last) of a Parquet file with arbitrary columns."""
@@ -343,11 +392,25 @@ class ParquetChunk:
         columns = [self.options.text_field] + ([self.options.id_field] if self.options.id_field else [])
         row = self.first_row
         batch = DocumentBatcher(self.source)
+        limit = self.options.max_record_bytes
         for record_batch in parquet_file.iter_batches(
             batch_size=BATCH_RECORDS, row_groups=self.row_groups, columns=columns
         ):
-            for record in record_batch.to_pylist():
-                _record_to_document(record, f"{self.prefix}:{row}", self.options, batch, None)
+            # Cells over the limit are rejected from Arrow's buffer, never copied into Python.
+            sizes = _cell_sizes(record_batch.column(self.options.text_field))
+            oversized = {index for index, size in enumerate(sizes) if size is not None and size > limit}
+            if oversized:
+                texts = record_batch.column(self.options.text_field)
+                heads = {index: _cell_head(texts[index]) for index in oversized}
+                record_batch = _without_cells(record_batch, self.options.text_field, oversized)
+            for index, record in enumerate(record_batch.to_pylist()):
+                doc_id = f"{self.prefix}:{row}"
+                if index in oversized:
+                    if self.options.id_field is not None and record.get(self.options.id_field) not in (None, ""):
+                        doc_id = limits.repair_surrogates(str(record[self.options.id_field]), batch)
+                    limits.reject_too_large(batch, doc_id, sizes[index], limit, heads[index])
+                else:
+                    _record_to_document(record, doc_id, self.options, batch, None)
                 row += 1
             yield batch.flush()
         if len(batch):
@@ -370,12 +433,21 @@ class TextChunk:
             if self.options.separator
             else None
         )
+        limit = self.options.max_record_bytes
         for path, prefix in self.files:
             try:
                 with storage.open_decompressed(path) as handle:
-                    data = handle.read()
+                    if separator is None:
+                        data, size = limits.read_limited(handle, limit)
+                    else:
+                        # Split into documents, each checked against the limit below.
+                        data = handle.read()
+                        size = len(data)
             except (OSError, EOFError) as error:
                 batch.reject(f"{prefix}:corrupt", "corrupt_file", f"{type(error).__name__}: {error}")
+                continue
+            if size > limit and separator is None:
+                limits.reject_too_large(batch, prefix, size, limit, data)
                 continue
             kind = binary_kind(data)
             if kind is not None:
@@ -397,6 +469,9 @@ class TextChunk:
                     position = match.end()
                 pieces.append((f"{prefix}:{position}", data[position:]))
             for doc_id, piece in pieces:
+                if len(piece) > limit:
+                    limits.reject_too_large(batch, doc_id, len(piece), limit, piece)
+                    continue
                 text = _decode(piece, self.options, batch)
                 if text is None:
                     batch.reject(doc_id, undecodable, piece)
@@ -484,9 +559,9 @@ def _file_tasks(path: str, prefix: str, source: str, fmt: str, options: IngestSt
             first_row += metadata.row_group(index).num_rows
         return tasks
     if fmt in ARCHIVE_FORMATS:
-        return [webarchive.WarcFile(str(path), source, fmt)]
+        return [webarchive.WarcFile(str(path), source, fmt, options.max_record_bytes)]
     if fmt == "html":
-        return [webarchive.HtmlFiles([(str(path), prefix)], source)]
+        return [webarchive.HtmlFiles([(str(path), prefix)], source, options.max_record_bytes)]
     return [TextChunk([(str(path), prefix)], source, options)]
 
 
@@ -538,7 +613,11 @@ def plan_tasks(paths: list[str | Path], options: IngestStage) -> list[Any]:
             for start in range(0, len(pending_text), TEXT_FILES_PER_TASK):
                 tasks.append(TextChunk(pending_text[start : start + TEXT_FILES_PER_TASK], source, options))
             for start in range(0, len(pending_html), TEXT_FILES_PER_TASK):
-                tasks.append(webarchive.HtmlFiles(pending_html[start : start + TEXT_FILES_PER_TASK], source))
+                tasks.append(
+                    webarchive.HtmlFiles(
+                        pending_html[start : start + TEXT_FILES_PER_TASK], source, options.max_record_bytes
+                    )
+                )
             continue
         fmt = options.format or detect_format(Path(name))
         if fmt is None:

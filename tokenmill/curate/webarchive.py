@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tokenmill.curate import limits
 from tokenmill.curate.html_text import HTML_TYPES
 from tokenmill.curate.stage import Batch, DocumentBatcher
 from tokenmill.curate.text import decode_replacing
@@ -136,31 +137,54 @@ def _dechunk(body: bytes) -> bytes:
         position += size + 2
 
 
-def _decompress(body: bytes, encoding: str) -> bytes:
+class _TooLarge(Exception):
+    """A payload that decompresses to more than the record limit; the argument is its first bytes.
+    The rest is never decompressed: a bomb costs the limit, not its size."""
+
+
+def _inflate(body: bytes, wbits: int, limit: int) -> bytes:
+    """zlib-decompress `body`, never producing more than `limit` + 1 bytes at once (a bomb)."""
+    inflater = zlib.decompressobj(wbits)
+    data = inflater.decompress(body, limit + 1)
+    if len(data) > limit:
+        raise _TooLarge(data[: limits.HEAD_BYTES])
+    return data + inflater.flush()
+
+
+def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
     if encoding in ("gzip", "x-gzip"):
-        return zlib.decompress(body, 47)  # gzip or zlib header, detected
+        return _inflate(body, 47, limit)  # gzip or zlib header, detected
     if encoding == "deflate":
         try:
-            return zlib.decompress(body)
+            return _inflate(body, 15, limit)
         except zlib.error:
-            return zlib.decompress(body, -15)  # raw deflate, as some servers send it
+            return _inflate(body, -15, limit)  # raw deflate, as some servers send it
     if encoding == "br":
         # Imported here: the command line imports this module to build its parsers, and a
         # training-only install (the GPU wheel set) has no brotli.
         import brotli
 
-        return brotli.decompress(body)
+        decompressor = brotli.Decompressor()
+        data = decompressor.process(body, output_buffer_limit=limit + 1)
+        if len(data) > limit:
+            raise _TooLarge(data[: limits.HEAD_BYTES])
+        return data
     raise ValueError(f"unsupported content encoding {encoding!r}")
 
 
 def http_payload(
-    body: bytes, transfer_encoding: str | None, content_encoding: str | None, stats: DocumentBatcher
+    body: bytes,
+    transfer_encoding: str | None,
+    content_encoding: str | None,
+    stats: DocumentBatcher,
+    limit: int = limits.DEFAULT_MAX_RECORD_BYTES,
 ) -> bytes:
     """The entity an HTTP response carried, with transfer and content encodings undone.
 
     Archives often store a payload already decoded under its original headers (ClueWeb09 does):
     a body that fails to decode and does not start like the encoding's output is taken as is and
-    counted (`encoding_already_undone`); one that starts like it but fails is undecodable.
+    counted (`encoding_already_undone`); one that starts like it but fails is undecodable. A
+    payload that decompresses to more than `limit` bytes raises `_TooLarge` once that is seen.
     """
     if transfer_encoding and "chunked" in transfer_encoding.lower():
         try:
@@ -171,7 +195,9 @@ def http_payload(
     if encoding in ("", "identity", "none"):
         return body
     try:
-        return _decompress(body, encoding)
+        return _decompress(body, encoding, limit)
+    except _TooLarge:
+        raise
     except Exception as error:  # zlib.error, brotli.error, ValueError: all mean "not this encoding"
         looks_encoded = (
             body[:2] == b"\x1f\x8b" if encoding in ("gzip", "x-gzip") else not _HTML_START.match(body[:1024])
@@ -206,6 +232,7 @@ class WarcFile:
     path: str
     source: str
     kind: str = "warc"  # "warc": HTML responses; "wet": conversion records
+    max_record_bytes: int = limits.DEFAULT_MAX_RECORD_BYTES
 
     def run(self) -> Iterator[Batch]:
         from fastwarc.warc import ArchiveIterator, WarcRecordType
@@ -281,6 +308,15 @@ class WarcFile:
             "content_type": None,
             "charset": None,
         }
+        limit = self.max_record_bytes
+        if declared_length > limit:
+            # Skipped in FastWARC's bounded reads: a decompression bomb is never held.
+            head = record.reader.read(limits.HEAD_BYTES)
+            consumed = len(head) + record.reader.consume()
+            if consumed != declared_length:
+                return self._truncated(record_id, number, f"{consumed} of {declared_length} bytes", batch)
+            limits.reject_too_large(batch, record_id, declared_length, limit, head, meta)
+            return True
         if self.kind == "wet":
             body = record.reader.read()
             if len(body) != declared_length:
@@ -309,9 +345,12 @@ class WarcFile:
             batch.reject(record_id, "warc.http_status", f"HTTP {status}: {http.status_line}", meta)
             return True
         try:
-            payload = http_payload(body, http.get("Transfer-Encoding"), http.get("Content-Encoding"), batch)
+            payload = http_payload(body, http.get("Transfer-Encoding"), http.get("Content-Encoding"), batch, limit)
         except _Undecodable as error:
             batch.reject(record_id, "warc.undecodable", str(error), meta)
+            return True
+        except _TooLarge as error:
+            limits.reject_too_large(batch, record_id, f"more than {limit} decompressed", limit, error.args[0], meta)
             return True
         if not payload.strip():
             batch.reject(record_id, "warc.empty", f"{len(payload)} bytes of payload", meta)
@@ -352,6 +391,7 @@ class HtmlFiles:
 
     files: list[tuple[str, str]]  # (path, id)
     source: str
+    max_record_bytes: int = limits.DEFAULT_MAX_RECORD_BYTES
 
     def run(self) -> Iterator[Batch]:
         batch = DocumentBatcher(self.source, WEB_COLUMNS)
@@ -359,9 +399,12 @@ class HtmlFiles:
             meta = {"url": None, "date": None, "warc_record_id": None, "content_type": "text/html", "charset": None}
             try:
                 with storage.open_decompressed(path) as handle:
-                    body = handle.read()
+                    body, size = limits.read_limited(handle, self.max_record_bytes)
             except (OSError, EOFError) as error:
                 batch.reject(doc_id, "corrupt_file", f"{type(error).__name__}: {error}", meta)
+                continue
+            if size > self.max_record_bytes:
+                limits.reject_too_large(batch, doc_id, size, self.max_record_bytes, body, meta)
                 continue
             if not body.strip():
                 batch.reject(doc_id, "html.empty", f"{len(body)} bytes", meta)

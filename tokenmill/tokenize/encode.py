@@ -36,11 +36,22 @@ from tokenmill.tokenize.indexed import (
     file_checksum,
     idx_path,
 )
-from tokenmill.tokenize.tokenizer import eod_id, load_tokenizer, local_tokenizer_path, tokenizer_hash, vocab_size
+from tokenmill.tokenize.tokenizer import (
+    PIECE_CHARS,
+    eod_id,
+    load_tokenizer,
+    local_tokenizer_path,
+    splits_safely,
+    text_pieces,
+    tokenizer_hash,
+    vocab_size,
+)
 
 # Documents per encode_batch call: large enough for the Rust thread pool, small enough to bound
 # a worker's memory.
 ENCODE_BATCH_DOCS = 1000
+# Pieces of one long document per encode_batch call: the Rust pool's work, in bounded memory.
+PIECES_PER_CALL = 4
 # Rows per partition: enough work per task to amortise scheduling, and enough tasks to keep
 # every worker busy on a few files.
 PARTITION_ROWS = 5000
@@ -130,20 +141,42 @@ def _worker_tokenizer(settings: EncodeSettings):
     return _TOKENIZERS[key]
 
 
-def _encode_texts(tokenizer, texts: list[str]) -> tuple[list, list[int]]:
-    """Encode a batch; on failure fall back to one document at a time to isolate the bad one.
-    Returns the encodings (None for a failed document) and the failed positions."""
+def _long_document_ids(tokenizer, text: str, dtype: np.dtype) -> np.ndarray:
+    """A long document's ids, encoded a few pieces at a time (`text_pieces`: the ids of the
+    whole text, in memory bounded by the pieces rather than the document)."""
+    pieces = text_pieces(text)
+    arrays = []
+    for begin in range(0, len(pieces), PIECES_PER_CALL):
+        for encoding in tokenizer.encode_batch_fast(pieces[begin : begin + PIECES_PER_CALL], add_special_tokens=False):
+            arrays.append(np.asarray(encoding.ids, dtype=dtype))
+    return np.concatenate(arrays)
+
+
+def _encode_texts(tokenizer, texts: list[str], dtype: np.dtype) -> tuple[list, list[int]]:
+    """Each text's token ids (a list, or an array for a long document encoded in pieces when the
+    tokenizer allows it); on failure fall back to one document at a time to isolate the bad one.
+    Returns the ids (None for a failed document) and the failed positions."""
+    in_pieces = splits_safely(tokenizer)
+    long = {position for position, text in enumerate(texts) if len(text) > PIECE_CHARS} if in_pieces else set()
+    ids: list = [None] * len(texts)
+    failed = []
+    short = [position for position in range(len(texts)) if position not in long]
     try:
-        return tokenizer.encode_batch_fast(texts, add_special_tokens=False), []
+        encodings = tokenizer.encode_batch_fast([texts[p] for p in short], add_special_tokens=False)
+        for position, encoding in zip(short, encodings):
+            ids[position] = encoding.ids
     except Exception:
-        encodings, failed = [], []
-        for position, text in enumerate(texts):
+        for position in short:
             try:
-                encodings.append(tokenizer.encode(text, add_special_tokens=False))
+                ids[position] = tokenizer.encode(texts[position], add_special_tokens=False).ids
             except Exception:
-                encodings.append(None)
                 failed.append(position)
-        return encodings, failed
+    for position in sorted(long):
+        try:
+            ids[position] = _long_document_ids(tokenizer, texts[position], dtype)
+        except Exception:
+            failed.append(position)
+    return ids, sorted(failed)
 
 
 def encode_partition(partition: EncodePartition, settings: EncodeSettings) -> dict[str, Any]:
@@ -181,22 +214,26 @@ def encode_partition(partition: EncodePartition, settings: EncodeSettings) -> di
                     texts.append(text)
             if not texts:
                 continue
-            encodings, failed = _encode_texts(tokenizer, texts)
+            documents_ids, failed = _encode_texts(tokenizer, texts, dtype)
             rejected[REASON_ENCODE_ERROR] += len(failed)
-            encodings = [e for e in encodings if e is not None]
-            lengths = np.fromiter((len(e) for e in encodings), dtype=np.int64, count=len(encodings))
+            documents_ids = [ids for ids in documents_ids if ids is not None]
+            lengths = np.fromiter((len(ids) for ids in documents_ids), dtype=np.int64, count=len(documents_ids))
             keep = lengths > 0
             rejected[REASON_EMPTY] += int((~keep).sum())
             if not keep.all():
-                encodings = [e for e, k in zip(encodings, keep) if k]
+                documents_ids = [ids for ids, k in zip(documents_ids, keep) if k]
                 lengths = lengths[keep]
-            # Each document's ids followed by its EOD, flattened without a per-document array.
-            total = int(lengths.sum()) + len(encodings)
-            flat = np.fromiter(
-                itertools.chain.from_iterable(itertools.chain(e.ids, (eod,)) for e in encodings),
-                dtype=dtype,
-                count=total,
-            )
+            total = int(lengths.sum()) + len(documents_ids)
+            if any(isinstance(ids, np.ndarray) for ids in documents_ids):
+                end = np.array([eod], dtype=dtype)
+                flat = np.concatenate([part for ids in documents_ids for part in (np.asarray(ids, dtype=dtype), end)])
+            else:
+                # Each document's ids followed by its EOD, flattened without a per-document array.
+                flat = np.fromiter(
+                    itertools.chain.from_iterable(itertools.chain(ids, (eod,)) for ids in documents_ids),
+                    dtype=dtype,
+                    count=total,
+                )
             writer.add_documents(flat, (lengths + 1).astype(np.int32))
         documents, tokens = len(writer), writer.tokens
         writer.finalize()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -19,6 +20,16 @@ from tokenmill.tokenize.special import EOD_TOKEN, PAD_TOKEN, eod_id, pad_id  # n
 
 # 256 byte symbols plus the two special tokens.
 MIN_VOCAB_SIZE = 256 + 2
+# A longer document is pre-tokenized in pieces of about this many characters: `tokenizers`
+# holds some hundred bytes per character of one text while it splits and encodes it (a 50 MB
+# document took 5 GB to train on and 6.6 GB to encode), a piece bounds that.
+PIECE_CHARS = 1 << 20
+# Where a piece may end: before a space or newline that follows a non-space. No pre-token of the
+# GPT-2 byte-level regex spans that point (whitespace only leads a pre-token or makes a run of
+# its own), so the pieces give the pre-tokens, hence the ids and the trained merges, of the whole
+# text. Python's \S is narrower than the regex's (it also counts \x1c-\x1f as space), so every
+# point it finds is one.
+_PIECE_END = re.compile(r"(?<=\S)[ \n]")
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +41,41 @@ class TokenizerTrainConfig:
     min_frequency: int = 2
     eod_token: str = EOD_TOKEN
     pad_token: str = PAD_TOKEN
+
+
+def text_pieces(text: str, piece_chars: int | None = None) -> list[str]:
+    """`text` cut into pieces of at least `piece_chars` (default `PIECE_CHARS`) characters at
+    points no pre-token spans (see `_PIECE_END`); a text without such a point stays whole."""
+    piece_chars = piece_chars or PIECE_CHARS
+    if len(text) <= piece_chars:
+        return [text]
+    pieces = []
+    start = 0
+    while len(text) - start > piece_chars:
+        match = _PIECE_END.search(text, start + piece_chars)
+        if match is None:
+            break
+        pieces.append(text[start : match.start()])
+        start = match.start()
+    pieces.append(text[start:])
+    return pieces
+
+
+def splits_safely(tokenizer) -> bool:
+    """Whether `text_pieces` gives this tokenizer the ids of the whole text: a byte-level BPE
+    with the GPT-2 regex, no normalizer, no prefix space, and added tokens that neither hold nor
+    strip whitespace (ours, GPT-2's). Any other tokenizer encodes each document whole."""
+    from tokenizers import pre_tokenizers
+
+    pre = tokenizer.pre_tokenizer
+    if tokenizer.normalizer is not None or not isinstance(pre, pre_tokenizers.ByteLevel):
+        return False
+    if not pre.use_regex or pre.add_prefix_space:
+        return False
+    return not any(
+        token.lstrip or token.rstrip or any(c.isspace() for c in token.content)
+        for token in tokenizer.get_added_tokens_decoder().values()
+    )
 
 
 def _iter_texts(files: list[Path], wanted_ids: set[str] | None, batch_rows: int = 10_000) -> Iterator[list[str]]:
@@ -103,7 +149,8 @@ def train_tokenizer(
         nonlocal seen
         for batch in _iter_texts(files, wanted):
             seen += len(batch)
-            yield batch
+            # This tokenizer splits safely: the same words are counted, in bounded memory.
+            yield [piece for text in batch for piece in text_pieces(text)]
 
     tokenizer.train_from_iterator(texts(), trainer=trainer)
     if seen == 0:
