@@ -10,8 +10,8 @@ EVAL_DATA ?= $(wildcard $(or $(TOKENMILL_SHARED_DATA),../shared/data)/eval)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 PYTEST_FLAGS ?=
 
-.PHONY: install demo test test-fast lint wheel-check torch-compat bench bench-env megatron-env gpu-wheels \
-	gpu-image-env gpu-wheels-check gpu-check-dry clean
+.PHONY: install demo test test-fast lint wheel-check torch-compat lean-upstream bench bench-env megatron-env \
+	gpu-wheels gpu-image-env gpu-wheels-check gpu-check-dry clean
 
 install: $(INSTALLED)
 
@@ -53,6 +53,28 @@ wheel-check:
 	$(WHEEL_VENV)/bin/python -m pip check
 	cd "$$(mktemp -d)" && $(abspath $(WHEEL_VENV))/bin/tokenmill demo --workdir demo-work --no-progress \
 		$(if $(EVAL_DATA),--eval-data $(abspath $(EVAL_DATA))) && test -s demo-work/report.html
+
+# The default extractor, lean, reads internal names of trafilatura and jusText and was proven to
+# give trafilatura's text on the releases in tokenmill/curate/html_text.py (LEAN_PROVEN_VERSIONS);
+# under others `curate extract` warns and extracts with trafilatura itself. This runs lean's
+# equality tests against the newest releases, in a venv of their own (tokenmill without its
+# dependencies, and only what those tests import), and says whether lean still gives
+# trafilatura's text there: when it does, the new releases can join LEAN_PROVEN_VERSIONS.
+LEAN_UPSTREAM_VENV ?= .venv-lean-upstream
+LEAN_UPSTREAM_TESTS ?= tests/curate/test_lean_html.py
+lean-upstream:
+	test -x $(LEAN_UPSTREAM_VENV)/bin/python || $(PYTHON) -m venv $(LEAN_UPSTREAM_VENV)
+	$(LEAN_UPSTREAM_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	$(LEAN_UPSTREAM_VENV)/bin/python -m pip install --quiet --upgrade trafilatura jusText lxml lxml_html_clean \
+		pytest pytest-timeout "dask[distributed]"
+	@versions="$$($(LEAN_UPSTREAM_VENV)/bin/python -c 'from importlib.metadata import version as v; \
+		print("trafilatura", v("trafilatura") + ", jusText", v("jusText"))')"; \
+	if OMP_NUM_THREADS=1 $(LEAN_UPSTREAM_VENV)/bin/python -m pytest -q --timeout=1200 $(LEAN_UPSTREAM_TESTS); then \
+		echo "lean-upstream: under $$versions lean gives trafilatura's text (its equality tests pass)"; \
+	else \
+		echo "lean-upstream: under $$versions lean FAILS its equality tests (or cannot import): keep" \
+			"LEAN_PROVEN_VERSIONS as it is; users of these releases get the trafilatura extractor"; exit 1; \
+	fi
 
 # The oldest torch tokenmill supports (pyproject's lower bound), on the GPU machine's Python
 # (3.12): its own venv runs the trainer's single-process tests, its parity tests against the

@@ -287,3 +287,61 @@ def test_default_extractor_f1_on_the_benchmark(shared_data):
         (truth["articleBody"], extract_page(DEFAULT_EXTRACTOR, html)[1]) for _, html, truth in pages
     )
     assert scores["f1"] >= DEFAULT_F1_FLOOR, scores
+
+
+# ---- lean's gate on the versions of trafilatura and jusText it was proven on
+
+
+def five_pages(directory: Path) -> Path:
+    body = "<p>" + "A sentence of an article's text. " * 30 + "</p>"
+    texts = [
+        f"<html><head><title>Page {i}</title></head><body><article>{body}</article></body></html>" for i in range(5)
+    ]
+    return write_pages(directory, pd.DataFrame({"id": [f"p{i}" for i in range(5)], "text": texts, "source": "web"}))
+
+
+def test_lean_under_an_unproven_release_warns_once_and_extracts_with_trafilatura(tmp_path, monkeypatch, capsys):
+    from tokenmill.cli import main
+    from tokenmill.curate import html_text
+
+    # What the gate sees after an upgrade of trafilatura: installed, a release lean was not proven on.
+    monkeypatch.setitem(html_text.LEAN_PROVEN_VERSIONS, "trafilatura", "1.0.0")
+    html_text._warn_unproven_lean.cache_clear()
+    try:
+        assert main(["curate", "extract", "--input", str(five_pages(tmp_path / "docs")),
+                     "--output", str(tmp_path / "out")]) == 0  # fmt: skip
+    finally:
+        html_text._warn_unproven_lean.cache_clear()
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "WARNING" in line]
+    proven = ", ".join(f"{name} {version}" for name, version in html_text.LEAN_PROVEN_VERSIONS.items())
+    installed = html_text.unproven_lean_versions()["trafilatura"]
+    assert warnings == [
+        f"tokenmill: WARNING: extractor lean is proven on {proven} only, and trafilatura {installed} is installed:"
+        " extracting with trafilatura instead"
+    ]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["config"]["extractor"] == "trafilatura"
+    assert manifest["counts"] == {"in": 5, "kept": 5, "rejected": {}}
+
+
+def test_an_extractor_that_cannot_start_stops_the_stage_in_one_line(tmp_path, monkeypatch, capsys):
+    """A trafilatura release without a private name lean imports (the drift a new release can
+    bring): the stage stops with one line naming the cause, where it used to exit 0 with every
+    page rejected as extract.error."""
+    from tokenmill.cli import main
+
+    # The extractor's child process starts with its worker's import path, and runs this first.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import trafilatura.main_extractor as m\ndel m._elem_text\n")
+    monkeypatch.syspath_prepend(str(site))
+    output = tmp_path / "out"
+    status = main(["curate", "extract", "--input", str(five_pages(tmp_path / "docs")), "--output", str(output),
+                   "--workers", "1"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert status == 1
+    assert err.splitlines() == [
+        "tokenmill: error: the lean extractor cannot start: ImportError: cannot import name '_elem_text' from"
+        f" 'trafilatura.main_extractor' ({Path(__import__('trafilatura').__file__).parent / 'main_extractor.py'})"
+    ], err
+    assert not output.exists()

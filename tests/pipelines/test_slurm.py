@@ -264,7 +264,7 @@ def test_recipe_slurm_section_is_checked_and_overridden_by_the_cli(tmp_path, sha
     lines = script.splitlines()
     assert "#SBATCH --partition=gpu" in lines and "#SBATCH --partition=cpu" not in lines  # the CLI wins
     assert "#SBATCH --time=1:00:00" in lines and "#SBATCH --qos=low" in lines and "module load x" in lines
-    until = next(line for line in lines if line.startswith('"${RUN[@]}" --scheduler'))
+    until = next(line for line in lines if line.startswith('env "${DASK_CLIENT_TLS[@]}" "${RUN[@]}" --scheduler'))
     assert until.endswith("--until ingest --until curate --until tokenize")  # all but train on Dask
     assert "--nproc-per-node=1" in script  # the recipe's tp x pp x dp = 1
     assert not work.exists()
@@ -389,3 +389,75 @@ def test_the_time_limit_warning_stops_training_at_a_checkpoint_and_the_next_job_
     assert (run / "checkpoints" / f"step_{stopped}" / "meta.json").is_file()
     assert not (run / "STOP").exists()  # the request was acted on: the next job trains
     assert_next_job_resumed(second, run, stopped, local_run[1] / "train" / "run", slurm)
+
+
+# The probe that stands for `tokenmill run` in the job script below: with --scheduler it runs a
+# task through the command's own client, as the script configures it, and records what the job's
+# Dask processes listen on; without, it records the Dask configuration it was given.
+_PROBE = """
+import json, os, sys
+import psutil
+from tokenmill.infra.cluster import dask_client
+
+args, out = sys.argv[1:], os.environ["PROBE_OUT"]
+if "--scheduler" not in args:
+    given = sorted(name for name in os.environ if name.startswith("DASK_DISTRIBUTED"))
+    open(os.path.join(out, "after.json"), "w").write(json.dumps(given))
+    sys.exit(0)
+address = args[args.index("--scheduler") + 1]
+with dask_client(address) as client:
+    client.wait_for_workers(1, timeout=120)
+    total = client.submit(sum, [1, 2, 3]).result(timeout=120)
+    started = [p for p in psutil.process_iter(["cmdline"]) if os.environ["TLS_MARK"] in " ".join(p.info["cmdline"] or [])]
+    tree = {p.pid: p for s in started for p in [s, *s.children(recursive=True)]}
+    listening = sorted({c.laddr.ip for p in tree.values() for c in p.net_connections("inet") if c.status == "LISTEN"})
+result = {"address": address, "total": total, "processes": len(tree), "listening": listening}
+open(os.path.join(out, "dask.json"), "w").write(json.dumps(result))
+"""
+
+
+def test_the_jobs_dask_cluster_listens_on_the_nodes_addresses_over_tls(tmp_path):
+    """The Dask part of a recipe's job script, run by bash with `srun` and `scontrol` stood in for
+    on one node whose address is 127.0.0.1: the scheduler and the worker listen there only, over
+    TLS, and the command's client runs tasks with the job's certificates, which are given to
+    that command alone."""
+    pytest.importorskip("psutil")
+    from tokenmill.infra.slurm import SlurmSpec
+    from tokenmill.pipelines.recipe_job import run_script
+
+    work = tmp_path / "work"
+    (work / "slurm").mkdir(parents=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(
+        '#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nexport SLURMD_NODENAME=127.0.0.1\nexec "$@"\n'
+    )
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho 127.0.0.1\n")
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    (tmp_path / "probe.py").write_text(_PROBE)
+    script = run_script(
+        "recipe.yaml", work, SlurmSpec(), name="t", dask_steps=["curate"], world_size=None, nodes=1, run_args=[]
+    )
+    assert '--host "tls://$HEAD"' in script and '--host "tls://$SLURMD_NODENAME"' in script
+    run_line = next(line for line in script.splitlines() if line.startswith("RUN=("))
+    script = script.replace(run_line, f"RUN=($PYTHON {tmp_path / 'probe.py'})")
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": "node1",
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_CPUS_PER_TASK": "1",
+        "OMP_NUM_THREADS": "1",
+        "PROBE_OUT": str(tmp_path),
+        "TLS_MARK": str(work / "slurm" / "tls-7"),
+    }
+    env.pop("DASK_SCHEDULER_ADDRESS", None)
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    dask = json.loads((tmp_path / "dask.json").read_text())
+    assert dask["address"].startswith("tls://127.0.0.1:") and dask["total"] == 6
+    assert dask["processes"] >= 3  # the scheduler, the worker's nanny and its worker process
+    assert dask["listening"] == ["127.0.0.1"]
+    assert json.loads((tmp_path / "after.json").read_text()) == []  # the rest of the job: no TLS client settings

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from local_ports import listening
 
 from tokenmill.train.metrics import read_metrics
 
@@ -156,6 +157,25 @@ def test_killing_the_launcher_kills_its_workers(shakespeare_shard: Path, tmp_pat
     # The run directory is free again: a new run resumes it.
     done = run(*train_tiny(shakespeare_shard, "run", 2, "--no-progress"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.distributed
+def test_the_ranks_listen_on_loopback_only(shakespeare_shard: Path, tmp_path: Path) -> None:
+    """Rank 0's store (at MASTER_ADDR 127.0.0.1) and gloo's connections between the ranks accept
+    no connection from another host: every socket the launcher's processes listen on is bound to
+    127.0.0.1, not to every interface."""
+    out = tmp_path / "run"
+    proc = start(shakespeare_shard, out, "--dp", "2")
+    try:
+        wait_for_rows(proc, out, 1)
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        by_process = {p.name(): listening(p) for p in tree}
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    assert by_process["tokenmill:0"], by_process  # the store, at least
+    addresses = {address for listeners in by_process.values() for address, _ in listeners}
+    assert addresses == {"127.0.0.1"}, by_process
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ documents (WET text, plain text) pass through unchanged. Every other column is k
 
 Extraction runs in a child process per Dask worker, one page at a time: a page that takes
 longer than `timeout` seconds kills the child (`extract.timeout`), a child that dies is
-replaced (`extract.error`), and the child is recycled after `recycle_after` pages so that
+replaced (`extract.error`), a child that cannot load its extractor stops the stage, and the child is recycled after `recycle_after` pages so that
 memory held by lxml and libxml2 on long runs is returned. Pages larger than `max_bytes`
 (`extract.too_large`) or that are binary data (`extract.binary`) never reach an extractor.
 
@@ -21,6 +21,8 @@ Extractors (`EXTRACTORS`):
   comparison with readability and jusText, the baseline and the recall retry run on the page
   parsed again, unstripped, and only where a bound shows they can change the result.
 - `lean-fast`: the same for trafilatura's fast mode (no readability and jusText comparison).
+  Both run only under the trafilatura and jusText releases they were proven on
+  (`html_text.LEAN_PROVEN_VERSIONS`); under others the stage warns and runs `trafilatura`.
 - `resiliparse`: Resiliparse's `extract_plain_text` main-content mode on its lexbor parser, without
   comment sections, post meta data, alt texts and list bullets: about 13 times trafilatura's
   speed at F1 0.934 against the reference's 0.960 (more boilerplate kept).
@@ -41,6 +43,7 @@ from tokenmill.curate.html_text import (
     HTML_TYPES,
     ExtractorProcess,
     is_binary,
+    usable_extractor,
     utf8_size_over,
 )
 from tokenmill.curate.registry import Stage, option
@@ -115,6 +118,9 @@ class ExtractStage(StageOptions):
     def __post_init__(self) -> None:
         if self.extractor not in EXTRACTORS:
             raise ConfigError(f"extractor must be one of {', '.join(EXTRACTORS)}, got {self.extractor!r}")
+        # Before any page: lean under libraries it was not proven on gives way to trafilatura,
+        # which the manifest then names as the extractor that ran.
+        self.extractor = usable_extractor(self.extractor)
         if self.max_bytes <= 0:
             raise ConfigError(f"max_bytes must be > 0, got {self.max_bytes}")
         if not self.timeout > 0:

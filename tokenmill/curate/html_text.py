@@ -7,7 +7,9 @@ curate stage (tokenmill/curate/extract.py) is built on it.
 
 from __future__ import annotations
 
+import functools
 import html as html_lib
+import logging
 import os
 import pickle
 import re
@@ -18,6 +20,8 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from tokenmill.errors import TokenmillError
 
 # The MIME types of HTML pages: what a web archive keeps as a page and `extract` extracts.
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", "application/vnd.wap.xhtml+xml"})
@@ -73,6 +77,57 @@ EXTRACTORS: dict[str, Callable[[str], str | None]] = {
     "resiliparse": _resiliparse,
 }
 DEFAULT_EXTRACTOR = "lean"
+
+# The releases on which lean and lean-fast were proven to give trafilatura's text
+# (tests/curate/test_lean_html.py): they read trafilatura's and jusText's internal names, which
+# any release may rename or remove. Under other versions they give way to `LEAN_FALLBACK`.
+LEAN_PROVEN_VERSIONS = {"trafilatura": "2.3.1", "jusText": "3.0.2"}
+LEAN_EXTRACTORS = ("lean", "lean-fast")
+LEAN_FALLBACK = "trafilatura"
+
+
+def unproven_lean_versions() -> dict[str, str]:
+    """The installed versions of lean's libraries that differ from `LEAN_PROVEN_VERSIONS`
+    (name -> installed version, "not installed" when absent); empty where lean is proven."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str] = {}
+    for name, proven in LEAN_PROVEN_VERSIONS.items():
+        try:
+            installed = version(name)
+        except PackageNotFoundError:
+            installed = "not installed"
+        if installed != proven:
+            found[name] = installed
+    return found
+
+
+def usable_extractor(extractor: str) -> str:
+    """`extractor`, or `LEAN_FALLBACK` in place of a lean extractor whose libraries are not the
+    versions it was proven on (with a one-line warning, once per process)."""
+    if extractor not in LEAN_EXTRACTORS:
+        return extractor
+    unproven = unproven_lean_versions()
+    if not unproven:
+        return extractor
+    _warn_unproven_lean(
+        extractor,
+        ", ".join(f"{name} {installed}" for name, installed in sorted(unproven.items())),
+    )
+    return LEAN_FALLBACK
+
+
+@functools.cache  # once per process, however many stages ask
+def _warn_unproven_lean(extractor: str, installed: str) -> None:
+    proven = ", ".join(f"{name} {version}" for name, version in LEAN_PROVEN_VERSIONS.items())
+    logging.getLogger(__name__).warning(
+        "extractor %s is proven on %s only, and %s is installed: extracting with %s instead",
+        extractor,
+        proven,
+        installed,
+        LEAN_FALLBACK,
+    )
+
 
 _TITLE = re.compile(r"<title\b[^>]*>(.*?)</title\s*>", re.S | re.I)
 _OG_TITLE = re.compile(r"""<meta\b[^>]*property\s*=\s*["']og:title["'][^>]*>""", re.I)
@@ -168,14 +223,17 @@ CHILD_START_TIMEOUT_S = 300.0
 
 
 def serve_child(extractor: str) -> None:
-    """The child's loop: load the extractor and say ("ready",), then read a page and answer
-    ("ok", title, text) or ("error", message), until EOF."""
+    """The child's loop: load the extractor and say ("ready",), or ("failed", cause) and exit;
+    then read a page and answer ("ok", title, text) or ("error", message), until EOF."""
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a library that prints must not corrupt the protocol
     try:
         extract_page(extractor, WARM_UP_PAGE)
-    except Exception:
-        pass  # a broken extractor is reported per page, as a rejection with its error
+    except Exception as error:
+        # An extractor that fails on this page fails on every page (a library that no longer
+        # has a name it imports): the stage stops, rather than reject every page.
+        _write_message(stdout, ("failed", f"{type(error).__name__}: {error}"[:500]))
+        return
     _write_message(stdout, ("ready",))
     while True:
         try:
@@ -190,8 +248,9 @@ def serve_child(extractor: str) -> None:
         _write_message(stdout, answer)
 
 
-class ChildStartError(RuntimeError):
-    """The extractor child died or hung before it was ready."""
+class ChildStartError(TokenmillError):
+    """The extractor child failed, died or hung before it was ready: no page can be extracted,
+    so the stage stops with this one line."""
 
 
 class ExtractorProcess:
@@ -223,18 +282,20 @@ class ExtractorProcess:
         self._served = 0
         self.started += 1
         ready, _, _ = select.select([child.stdout], [], [], CHILD_START_TIMEOUT_S)
+        cause = f"it did not start within {CHILD_START_TIMEOUT_S:g} s"
         try:
-            if ready and _read_message(child.stdout) == ("ready",):
-                return child
+            if ready:
+                answer = _read_message(child.stdout)
+                if answer == ("ready",):
+                    return child
+                cause = " ".join(answer[1].split())  # one line, whatever the library said
         except (EOFError, OSError, pickle.UnpicklingError):
-            pass
+            cause = f"its process exited while starting (exit status {child.poll()})"
         child.kill()
         child.wait()
         child.stdin.close()  # type: ignore[union-attr]
         child.stdout.close()  # type: ignore[union-attr]
-        raise ChildStartError(
-            f"the {self.extractor} extractor process did not start within {CHILD_START_TIMEOUT_S:g} s"
-        )
+        raise ChildStartError(f"the {self.extractor} extractor cannot start: {cause}")
 
     def close(self) -> None:
         """Stop the child (it exits on end of input; killed if it does not)."""
@@ -261,14 +322,12 @@ class ExtractorProcess:
                     pass
 
     def extract(self, html: str) -> tuple[str, str | None, str]:
-        """("ok", title, text), or (reason, None, detail) with reason `extract.timeout` / `extract.error`."""
+        """("ok", title, text), or (reason, None, detail) with reason `extract.timeout` /
+        `extract.error`; `ChildStartError` when no child can start."""
         if self._child is not None and self._served >= self.recycle_after:
             self.close()
         if self._child is None:
-            try:
-                self._child = self._start()
-            except ChildStartError as error:
-                return "extract.error", None, str(error)
+            self._child = self._start()
         child = self._child
         self._served += 1
         try:

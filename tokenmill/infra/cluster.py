@@ -14,6 +14,11 @@ from typing import Any
 
 from tokenmill.errors import TokenmillError
 
+log = logging.getLogger(__name__)
+
+# The address a LocalCluster's servers listen on: this machine only.
+LOOPBACK = "127.0.0.1"
+
 
 def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
@@ -98,12 +103,18 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
             n_workers=n_workers,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=":0",  # a free port: never collide with another cluster
+            # The scheduler, the nannies, the workers and the dashboard listen on loopback
+            # only, each on a free port (never colliding with another cluster): a dashboard on
+            # every interface (Dask's default for ":PORT") shows the cluster's tasks, workers
+            # and logs to any host that can reach this one.
+            host=LOOPBACK,
+            dashboard_address=f"{LOOPBACK}:0",
             # Workers log a failed task ("Compute Failed") or a missed heartbeat with a
             # traceback; the command reports its own failures in one line, and a heartbeat
             # missed under load is retried. --debug shows them.
             silence_logs=logging.ERROR if _debug() else logging.CRITICAL,
         )
+    log.debug("Dask dashboard at %s", cluster.dashboard_link)
     interrupted = False
     try:
         client = Client(cluster)

@@ -1,9 +1,9 @@
 """`tokenmill run RECIPE --slurm`: the recipe as one Slurm batch job (tokenmill.infra.slurm
 writes and submits it).
 
-The job starts a Dask cluster inside the allocation (``dask scheduler`` on the first node, one
-``dask worker`` per node, both under ``srun``; the scheduler file on the shared work
-directory), runs the curation and tokenization steps against it (``--scheduler``), stops it,
+The job starts a Dask cluster inside the allocation (``dask scheduler`` on the first node's
+address, one ``dask worker`` per node, both under ``srun``, all three with the job's own TLS
+certificates; the scheduler file on the shared work directory), runs the curation and tokenization steps against it (``--scheduler``), stops it,
 then runs training (under ``srun`` + torchrun, spanning the allocation) and evaluation. Every
 job resumes: finished steps are skipped by their fingerprints, so a chain of jobs continues
 where the previous one ended.
@@ -33,6 +33,7 @@ from tokenmill.infra.slurm import (
     torchrun_prefix,
 )
 from tokenmill.infra.slurm_options import slurm_overrides
+from tokenmill.infra.tls import CA_FILE, CERT_FILE, KEY_FILE
 from tokenmill.pipelines.plan import build_plan, select
 from tokenmill.pipelines.schema import Recipe
 from tokenmill.train.stop import STOP_FILE, STOPPED_EXIT
@@ -69,13 +70,20 @@ def run_script(
             "# Curation and tokenization on a Dask cluster inside the allocation.",
             f'SCHEDULER_FILE={quote(log_dir)}/dask-scheduler-"$SLURM_JOB_ID".json',
             'rm -f "$SCHEDULER_FILE"',
+            *dask_tls_lines(log_dir),
+            # On the head node's address (the one the allocation names), over TLS; free ports:
+            # jobs may share a node. The dashboard is the head node's alone (an ssh tunnel).
             'srun --overlap --nodes=1 --ntasks=1 --nodelist="$HEAD" $PYTHON -m distributed.cli.dask_scheduler'
-            ' --scheduler-file "$SCHEDULER_FILE" --port 0 --dashboard-address :0 &',  # free ports: jobs may share a node
+            ' --scheduler-file "$SCHEDULER_FILE" --host "tls://$HEAD" --port 0'
+            f" --dashboard-address 127.0.0.1:0 {TLS_FLAGS} &",
             "DASK_SCHEDULER=$!",
             'for _ in $(seq 600); do [ -s "$SCHEDULER_FILE" ] && break; sleep 0.2; done',
+            # Each node's workers on that node's address (SLURMD_NODENAME, set in each task).
+            "export PYTHON SCHEDULER_FILE CPUS TLS_DIR",
             f"srun --overlap --nodes={nodes} --ntasks-per-node=1 --cpus-per-task=$CPUS"
-            ' $PYTHON -m distributed.cli.dask_worker --scheduler-file "$SCHEDULER_FILE" --nworkers "$CPUS"'
-            " --nthreads 1 --local-directory /tmp --no-dashboard &",
+            ' bash -c \'exec $PYTHON -m distributed.cli.dask_worker --scheduler-file "$SCHEDULER_FILE"'
+            ' --host "tls://$SLURMD_NODENAME" --nworkers "$CPUS" --nthreads 1 --local-directory /tmp'
+            f" --dashboard-address 127.0.0.1:0 {TLS_FLAGS}' &",
             "DASK_WORKERS=$!",
             "# Stop the Dask cluster whatever happens, so training gets the cores and the job can end.",
             'trap \'kill "$DASK_WORKERS" "$DASK_SCHEDULER" 2>/dev/null || true\' EXIT',
@@ -83,7 +91,7 @@ def run_script(
             ' "$SCHEDULER_FILE")',
             'echo "tokenmill: Dask scheduler at $ADDRESS"',
             f'echo "+ ${{RUN[*]}} --scheduler $ADDRESS {until}"',
-            f'"${{RUN[@]}}" --scheduler "$ADDRESS" {until}',
+            f'env "${{DASK_CLIENT_TLS[@]}}" "${{RUN[@]}}" --scheduler "$ADDRESS" {until}',
             'kill "$DASK_WORKERS" "$DASK_SCHEDULER" 2>/dev/null || true',
             "wait || true",
             "trap - EXIT",
@@ -102,6 +110,27 @@ def run_script(
     else:
         lines.append('"${RUN[@]}"')
     return "\n".join(lines) + "\n"
+
+
+# The scheduler's and the workers' certificate flags (the files dask_tls_lines makes).
+TLS_FLAGS = f'--tls-ca-file "$TLS_DIR/{CA_FILE}" --tls-cert "$TLS_DIR/{CERT_FILE}" --tls-key "$TLS_DIR/{KEY_FILE}"'
+
+
+def dask_tls_lines(log_dir: Path) -> list[str]:
+    """Make the job's certificates (tokenmill.infra.tls) in ``TLS_DIR``; ``DASK_CLIENT_TLS``:
+    the Dask configuration variables with which the command's client presents them (with
+    encryption required: it refuses a plain connection too). Given to that command alone, so
+    that a later step's LocalCluster runs as it does anywhere else."""
+    return [
+        "# Mutual TLS with certificates made for this job (0600): no other process can submit tasks or join.",
+        f'TLS_DIR={quote(log_dir)}/tls-"$SLURM_JOB_ID"',
+        '$PYTHON -m tokenmill.infra.tls "$TLS_DIR"',
+        "# The command's client: Dask's configuration, for the steps on this cluster only.",
+        "DASK_CLIENT_TLS=(DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION=True"
+        f' DASK_DISTRIBUTED__COMM__TLS__CA_FILE="$TLS_DIR/{CA_FILE}"'
+        f' DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT="$TLS_DIR/{CERT_FILE}"'
+        f' DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY="$TLS_DIR/{KEY_FILE}")',
+    ]
 
 
 def submit_recipe(

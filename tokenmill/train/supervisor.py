@@ -5,8 +5,8 @@ Each rank is ``python -m tokenmill.train.worker ARGV`` (ARGV: the arguments of `
 train`), forked from a server that has imported torch and the trainer once (rank_server.py), in
 a session of its own, with the variables torchrun gives its workers (``RANK``,
 ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` where rank 0 hosts the store,
-``TORCHELASTIC_RESTART_COUNT``, ...), so a rank runs the same whether this supervisor or
-torchrun started it (a Slurm job's ranks run under torchrun: infra/slurm.py). There is no
+``TORCHELASTIC_RESTART_COUNT``, ...; the store and gloo listen on loopback only), so a rank
+runs the same whether this supervisor or torchrun started it (a Slurm job's ranks run under torchrun: infra/slurm.py). There is no
 rendezvous: the supervisor knows every rank, and reserves a fresh port for each attempt's store.
 
 When a rank fails, the supervisor ends the attempt (SIGKILL to a rank stopped by SIGSTOP,
@@ -32,6 +32,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 FAILURES = "failures.jsonl"
 RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"  # torchrun's name: the ranks read it under either
 MASTER_ADDR = "127.0.0.1"
+# gloo's connections between the ranks listen on the address the machine's name resolves to
+# unless told an interface: on one machine, loopback, as the store (mesh.rendezvous_store).
+LOOPBACK_INTERFACE = "lo0" if sys.platform == "darwin" else "lo"
 POLL_S = 0.1
 # Ranks of this supervisor end at once on SIGTERM (stop.stop_signals); the grace is for a rank
 # busy in native code that does not return to the interpreter.
@@ -150,6 +154,7 @@ def rank_env(
         # Rank 0 hosts the store at MASTER_ADDR:MASTER_PORT (torchrun's agent may host it instead).
         "TORCHELASTIC_USE_AGENT_STORE": "False",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": base.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+        "GLOO_SOCKET_IFNAME": base.get("GLOO_SOCKET_IFNAME", LOOPBACK_INTERFACE),
     }
 
 

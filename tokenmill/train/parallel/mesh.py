@@ -9,6 +9,7 @@ both (torchtitan shards FSDP over dp x cp too)."""
 from __future__ import annotations
 
 import os
+import socket
 
 import torch
 import torch.distributed as dist
@@ -30,7 +31,12 @@ def init_distributed(device: torch.device | None = None, world_size: int | None 
     if not dist.is_initialized():
         backend = "nccl" if use_cuda else "gloo"
         if "RANK" in os.environ:
-            dist.init_process_group(backend=backend)
+            rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            store = rendezvous_store(rank, world_size)
+            if store is None:  # torchrun's agent hosts the store: the ranks are its clients
+                dist.init_process_group(backend=backend)
+            else:
+                dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size)
         elif world_size == 1:
             if use_cuda and device is not None and device.index is not None:
                 torch.cuda.set_device(device)
@@ -45,6 +51,54 @@ def init_distributed(device: torch.device | None = None, world_size: int | None 
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")
+
+
+def rendezvous_store(rank: int, world_size: int) -> dist.Store | None:
+    """The store of torch's ``env://`` rendezvous at ``MASTER_ADDR:MASTER_PORT``, with rank 0's
+    server listening on MASTER_ADDR's address only: torch's own listens on every interface,
+    which lets any host that reaches this one talk to the job's store. None where torchrun's
+    agent hosts the store (``TORCHELASTIC_USE_AGENT_STORE``), which the ranks then reach as
+    torch does."""
+    from torch.distributed.constants import default_pg_timeout
+    from torch.distributed.rendezvous import _torchelastic_use_agent_store
+
+    if _torchelastic_use_agent_store():
+        return None
+    address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    listening = listen_on(address, port) if rank == 0 else None
+    try:
+        store = dist.TCPStore(
+            address,
+            port,
+            world_size,
+            is_master=rank == 0,
+            timeout=default_pg_timeout,
+            multi_tenant=True,  # as torch's env:// store: later groups in this process share it
+            master_listen_fd=listening.fileno() if listening is not None else None,
+        )
+    except BaseException:
+        if listening is not None:
+            listening.close()
+        raise
+    if listening is not None:
+        listening.detach()  # the store's server owns the descriptor now, and closes it
+    # The prefix torch's init_process_group gives the store it makes itself.
+    return dist.PrefixStore("default_pg", store)
+
+
+def listen_on(address: str, port: int) -> socket.socket:
+    """A socket listening at ``address:port`` (a name is resolved, as the ranks resolve it to
+    connect), with SO_REUSEADDR as torch's store sets it (the launcher may hold the port)."""
+    family, kind, protocol, _, bound_to = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, protocol)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(bound_to)
+        sock.listen(socket.SOMAXCONN)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def release_own_group() -> None:
