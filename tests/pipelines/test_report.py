@@ -50,3 +50,53 @@ def test_training_table_gives_the_layout_the_run_trained_with(tmp_path: Path) ->
     md, html = write_report(recipe, work, steps)
     assert "| layout | tp=1 pp=1 dp=2 zero=1 |" in md.read_text()
     assert "<td>layout</td><td>tp=1 pp=1 dp=2 zero=1</td>" in html.read_text()
+
+
+EVAL_RECIPE = """
+name: evaluated
+sources:
+  - {name: a, path: a.jsonl}
+tokenize: {vocab_size: 300}
+blend:
+  - {source: a, weight: 1}
+train:
+  config: tiny
+  eval: {every: 4, suite: core, tasks: [copa, winograd], data_dir: icl, bpb: held_out.jsonl}
+"""
+
+
+def test_evaluation_during_training_is_a_recipe_key_and_a_curve_per_task(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "hello world " * 20}) + "\n")
+    (tmp_path / "recipe.yaml").write_text(textwrap.dedent(EVAL_RECIPE))
+    recipe = load_recipe(tmp_path / "recipe.yaml", check_paths=False)
+    section = recipe.train_config_dict()["eval"]
+    # Paths relative to the recipe, as its other paths; the bundled suite's name stays a name.
+    assert section["data_dir"] == str(tmp_path / "icl") and section["bpb"] == str(tmp_path / "held_out.jsonl")
+    assert section["suite"] == "core" and section["tasks"] == ["copa", "winograd"]
+    work = tmp_path / "work"
+    work.mkdir()
+    steps = build_plan(recipe, work)
+    run = work / "train" / "run"
+    logger = MetricsLogger(run, tensorboard=False)
+    for step, score in ((4, 0.1), (8, 0.3)):
+        logger.log(
+            {
+                "step": step,
+                "loss": 5.0,
+                "eval/copa/acc": 0.5,
+                "eval/copa/centered_acc": score,
+                "eval/winograd/acc": 0.5,
+                "eval/winograd/centered_acc": -score,
+                "eval/core": 0.0,
+                "eval/bpb": 3.0 - score,
+                "eval/seconds": 1.0,
+            }
+        )
+    logger.close()
+    _, html = write_report(recipe, work, steps)
+    page = html.read_text()
+    figure = page[page.index('data-chart="in-training evaluation') :]
+    figure = figure[: figure.index("</figure>")]
+    assert all(f">{name}</text>" in figure for name in ("CORE", "copa", "winograd"))
+    assert "seconds" not in figure
+    assert 'data-chart="bits per byte"' in page

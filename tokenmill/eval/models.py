@@ -444,21 +444,15 @@ class HFModel(TokenLM):
         return next((name for name in ("cache", "past_key_values") if name in parameters), None)
 
 
-class NativeModel(TokenLM):
-    """A tokenmill checkpoint or run directory, through `tokenmill.train.checkpoint`."""
+class RunTokenLM(TokenLM):
+    """Tokenization of a tokenmill run: the tokenizer file its meta names, with the EOD token
+    as the prefix (BOS) and EOS token, as `export-hf` writes them; subclasses give the forward."""
 
-    def __init__(self, path: str | Path, device: str = "cpu", max_length: int | None = None) -> None:
+    def _use_tokenizer(self, tokenizer_path: str | None, meta: dict) -> None:
         from tokenizers import Tokenizer
 
-        model, config, meta = load_for_inference(str(path), device=device)
-        self.model = model.eval()
-        self.config = config
-        self.device = torch.device(device)
-        self.name = str(path)
-        self.max_length = max_length or int(config.max_seq_len)
-        tokenizer_path = meta.get("tokenizer")
         if not tokenizer_path or not Path(tokenizer_path).exists():
-            raise TokenmillError(f"{path}: checkpoint meta names no readable tokenizer ({tokenizer_path!r})")
+            raise TokenmillError(f"{self.name}: checkpoint meta names no readable tokenizer ({tokenizer_path!r})")
         self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
         self.prefix_token_id = self._prefix_id(meta)
         self.eos_token_id = self.prefix_token_id  # the EOD, exported as EOS
@@ -481,6 +475,19 @@ class NativeModel(TokenLM):
     def _encode_raw(self, texts: list[str], add_special_tokens: bool | None) -> list[list[int]]:
         special = True if add_special_tokens is None else add_special_tokens
         return [enc.ids for enc in self.tokenizer.encode_batch(texts, add_special_tokens=special)]
+
+
+class NativeModel(RunTokenLM):
+    """A tokenmill checkpoint or run directory, through `tokenmill.train.checkpoint`."""
+
+    def __init__(self, path: str | Path, device: str = "cpu", max_length: int | None = None) -> None:
+        model, config, meta = load_for_inference(str(path), device=device)
+        self.model = model.eval()
+        self.config = config
+        self.device = torch.device(device)
+        self.name = str(path)
+        self.max_length = max_length or int(config.max_seq_len)
+        self._use_tokenizer(meta.get("tokenizer"), meta)
 
     def _forward_selected(self, inputs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         # GPT.forward returns hidden states when `output` is None (the pipeline-stage contract):

@@ -347,6 +347,39 @@ def _training(recipe: Recipe, workdir: Path, section: Section) -> None:
     section.chart(line_chart("Loss", series, "step", "loss"), "loss curves")
     if tps:
         section.chart(line_chart("Throughput", {"tokens/s": tps}, "step", "tokens per second"), "throughput")
+    _evaluation_during_training(metrics, section)
+
+
+def evaluation_curves(
+    metrics: list[dict[str, Any]],
+) -> tuple[dict[str, list[tuple[float, float]]], list[tuple[float, float]]]:
+    """The in-training evaluation's curves from metrics rows: the suite's aggregate and each
+    task's centered accuracy by name, and bits per byte."""
+    scores: dict[str, list[tuple[float, float]]] = {}
+    bpb: list[tuple[float, float]] = []
+    for row in metrics:
+        for key, value in row.items():
+            if not key.startswith("eval/") or not isinstance(value, (int, float)):
+                continue
+            name = key.removeprefix("eval/")
+            if name == "bpb":
+                bpb.append((row["step"], value))
+            elif name.endswith("/centered_acc"):
+                scores.setdefault(name.removesuffix("/centered_acc"), []).append((row["step"], value))
+            elif "/" not in name and name != "seconds":  # the suite's aggregate
+                scores.setdefault(name.upper(), []).append((row["step"], value))
+    return scores, bpb
+
+
+def _evaluation_during_training(metrics: list[dict[str, Any]], section: Section) -> None:
+    scores, bpb = evaluation_curves(metrics)
+    if scores:
+        chart = line_chart("Evaluation during training", scores, "step", "centered accuracy")
+        section.chart(chart, "in-training evaluation: the suite's aggregate and each task's centered accuracy")
+    if bpb:
+        section.chart(
+            line_chart("Held-out bits per byte", {"bits per byte": bpb}, "step", "bits per byte"), "bits per byte"
+        )
 
 
 def _evaluation(workdir: Path, section: Section) -> None:

@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from tokenmill.errors import ConfigError, YamlSyntaxError
+from tokenmill.eval.suites import BUNDLED_SUITES
 from tokenmill.infra import storage
 from tokenmill.infra.slurm import SlurmSpec
 from tokenmill.recipes import TRAIN_PREFIX, bundled_recipes
@@ -111,6 +112,7 @@ class TrainSpec(_Strict):
     parallel: dict[str, Any] | None = None
     checkpoint: dict[str, Any] | None = None
     logging: dict[str, Any] | None = None
+    eval: dict[str, Any] | None = None  # evaluation during training (not the recipe's `eval:` step)
     nnodes: int = Field(default=1, ge=1)
     # What `--dry-run` gives the planner for a cluster-sized recipe (the run itself uses tp*pp*dp).
     gpus: int | None = Field(default=None, ge=1)
@@ -134,6 +136,7 @@ class TrainSpec(_Strict):
         "parallel",
         "checkpoint",
         "logging",
+        "eval",
     )
 
     def sections(self) -> dict[str, Any]:
@@ -218,7 +221,18 @@ class Recipe(_Strict):
                 raise ConfigError(f"{path}: expected a mapping of key: value at the top level")
         else:
             data = json.loads(json.dumps(self.train.config))
-        return _merge_sections(data, self.train.sections())
+        return self._resolve_eval_paths(_merge_sections(data, self.train.sections()))
+
+    def _resolve_eval_paths(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The in-training evaluation's files (a suite file, its data folder, held-out text),
+        relative to the recipe as its other paths are."""
+        section = data.get("eval")
+        if isinstance(section, dict):
+            for key in ("suite", "data_dir", "bpb"):
+                value = section.get(key)
+                if isinstance(value, str) and not (key == "suite" and value in BUNDLED_SUITES):
+                    section[key] = str(self.resolve(value))
+        return data
 
     def train_layout(self) -> dict[str, int]:
         """The run's tp, pp, dp, cp and zero (the trainer config's `parallel`, checked by

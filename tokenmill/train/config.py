@@ -119,6 +119,12 @@ Str = Annotated[str, BeforeValidator(_str)]
 Bool = Annotated[bool, BeforeValidator(_bool)]
 
 
+def _strs(value: Any) -> list[str]:
+    if not isinstance(value, (list, tuple)):
+        raise _fail(f"expected a list, got {value!r}")
+    return [_str(v) for v in value]
+
+
 def _ints(value: Any) -> list[int]:
     if not isinstance(value, (list, tuple)):
         raise _fail(f"expected a list, got {value!r}")
@@ -279,6 +285,23 @@ class LoggingConfig(_Section):
     progress: Bool = True
 
 
+class EvalConfig(_Section):
+    """Evaluation of the weights in place during training: an ICL suite and/or bits per byte,
+    every `every` steps and at the last step (none unless `suite` or `bpb` is set)."""
+
+    every: Positive = 1000
+    suite: Str | None = None  # `core` (DCLM's CORE, bundled) or a suite YAML file
+    data_dir: Str | None = None  # the folder the suite's task files are under
+    tasks: Annotated[list[str], BeforeValidator(_strs)] | None = None  # a subset of the suite's tasks
+    limit: Positive = 50  # the first `limit` examples of each task
+    bpb: Str | None = None  # held-out text: .jsonl (`text`), a document directory or a text file
+    batch_size: Positive = 8  # requests per forward pass
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.suite or self.bpb)
+
+
 SECTIONS: dict[str, type[_Section]] = {
     "dataset": DataConfig,
     "optimizer": OptimizerConfig,
@@ -286,6 +309,7 @@ SECTIONS: dict[str, type[_Section]] = {
     "parallel": ParallelConfig,
     "checkpoint": CheckpointConfig,
     "logging": LoggingConfig,
+    "eval": EvalConfig,
 }
 
 # The keys of the old flat config and where they live now: only for the error that says so.
@@ -345,6 +369,7 @@ class TrainConfig(BaseModel):
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
 
     # Not a config key: True when the YAML left model.vocab_size out, so the run takes the
     # data's vocabulary (padded) instead of the preset's; resolved by `resolve_vocab_size`.
@@ -475,6 +500,38 @@ def layout_problems(
     return out
 
 
+def eval_problems(cfg: TrainConfig) -> list[tuple[tuple[str, ...], str]]:
+    """What the eval section lacks to say what to score, and the layouts its prompts cannot be
+    split under (the files themselves are checked by preflight)."""
+    ev, p = cfg.eval, cfg.parallel
+    out: list[tuple[tuple[str, ...], str]] = []
+    if ev.suite is None and (ev.tasks or ev.data_dir):
+        out.append(
+            (("eval", "suite"), "tasks and data_dir pick a suite's tasks: set eval.suite (core or a suite YAML file)")
+        )
+    if ev.suite is not None and not ev.data_dir:
+        out.append((("eval", "data_dir"), f"suite {ev.suite}: set eval.data_dir, the folder its task files are under"))
+    multiple = eval_length_multiple(p)
+    if ev.enabled and cfg.model.max_seq_len % multiple:
+        out.append(
+            (
+                ("eval",),
+                f"evaluation pads prompts to a multiple of {multiple} (2 x cp x tp with sequence parallel), "
+                f"which model.max_seq_len {cfg.model.max_seq_len} is not",
+            )
+        )
+    return out
+
+
+def eval_length_multiple(parallel: ParallelConfig) -> int:
+    """The multiple an evaluation prompt's padded length must be under this layout: the
+    load-balanced context-parallel split and the sequence-parallel split must both be even."""
+    multiple = 2 * parallel.cp if parallel.cp > 1 else 1
+    if parallel.tp > 1 and parallel.sequence_parallel:
+        multiple *= parallel.tp
+    return multiple
+
+
 def check_layout(parallel: ParallelConfig, model: ModelConfig, seq_len: int, world_size: int | None = None) -> None:
     """Raise ConfigError (naming the key) when the layout cannot hold the model."""
     problems = Problems({})
@@ -539,6 +596,8 @@ def config_problems(cfg: TrainConfig, problems: Problems, prefix: tuple[Any, ...
     if sched.decay_steps is not None and sched.decay_samples is not None:
         add(("schedule", "decay_steps"), "give either decay_steps or decay_samples, not both")
     for loc, message in layout_problems(cfg.parallel, seq_len=cfg.sequence_length):
+        add(loc, message)
+    for loc, message in eval_problems(cfg):
         add(loc, message)
     # Every global batch (also during ramp-up) splits into dp ranks x whole micro-batches.
     dp = cfg.parallel.dp

@@ -63,6 +63,11 @@ class Engine(Protocol):
         """Mean loss over tokens [local_batch, T+1] (all ranks), no gradients."""
         ...
 
+    def eval_logits(self, inputs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """inputs [B, T] -> float32 logits [N, vocab] at the positions where keep [B, T] is True
+        (row-major), the same on every rank; every rank passes the same inputs (collectives)."""
+        ...
+
     def state_dict_for_checkpoint(self) -> dict[str, Any]:
         """{"model": ..., "optim": ...} of (D)Tensors keyed by stable FQNs, for DCP."""
         ...
@@ -266,6 +271,14 @@ class SingleProcessEngine:
             loss = self._loss(tokens.to(self.device)).item()
         self.model.train()
         return loss
+
+    @torch.no_grad()
+    def eval_logits(self, inputs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        self.model.eval()
+        with attention_context(self.cfg.parallel.attention_backend), autocast_context(self.cfg, self.device):
+            logits = self.model(inputs.to(self.device))[keep.to(self.device)]
+        self.model.train()
+        return logits.float()
 
     def state_dict_for_checkpoint(self) -> dict[str, Any]:
         return {

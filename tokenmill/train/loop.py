@@ -25,6 +25,7 @@ from tokenmill.train.checkpoint import load_checkpoint, set_rng_state
 from tokenmill.train.checkpoint_files import read_meta
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.engine import Engine, SingleProcessEngine, pick_device
+from tokenmill.train.evaluation import Evaluation
 from tokenmill.train.hooks import Checkpoints, Faults, Hook, Report, StepEnd, Stop, Throughput, Validation, after_step
 from tokenmill.train.lifecycle import RunLock
 from tokenmill.train.model import GPT
@@ -46,6 +47,7 @@ class TrainResult:
     consumed_samples: int
     losses: dict[int, float] = field(default_factory=dict)  # step -> loss, this process's steps
     val_losses: dict[int, float] = field(default_factory=dict)
+    eval_scores: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> the eval section's scores
     checkpoint: Path | None = None
     stopped: str | None = None  # why the run stopped at `checkpoint` before its last step (stop.py)
 
@@ -187,6 +189,12 @@ def _train_steps(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, st
     # In the order they run after each step: the metrics row is made, validated and written;
     # then the checkpoint, the stop request and the injected fault, which may end the process.
     hooks: list[Hook] = [Throughput(cfg, engine), validation, report, checkpoints, stopping, Faults()]
+    evaluation = None
+    if prepared.evaluation is not None:
+        evaluation = Evaluation(
+            cfg, engine, prepared.evaluation, _tokenizer(cfg, prepared), prepared.data.get("eod_id")
+        )
+        hooks.insert(2, evaluation)  # scored before the row is written
     step, losses = start, {}
     try:
         while step < cfg.schedule.steps:
@@ -215,6 +223,7 @@ def _train_steps(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, st
         consumed_samples=consumed,
         losses=losses,
         val_losses=validation.losses,
+        eval_scores=evaluation.scores if evaluation is not None else {},
         checkpoint=checkpoints.latest,
         stopped=stopping.reason,
     )
@@ -289,9 +298,14 @@ def _checkpoint_meta(cfg: TrainConfig, prepared: Prepared) -> dict[str, Any]:
     return {
         "model": cfg.model.to_dict(),
         "train": cfg.to_dict(),
-        "tokenizer": cfg.dataset.tokenizer or prepared.data["tokenizer"],
+        "tokenizer": _tokenizer(cfg, prepared),
         "eod_id": prepared.data.get("eod_id"),
     }
+
+
+def _tokenizer(cfg: TrainConfig, prepared: Prepared) -> str | None:
+    """The run's tokenizer file: the config's, else the one the data names."""
+    return cfg.dataset.tokenizer or prepared.data["tokenizer"]
 
 
 def _check_tokens(tokens: torch.Tensor, cfg: TrainConfig) -> None:

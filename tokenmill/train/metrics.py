@@ -111,7 +111,9 @@ class MetricsLogger:
             step = int(record["step"])
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self._tb.add_scalar(f"train/{key}" if not key.startswith("val") else key, value, step)
+                    # Validation and evaluation scores are their own TensorBoard sections.
+                    tag = key if key.startswith(("val", "eval/")) else f"train/{key}"
+                    self._tb.add_scalar(tag, value, step)
 
     def close(self) -> None:
         if self._file is not None:
@@ -173,4 +175,6 @@ def format_record(record: dict[str, Any]) -> str:
     ):
         if key in record and record[key] is not None:
             parts.append(f"{key} " + fmt.format(record[key]))
+    # The evaluation's headline scores (a suite's aggregate, bits per byte), not every task's.
+    parts += [f"{key} {value:.4f}" for key, value in record.items() if key.count("/") == 1 and key.startswith("eval/")]
     return " | ".join(parts)

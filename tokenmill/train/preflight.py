@@ -13,7 +13,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.errors import ConfigError, TokenmillError, suggest
+from tokenmill.eval.bpb import read_documents
+from tokenmill.eval.suites import Suite, SuiteData, load_suite, load_suite_data
 from tokenmill.infra import storage
 from tokenmill.infra.atomic import read_json
 from tokenmill.train.checkpoint_files import (
@@ -76,6 +78,45 @@ def empty_valid_split(cfg: TrainConfig, prefixes: list[str]) -> str | None:
 
 
 @dataclass
+class EvalData:
+    """What the eval section scores, read before training starts."""
+
+    suite: SuiteData | None
+    documents: list[str] | None
+
+
+def check_eval(cfg: TrainConfig) -> EvalData | None:
+    """Read the eval section's suite (only the tasks it names) and held-out text, so that an
+    unknown suite or task, a missing folder or a bad file stops the run before it starts."""
+    ev = cfg.eval
+    if not ev.enabled:
+        return None
+    suite_data = None
+    if ev.suite is not None:
+        try:
+            suite = load_suite(ev.suite)
+            chosen = suite
+            if ev.tasks is not None:
+                labels = [t.label for t in suite.tasks]
+                for task in ev.tasks:
+                    if task not in labels:
+                        extra = suggest(task, labels, form="; did you mean {!r}?")
+                        raise ConfigError(f"unknown task {task!r} of suite {suite.name}{extra}")
+                chosen = Suite(suite.name, suite.aggregate, tuple(t for t in suite.tasks if t.label in ev.tasks))
+            suite_data = load_suite_data(chosen, ev.data_dir)
+        except TokenmillError as error:
+            raise ConfigError(f"eval: {error}") from None
+        # The tasks left out by choice count as not run: the aggregate says what it is over.
+        suite_data.missing += [t.label for t in suite.tasks if t not in chosen.tasks]
+        suite_data.suite = suite
+    try:
+        documents = read_documents(ev.bpb) if ev.bpb else None
+    except TokenmillError as error:
+        raise ConfigError(f"eval.bpb: {str(error).removeprefix('--bpb: ')}") from None
+    return EvalData(suite_data, documents)
+
+
+@dataclass
 class Prepared:
     """What `prepare` found: the data's shards and metadata, the checkpoint to resume from."""
 
@@ -84,6 +125,7 @@ class Prepared:
     checkpoint: Path | None
     no_validation: str | None  # why validation is skipped, or None
     checkpoint_meta: dict[str, Any] = field(default_factory=dict)  # its meta.json, unverified
+    evaluation: EvalData | None = None  # what the eval section scores during training
 
     @property
     def checkpoint_step(self) -> int | None:
@@ -125,7 +167,10 @@ def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
         check_layout(cfg.parallel, cfg.model, cfg.sequence_length)
         check_batch_layout(cfg, cfg.parallel)
     no_validation = empty_valid_split(cfg, prefixes) if cfg.logging.eval_interval > 0 else None
-    return Prepared(prefixes, meta_data, ckpt_path, no_validation, ckpt_meta)
+    evaluation = check_eval(cfg)
+    if evaluation is not None and not (cfg.dataset.tokenizer or meta_data["tokenizer"]):
+        raise ConfigError("eval: the data names no tokenizer (PREFIX.json); set dataset.tokenizer to score prompts")
+    return Prepared(prefixes, meta_data, ckpt_path, no_validation, ckpt_meta, evaluation)
 
 
 def checkpoint_location(cfg: TrainConfig, checkpoint: Path) -> str:

@@ -50,7 +50,7 @@ from tokenmill.train.engine import (
 from tokenmill.train.model import GPT
 from tokenmill.train.model_config import ModelConfig
 from tokenmill.train.optim import build_optimizer
-from tokenmill.train.parallel.context_parallel import shard_sequence
+from tokenmill.train.parallel.context_parallel import cp_positions, shard_sequence
 from tokenmill.train.parallel.data_parallel import ZeroOneOptimizer, all_reduce_grads, local
 from tokenmill.train.parallel.mesh import build_mesh, embedding_group, init_distributed
 from tokenmill.train.parallel.parallelize import parallelize_gpt, uses_fsdp
@@ -280,16 +280,55 @@ class ParallelEngine:
             if self.dims.pp == 1:
                 loss = local(self.loss_fn(self.model_parts[0](x), y)).float()
             else:
-                loss = self._pipeline_forward(x, y)
+                out = self._pipeline_forward(x)
+                loss = local(cross_entropy(out, y)).float() if out is not None else torch.zeros((), device=self.device)
         for part in self.model_parts:
             part.train()
         return self._mean_over(loss)
 
-    def _pipeline_forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Forward only, stage after stage (validation needs no schedule)."""
+    @torch.no_grad()
+    def eval_logits(self, inputs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """float32 logits [N, vocab] at the positions keep [B, T] marks (row-major), on every
+        rank; every rank calls it with the same inputs. The last stage's cp and tp shards of
+        the selected logits are put together and sent to the other stages."""
+        dims, cp, rank = self.dims, self.dims.cp, self.cp_rank
+        inputs, keep = inputs.to(self.device), keep.to(self.device)
+        x, local_keep = shard_sequence(inputs, cp, rank), shard_sequence(keep, cp, rank)
+        trained_positions = [part.positions for part in self.model_parts]
+        for part in self.model_parts:
+            part.eval()
+            if cp > 1:  # the global positions of this rank's slice of rows of this length
+                part.positions = cp_positions(x.shape[1], cp, rank, self.device)
+        try:
+            with self._context():
+                out = self.model_parts[0](x) if dims.pp == 1 else self._pipeline_forward(x)
+        finally:
+            for part, positions in zip(self.model_parts, trained_positions, strict=True):
+                part.positions = positions
+                part.train()
+        selected = torch.zeros(int(keep.sum()), self.model_config.vocab_size, device=self.device)
+        if out is not None:
+            mine = local(out)[local_keep].float()
+            if dims.tp > 1:  # vocabulary shards, in tp-rank order
+                shards = [torch.empty_like(mine) for _ in range(dims.tp)]
+                dist.all_gather(shards, mine.contiguous(), group=self.mesh.get_group("tp"))
+                mine = torch.cat(shards, dim=-1)
+            if cp > 1:  # each rank fills the rows of its positions; the sum holds them all
+                order = (keep.flatten().cumsum(0) - 1).view_as(keep)
+                selected[shard_sequence(order, cp, rank)[local_keep]] = mine
+                dist.all_reduce(selected, group=self.mesh.get_group("cp"))
+            else:
+                selected = mine
+        if dims.pp > 1:
+            dist.broadcast(selected, src=dist.get_global_rank(self.pp_group, dims.pp - 1), group=self.pp_group)
+        return selected
+
+    def _pipeline_forward(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Forward only, stage after stage (validation and evaluation need no schedule): the
+        last stage's output on the last pipeline rank, None on the others."""
         dims, S = self.dims, self.dims.num_stages
         seq = x.shape[1] // dims.tp if (dims.tp > 1 and dims.sequence_parallel) else x.shape[1]
-        loss = torch.zeros((), device=self.device)
+        out = None
         for s in range(S):
             if s % dims.pp != self.pp_rank:
                 continue
@@ -300,11 +339,10 @@ class ParallelEngine:
                 inp = torch.empty(x.shape[0], seq, self.model_config.hidden, device=self.device)
                 dist.recv(inp, group=self.pp_group, group_src=(s - 1) % dims.pp)
             out = part(inp)
-            if s == S - 1:
-                loss = local(cross_entropy(out, y)).float()
-            else:
+            if s < S - 1:
                 dist.send(local(out).float().contiguous(), group=self.pp_group, group_dst=(s + 1) % dims.pp)
-        return loss
+                out = None
+        return out
 
     def state_dict_for_checkpoint(self) -> dict[str, Any]:
         model: dict[str, Any] = {}
