@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from measure import check_load
+
 ROOT = Path(__file__).resolve().parents[1]
 
 BASELINE = ("python -c 'import argparse'", ["-c", "import argparse"])
@@ -59,6 +61,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20, help="timed runs of each command; the best counts")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "cli_startup.txt")
     args = parser.parse_args()
+    machine_load = check_load()
     # Bytecode written and read as an installed package's is: without it every run compiles.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -67,6 +70,7 @@ def main() -> None:
     base_cpu, _ = results[BASELINE[0]]
     help_cpu, _ = results["tokenmill --help"]
     lines = [
+        machine_load,
         f"# bench/cli_startup.py  ({time.strftime('%Y-%m-%d')}, Python {platform.python_version()},"
         f" {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f})",
         f"CPU seconds (user + system) of one process, best of {args.repeat} runs, bytecode cached;"

@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from measure import emit_report
+from measure import check_load, emit_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -163,6 +163,7 @@ def main() -> int:
     if args.datatrove_worker:
         datatrove_worker(*args.datatrove_worker, args.repeat)
         return 0
+    check_load()
 
     import pandas as pd
 

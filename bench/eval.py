@@ -34,6 +34,8 @@ import sys
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from measure import check_load  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("DISABLE_MULTIPROC", "1")  # the harness's bootstrap: one process, like ours
@@ -158,6 +160,7 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "results" / "tmp" / "eval")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "eval.txt")
     args = parser.parse_args()
+    check_load()  # before --load's busy processes start
 
     import torch
 

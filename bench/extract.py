@@ -35,6 +35,8 @@ import resource  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 
+from bench.measure import check_load  # noqa: E402
+
 DATA = Path(os.environ.get("TOKENMILL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 PUBLISHED = {"trafilatura": 0.958, "justext": 0.804}  # the benchmark's README, latest evaluation
 
@@ -218,6 +220,7 @@ def main() -> None:
     if args.memory == "child":
         print(json.dumps(long_run_child(args.long_run, recycle_after=1000)))
         return
+    check_load()
 
     from importlib.metadata import version
 

@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from measure import check_load
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
 STAGES = ("ingest", "normalize", "filter", "dedup", "encode")
@@ -147,8 +149,10 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    machine_load = check_load()
 
     lines = [
+        machine_load,
         f"peak RSS per worker (MiB; {args.workers} single-threaded workers, memory limit {args.limit_mb} MiB each)",
         f"input: one JSONL file per size; stages chained: {' -> '.join(STAGES)}",
         "",

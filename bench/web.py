@@ -46,6 +46,8 @@ import sys
 import time
 from pathlib import Path
 
+from measure import check_load
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
 BENCH_PYTHON = Path(os.environ.get("TOKENMILL_BENCH_PYTHON", ROOT / ".venv-bench" / "bin" / "python"))
@@ -279,9 +281,11 @@ def main() -> None:
         return
     if not files:
         sys.exit(f"no WARC files under {SHARED / 'web' / 'warc'}")
+    machine_load = check_load()
     from importlib.metadata import version
 
     lines = [
+        machine_load,
         f"WARC -> extracted text: {len(files)} shared WARC files ({', '.join(p.name for p in files)});"
         f" trafilatura {version('trafilatura')}, fastwarc {version('fastwarc')}; best of {args.repeat} passes, each"
         f" reading the files {args.cycles} times;"
