@@ -9,11 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from pipeline_outputs import assert_blend_table_is_the_draw
 
 from tokenmill.pipelines.context import Context
 from tokenmill.pipelines.plan import StepRef, build_plan
 from tokenmill.pipelines.recipe import load_recipe
-from tokenmill.pipelines.report import number_cell, train_config, write_report
+from tokenmill.pipelines.report import train_config, write_report
 from tokenmill.pipelines.steps import RUNNERS
 from tokenmill.tokenize.indexed import IndexedDatasetWriter
 from tokenmill.train.config import apply_overrides, config_from_dict
@@ -78,18 +79,9 @@ train: {config: tiny, schedule: {steps: 30}}
 """
 
 
-def _report_rows(markdown: str, section: str) -> dict[str, list[str]]:
-    """The table rows of a report.md section, by their first cell."""
-    text = markdown.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line.strip("|").split("|") for line in text.splitlines() if line.startswith("| ")]
-    return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows}
-
-
 def test_blend_table_gives_each_source_its_own_realised_share_and_epochs(tmp_path: Path) -> None:
     """With `epochs:` and `weight:` sources mixed, each row's realised share and epochs are
     those of its own source in the trainer's blended dataset (the samples it will draw)."""
-    from tokenmill.tokenize.loader import build_dataset
-
     for source in "abcd":
         (tmp_path / f"{source}.jsonl").write_text(json.dumps({"text": "hello world"}) + "\n")
     (tmp_path / "recipe.yaml").write_text(textwrap.dedent(MIXED_BLEND))
@@ -117,21 +109,5 @@ def test_blend_table_gives_each_source_its_own_realised_share_and_epochs(tmp_pat
     assert config is not None
     samples = 30 * config["schedule"]["global_batch_size"]
     assert f"realised shares are those of the {samples:,} samples training will draw" in md.read_text()
-    drawn = build_dataset(
-        str(work / "blend" / "blend.json"),
-        seq_len=config["dataset"]["seq_len"],
-        num_samples=samples,
-        seed=config["schedule"]["seed"],
-        split_ratios=config["dataset"]["split"],
-    )
-    counts = np.bincount(np.asarray(drawn.dataset_index[:samples]), minlength=4)
-    blend = _report_rows(md.read_text(), "Blend")
-    realised_shares = set()
-    for source, count, dataset in zip("abcd", counts, drawn.datasets):
-        begin, end = dataset.document_range
-        split_tokens = int(dataset.indexed.sequence_lengths[begin:end].sum())
-        realised, epochs = blend[source][3], blend[source][4]
-        assert realised == number_cell(round(count / samples, 4)), source
-        assert epochs == number_cell(round(count * config["dataset"]["seq_len"] / split_tokens, 3)), source
-        realised_shares.add(realised)
-    assert len(realised_shares) == 4  # a permutation of the sources' numbers would show
+    blend = assert_blend_table_is_the_draw(md.read_text(), work / "blend" / "blend.json", config, samples, list("abcd"))
+    assert len({blend[source][3] for source in "abcd"}) == 4  # a permutation of the sources' numbers would show
