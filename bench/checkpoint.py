@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import yaml
+from measure import check_load
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -88,6 +89,7 @@ def main() -> None:
     parser.add_argument("--interval", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    check_load()
 
     from tokenmill.train.model_config import preset
 

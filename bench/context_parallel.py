@@ -23,7 +23,7 @@ import os
 import time
 from pathlib import Path
 
-from measure import emit_report, main_or_worker, torchrun_rows
+from measure import check_load, emit_report, main_or_worker, torchrun_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "context_parallel.txt"
@@ -87,9 +87,11 @@ def worker(out: Path) -> None:
 
 
 def main() -> None:
+    machine_load = check_load()
     results = {cp: dict(torchrun_rows(__file__, cp)) for cp in CPS}
     load = os.getloadavg()[0]
     lines = [
+        machine_load,
         "Context parallelism (ring attention, load-balanced causal split), CPU gloo: activation memory per",
         "rank (bytes autograd saves for backward in one step's forward, parameters excluded; the most loaded",
         "rank) and step time (forward + backward, slowest rank), tiny llama: 2 layers, hidden 64, 4 heads",

@@ -11,7 +11,8 @@ tokenmill runs here, in one process (= one core). datatrove runs in its own virt
 script with `--datatrove-worker` (also one process): its GopherRepetitionFilter,
 GopherQualityFilter, C4QualityFilter and FineWebQualityFilter with default thresholds, in the
 same order as ours (FineWeb's order; C4 edits the text the next filter sees). Both are timed on
-the filter calls alone, over the same documents, best of `--repeat` passes, in CPU seconds of
+the filter calls alone, over the same documents, the median of `--repeat` passes (with their
+spread), in CPU seconds of
 the process (`time.process_time`): documents per CPU second is documents per second per core,
 and it does not swing with the load of other processes on a shared machine.
 """
@@ -25,11 +26,10 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
-from measure import emit_report
+from measure import check_load, cpu_timed, emit_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -124,10 +124,9 @@ def datatrove_worker(in_path: str, out_path: str, repeat: int) -> None:
 
     # warm-up (loads spaCy) outside the timing
     filters["gopher_quality"].filter(Document(text=docs[0]["text"], id="warm"))
-    best = float("inf")
-    for _ in range(repeat):
+
+    def run() -> list[dict]:
         results = []
-        start = time.process_time()
         for d in docs:
             doc = Document(text=d["text"], id=d["id"])
             reason = None
@@ -137,7 +136,9 @@ def datatrove_worker(in_path: str, out_path: str, repeat: int) -> None:
                     reason = f"{name}:{reason}"
                     break
             results.append({"id": d["id"], "reason": reason, "text": doc.text if reason is None else None})
-        best = min(best, time.process_time() - start)
+        return results
+
+    timing, results = cpu_timed(repeat, run)
     # each family alone on the normalized text
     alone = {}
     for name in FAMILY_ORDER:
@@ -145,7 +146,15 @@ def datatrove_worker(in_path: str, out_path: str, repeat: int) -> None:
     from importlib.metadata import version
 
     Path(out_path).write_text(
-        json.dumps({"seconds": best, "results": results, "alone": alone, "version": version("datatrove")})
+        json.dumps(
+            {
+                "seconds": timing.median,
+                "spread": timing.spread,
+                "results": results,
+                "alone": alone,
+                "version": version("datatrove"),
+            }
+        )
     )
 
 
@@ -163,6 +172,7 @@ def main() -> int:
     if args.datatrove_worker:
         datatrove_worker(*args.datatrove_worker, args.repeat)
         return 0
+    machine_load = check_load()
 
     import pandas as pd
 
@@ -191,18 +201,10 @@ def main() -> int:
         return df.assign(text=[unicodedata.normalize("NFC", ftfy.fix_text(t)) for t in df["text"]])
 
     normalize.process(frame.head(2)) if normalize is not None else None  # warm-up (imports)
-    t_norm = float("inf")
-    for _ in range(args.repeat):
-        start = time.process_time()
-        normalized = run_normalize(frame)
-        t_norm = min(t_norm, time.process_time() - start)
-
+    norm_timing, normalized = cpu_timed(args.repeat, lambda: run_normalize(frame))
     stage = FilterStage()
-    t_filter = float("inf")
-    for _ in range(args.repeat):
-        start = time.process_time()
-        output = stage.process(normalized)
-        t_filter = min(t_filter, time.process_time() - start)
+    filter_timing, output = cpu_timed(args.repeat, lambda: stage.process(normalized))
+    t_norm, t_filter = norm_timing.median, filter_timing.median
     ours = {row.id: None for row in output.kept.itertuples()}
     ours.update({row.id: row.reason for row in output.rejected.itertuples()})
     our_text = dict(zip(output.kept["id"], output.kept["text"]))
@@ -272,13 +274,14 @@ def main() -> int:
         "  wikitext: WikiText-2 articles as stored (tokenized); wikitext_detok: the same, detokenized;",
         "  scene: Shakespeare, 30 speeches per document; speech: one speech per document",
         f"normalize: {normalize_note}",
-        f"datatrove {theirs_run['version']} (spaCy English word tokenizer), filters called directly, best of {args.repeat}",
+        f"datatrove {theirs_run['version']} (spaCy English word tokenizer), filters called directly, the median of {args.repeat} passes",
         "rates are documents per CPU second of one process (time.process_time), i.e. per core",
+        machine_load,
         "",
-        f"tokenmill normalize            {rate_norm / cores:10.1f} docs/s/core",
-        f"tokenmill filter               {rate_filter / cores:10.1f} docs/s/core",
+        f"tokenmill normalize            {rate_norm / cores:10.1f} docs/s/core  (spread {norm_timing.spread:.0%})",
+        f"tokenmill filter               {rate_filter / cores:10.1f} docs/s/core  (spread {filter_timing.spread:.0%})",
         f"tokenmill normalize + filter   {rate_both / cores:10.1f} docs/s/core",
-        f"datatrove filters              {rate_dt / cores:10.1f} docs/s/core",
+        f"datatrove filters              {rate_dt / cores:10.1f} docs/s/core  (spread {theirs_run['spread']:.0%})",
         f"ratio filter / datatrove       {rate_filter / rate_dt:10.1f}x",
         f"ratio normalize+filter / datatrove filters {rate_both / rate_dt:6.1f}x",
         "",

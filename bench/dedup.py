@@ -31,6 +31,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from bench.measure import check_load  # noqa: E402
+
 DATA = Path(os.environ.get("TOKENMILL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
@@ -171,6 +173,7 @@ def main(argv=None) -> int:
     if args.peer_only:
         peer(Path(args.peer_only[0]), Path(args.peer_only[1]))
         return 0
+    check_load()
     from tokenmill.curate.documents import write_documents
 
     work = Path(args.out or tempfile.mkdtemp(prefix="bench-dedup-"))

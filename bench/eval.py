@@ -17,8 +17,8 @@ in-process through `lm_eval.simple_evaluate` on an `HFLM` and a `TaskManager` bu
 timed), on
 its own task YAMLs pointed at the same local files (tests/eval/harness_ref.py); its dataset
 cache is warmed first. Each side is timed from reading the task data to the aggregated metrics
-(both compute the bootstrap perplexity stderr with the harness's 100,000 replicates), best of
-`--repeat` runs that alternate between the tools, since the machine is shared. Scores of
+(both compute the bootstrap perplexity stderr with the harness's 100,000 replicates), the median
+of `--repeat` runs that alternate between the tools, since the machine is shared. Scores of
 both are printed next to each other: they must be equal.
 """
 
@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+from measure import Timing, check_load  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -158,6 +160,7 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "results" / "tmp" / "eval")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "eval.txt")
     args = parser.parse_args()
+    machine_load = check_load()  # before --load's busy processes start
 
     import torch
 
@@ -169,10 +172,10 @@ def main() -> int:
             ours_threads, harness_threads = free_cores(), harness_default
         else:
             ours_threads = harness_threads = int(args.threads)
-        return measure(args, ours_threads, harness_threads)
+        return measure(args, ours_threads, harness_threads, machine_load)
 
 
-def measure(args: argparse.Namespace, ours_threads: int, harness_threads: int) -> int:
+def measure(args: argparse.Namespace, ours_threads: int, harness_threads: int, machine_load: str) -> int:
     import torch
 
     logging.disable(logging.WARNING)
@@ -201,29 +204,32 @@ def measure(args: argparse.Namespace, ours_threads: int, harness_threads: int) -
 
     n_params = sum(p.numel() for p in ours_model.model.parameters())
     lines = [
+        machine_load,
         f"model: random GPT-2, hidden {args.hidden}, {args.layers} layers, vocab {ours_model.model.config.vocab_size}, "
         f"{n_params / 1e6:.1f}M params, float32, {device_name(args.device)}, threads: ours {ours_threads}, lm-eval {harness_threads};"
         f" {args.load} busy process(es) beside; batch size {args.batch_size}; "
-        f"first {args.limit} docs; best of {args.repeat} alternating runs",
+        f"first {args.limit} docs; the median of {args.repeat} alternating runs (spread: slowest - fastest over median)",
         f"{'task':<16}{'shots':>5}{'ours ex/s':>11}{'lm-eval ex/s':>14}{'ratio':>7}  scores (ours | lm-eval)",
     ]
     print("\n".join(lines), flush=True)
     total_ours = total_theirs = 0.0
     for name, shots in CASES:
-        t_ours = t_theirs = float("inf")
+        ours_seconds, theirs_seconds = [], []
         for _ in range(args.repeat):  # alternate the tools so that load changes hit both alike
             torch.set_num_threads(ours_threads)
             t, s_ours, n = run_ours(ours_model, name, shots, args.limit, args.batch_size)
-            t_ours = min(t_ours, t)
+            ours_seconds.append(t)
             torch.set_num_threads(harness_threads)
             t, s_theirs = run_harness(lm, task_manager, name, shots, args.limit)
-            t_theirs = min(t_theirs, t)
+            theirs_seconds.append(t)
+        ours_timing, theirs_timing = Timing(ours_seconds), Timing(theirs_seconds)
+        t_ours, t_theirs = ours_timing.median, theirs_timing.median
         total_ours += t_ours
         total_theirs += t_theirs
         fmt = lambda s: " ".join(f"{k}={v:.6g}" for k, v in sorted(s.items()))  # noqa: E731
         line = (
             f"{name:<16}{shots:>5}{n / t_ours:>11.2f}{n / t_theirs:>14.2f}{t_theirs / t_ours:>6.2f}x  "
-            f"{fmt(s_ours)} | {fmt(s_theirs)}"
+            f"{fmt(s_ours)} | {fmt(s_theirs)}  (spread {ours_timing.spread:.0%} | {theirs_timing.spread:.0%})"
         )
         print(line, flush=True)
         lines.append(line)

@@ -8,8 +8,8 @@ bench/extract_goldset.py assembles (Readability's test pages, when it has been r
 the benchmark's own metric
 (`tokenmill.curate.html_text.extraction_scores`: word 4-gram shingle multisets, mean per-page
 precision and recall, F1 of the means), beside the figures the benchmark publishes. Speed: pages
-per CPU second (process time of the extracting process, the best of --repeat passes over the
-pages, so the load of a shared machine counts as little as it can). Each extractor runs in its own
+per CPU second (process time of the extracting process, the median of --repeat passes over the
+pages, with their spread; CPU time, so the load of a shared machine counts as little as it can). Each extractor runs in its own
 process, so its peak RSS (ru_maxrss) is its own. Peers: trafilatura (its default path and its
 fast mode, comments excluded as the benchmark runs it), Resiliparse with its default
 main-content options (as the benchmark runs it) and jusText, run here on the same pages.
@@ -33,7 +33,8 @@ import json  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
 import subprocess  # noqa: E402
-import time  # noqa: E402
+
+from bench.measure import check_load, cpu_timed  # noqa: E402
 
 DATA = Path(os.environ.get("TOKENMILL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 PUBLISHED = {"trafilatura": 0.958, "justext": 0.804}  # the benchmark's README, latest evaluation
@@ -99,16 +100,13 @@ def measure_one(name: str, repeat: int, root: Path) -> dict:
 
         jt_stoplist_init()
     extract(pages[0][1])  # imports and caches outside the timing
-    best = float("inf")
-    for _ in range(repeat):
-        started = time.process_time()
-        texts = [extract(html) or "" for _, html, _ in pages]
-        best = min(best, time.process_time() - started)
+    timing, texts = cpu_timed(repeat, lambda: [extract(html) or "" for _, html, _ in pages])
     scores = extraction_scores((true, text) for (_, _, true), text in zip(pages, texts))
     return {
         **scores,
         "pages": len(pages),
-        "pages_per_cpu_s": len(pages) / best,
+        "pages_per_cpu_s": len(pages) / timing.median,
+        "spread": timing.spread,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
@@ -179,7 +177,7 @@ def quality_and_speed(set_name: str, root: Path, repeat: int) -> None:
     published = PUBLISHED if set_name == "article-extraction-benchmark" else {}
     print(f"\n{set_name}: {len(load_pages(root))} pages")
     print(
-        f"{'extractor':<24} {'precision':>9} {'recall':>7} {'F1':>6} {'published F1':>12} {'pages/CPU s':>11} {'peak RSS':>9}"
+        f"{'extractor':<24} {'precision':>9} {'recall':>7} {'F1':>6} {'published F1':>12} {'pages/CPU s':>11} {'spread':>6} {'peak RSS':>9}"
     )
     rows = {}
     for name in [*PEERS, *OURS]:
@@ -189,7 +187,7 @@ def quality_and_speed(set_name: str, root: Path, repeat: int) -> None:
         reference = f"{published[name]:.3f}" if name in published else ""
         print(
             f"{label:<24} {row['precision']:>9.3f} {row['recall']:>7.3f} {row['f1']:>6.3f} {reference:>12}"
-            f" {row['pages_per_cpu_s']:>11.0f} {row['peak_rss_mb']:>6.0f} MB",
+            f" {row['pages_per_cpu_s']:>11.0f} {row['spread']:>6.0%} {row['peak_rss_mb']:>6.0f} MB",
             flush=True,
         )
     print("* the default. Against trafilatura's default mode and its fast mode (pages per CPU second, F1):")
@@ -203,7 +201,7 @@ def quality_and_speed(set_name: str, root: Path, repeat: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=2, help="timed passes per extractor (the best is kept)")
+    parser.add_argument("--repeat", type=int, default=2, help="timed passes per extractor (the median counts)")
     parser.add_argument("--long-run", type=int, default=3000, help="pages for the memory runs (0: skip)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
@@ -218,6 +216,7 @@ def main() -> None:
     if args.memory == "child":
         print(json.dumps(long_run_child(args.long_run, recycle_after=1000)))
         return
+    check_load()
 
     from importlib.metadata import version
 

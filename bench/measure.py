@@ -1,25 +1,81 @@
-"""What the benches that run a peer in its own process share: CPU timing, peak RSS, the worker's
-result file, the common arguments and the report."""
+"""What the benches share: the machine's load before they measure, timings repeated interleaved
+and reported as their median and spread, CPU timing, peak RSS, the worker's result file, the
+common arguments and the report.
+
+A number measured on a busy machine is not the machine's: threads wait for a core, and two
+contenders timed one after the other see different loads. Every bench calls `check_load` first
+(it says when the machine is busy, and the report carries the load), times its contenders in
+turn round after round (`interleaved`), and reports each median with the spread of its rounds
+(`Timing`); the README and docs quote only numbers measured so, with their load.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The 1-minute load average per core above which the machine counts as busy.
+QUIET_LOAD_PER_CORE = 0.25
 
-def best_of(repeat: int, run: Callable[[], Any]) -> tuple[float, Any]:
-    """The fewest CPU seconds of the process over `repeat` calls, and the last call's result."""
-    best, result = float("inf"), None
+
+def check_load(when: str = "before the run") -> str:
+    """The load line a bench prints before it measures (and may print after); it says when the
+    machine is busy (its numbers are then not a quiet machine's, and the README does not quote
+    them as such)."""
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    line = f"load average {load:.1f} (1 min) on {cores} cores {when}"
+    if load > QUIET_LOAD_PER_CORE * cores:
+        line += f": BUSY (quiet is <= {QUIET_LOAD_PER_CORE * cores:.1f}); these numbers are not a quiet machine's"
+    print(line, flush=True)
+    return line
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The seconds of each round of one contender."""
+
+    seconds: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def spread(self) -> float:
+        """(slowest - fastest) / median of the rounds: how far one run may be off."""
+        return (max(self.seconds) - min(self.seconds)) / self.median if self.median else 0.0
+
+    def __str__(self) -> str:
+        return f"median {self.median:.3f}s, spread {self.spread:.0%} over {len(self.seconds)} runs"
+
+
+def interleaved(
+    contenders: dict[str, Callable[[], Any]], repeat: int, clock: Callable[[], float] = time.perf_counter
+) -> tuple[dict[str, Timing], dict[str, Any]]:
+    """Each contender once per round, `repeat` rounds, so that all see the same load: the
+    timing of each (by `clock`) and the result of its last call."""
+    seconds: dict[str, list[float]] = {name: [] for name in contenders}
+    results: dict[str, Any] = {}
     for _ in range(repeat):
-        start = time.process_time()
-        result = run()
-        best = min(best, time.process_time() - start)
-    return best, result
+        for name, run in contenders.items():
+            start = clock()
+            results[name] = run()
+            seconds[name].append(clock() - start)
+    return {name: Timing(values) for name, values in seconds.items()}, results
+
+
+def cpu_timed(repeat: int, run: Callable[[], Any]) -> tuple[Timing, Any]:
+    """The process's CPU seconds over `repeat` calls of one contender, and the last result."""
+    timings, results = interleaved({"run": run}, repeat, clock=time.process_time)
+    return timings["run"], results["run"]
 
 
 def peak_rss_mib() -> float:
@@ -35,7 +91,7 @@ def bench_parser(doc: str | None, ours_args: int, peer_args: int) -> argparse.Ar
     """--repeat, --out, and the hidden flags that start a worker: --ours-worker ARG... (tokenmill's
     side, in this environment) and --datatrove-worker ARG... (the peer's, in .venv-bench)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=3, help="timed passes; the best counts")
+    parser.add_argument("--repeat", type=int, default=3, help="timed passes; the median counts")
     parser.add_argument("--out", default=None, help="also write the report here")
     parser.add_argument("--ours-worker", nargs=ours_args, help=argparse.SUPPRESS)
     parser.add_argument("--datatrove-worker", nargs=peer_args, help=argparse.SUPPRESS)

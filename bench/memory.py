@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from measure import check_load
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
 STAGES = ("ingest", "normalize", "filter", "dedup", "encode")
@@ -280,6 +282,7 @@ def main() -> None:
     parser.add_argument("--hostile-mb", type=int, default=None, help="measure the hostile inputs of this size instead")
     parser.add_argument("--document-mb", type=int, default=50, help="the long document's size (with --hostile-mb)")
     args = parser.parse_args()
+    machine_load = check_load()
     if args.hostile_mb is not None:
         with tempfile.TemporaryDirectory(dir=args.work) as scratch:
             text = "\n".join(run_hostile(args, Path(scratch))) + "\n"
@@ -291,6 +294,7 @@ def main() -> None:
         return
 
     lines = [
+        machine_load,
         f"peak RSS per worker (MiB; {args.workers} single-threaded workers, memory limit {args.limit_mb} MiB each)",
         f"input: one JSONL file per size; stages chained: {' -> '.join(STAGES)}",
         "",

@@ -8,8 +8,9 @@ tokenmill is timed from raw text (normalization and shingling included), so the 
 conservative. Every ratio is against `MinHash(num_perm, seed)` as datasketch users create it,
 i.e. its default scheme (affine32 since 2.0), except the one line that compares the legacy
 scheme with itself. Signatures are asserted equal (affine32 and legacy). Single process, one
-thread: numbers are per core. Contenders run interleaved, best of --repeats rounds (the
-machine is shared). The time of normalization + encoding alone is printed as a profile.
+thread: numbers are per core. The load is checked first (a busy machine is said so);
+contenders run interleaved, --repeats rounds, each reported as its median with the spread of
+its rounds. The time of normalization + encoding alone is printed as a profile.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # `bench.synthetic`
 
 import argparse
 import os
-import time
 
 import numpy as np
 from datasketch import MinHash
 
+from bench.measure import check_load, interleaved
 from bench.synthetic import wikitext_articles
 from tokenmill.curate.dedup import MinHasher, ShingleConfig, python_shingles
 from tokenmill.curate.dedup.shingles import encode_batch
@@ -43,19 +44,6 @@ def documents(n: int) -> list[str]:
     while len(out) < n:
         out.extend(docs)
     return out[:n]
-
-
-def interleaved_best(contenders: dict, repeats: int) -> tuple[dict, dict]:
-    """Each contender once per round, rounds repeated: best time and last result per name (the
-    machine is shared, so every side sees the same load)."""
-    times: dict[str, float] = {}
-    results: dict[str, object] = {}
-    for _ in range(repeats):
-        for name, fn in contenders.items():
-            t0 = time.perf_counter()
-            results[name] = fn()
-            times[name] = min(times.get(name, float("inf")), time.perf_counter() - t0)
-    return times, results
 
 
 def datasketch_run(shingles: list[list[bytes]], num_perm: int, scheme: str | None):
@@ -79,6 +67,7 @@ def main(argv=None) -> int:
     parser.add_argument("--num-perm", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
+    check_load()
     docs = documents(args.docs)
     config = ShingleConfig()
     shingles = [[s.encode("utf-8") for s in python_shingles(d, config)] for d in docs]
@@ -95,16 +84,18 @@ def main(argv=None) -> int:
         **{f"tokenmill {s}": (lambda h=h: h.signatures(docs)) for s, h in hashers.items()},
         "tokenmill normalize + encode only": lambda: encode_batch(docs, config),
     }
-    times, results = interleaved_best(contenders, args.repeats)
+    timings, results = interleaved(contenders, args.repeats)
+    times = {name: timing.median for name, timing in timings.items()}
     assert np.array_equal(results["datasketch default (affine32)"], results["tokenmill affine32"]), "affine32 differs"
     assert np.array_equal(results["datasketch legacy"], results["tokenmill legacy"]), "legacy differs"
 
     default = times["datasketch default (affine32)"]
-    print(f"{'':36s} {'docs/s':>9s} {'shingles/s':>12s} {'vs datasketch default':>22s}")
+    print(f"{'':36s} {'docs/s':>9s} {'shingles/s':>12s} {'vs datasketch default':>22s} {'spread':>7s}")
     for name, t in times.items():
         if name.endswith("only"):
             continue
-        print(f"{name:36s} {len(docs) / t:9.0f} {n_shingles / t / 1e6:10.2f} M {default / t:21.1f}x")
+        row = f"{name:36s} {len(docs) / t:9.0f} {n_shingles / t / 1e6:10.2f} M {default / t:21.1f}x"
+        print(f"{row} {timings[name].spread:7.0%}")
     encode = times["tokenmill normalize + encode only"]
     print(
         "where tokenmill's time goes (normalize + encode is shared by every scheme; the rest is hashing"
@@ -129,11 +120,8 @@ def main(argv=None) -> int:
         f"{times['datasketch legacy'] / times['tokenmill legacy']:.1f}x"
     )
     print("signatures equal to datasketch: yes (affine32, legacy)")
-    load = os.getloadavg()
-    print(
-        f"load average at the end: {load[0]:.1f} (1 min), {load[1]:.1f} (5 min) on {os.cpu_count()} cores;"
-        f" best of {args.repeats} interleaved rounds"
-    )
+    print(f"medians of {args.repeats} interleaved rounds; spread: (slowest - fastest) / median of a contender's rounds")
+    check_load("after the run")
     return 0
 
 

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from measure import torchrun_rows
+from measure import check_load, torchrun_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "parallel_throughput.txt"
@@ -155,10 +155,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    machine_load = check_load()
     results = {"one (1 process, 1 thread)": single_device(args.steps, args.device)}
     if args.device == "cpu":
         results.update(torchrun_rows(__file__, 2, str(args.steps), *LAYOUTS))
     lines = [
+        machine_load,
         f"Parallel throughput on {args.device} (gpt2, 8 layers, hidden 256, vocab 1024, seq {SEQ}, global batch "
         f"{GLOBAL_BATCH}, micro-batch {MICRO_BATCH}; 1 thread per rank; median of {args.steps} steps)",
         "",

@@ -8,7 +8,7 @@ in scenes of 30 speeches and one speech per document (bench/curate_filter.py's s
 addresses and phone numbers).
 
 Both sides run in a subprocess of their own, on the same documents, timed on the replacement
-calls alone, best of `--repeat` passes, in CPU seconds of the process (`time.process_time`,
+calls alone, the median of `--repeat` passes, in CPU seconds of the process (`time.process_time`,
 so per core, and steady under other load); each reports its peak RSS. tokenmill's side calls
 `PiiStage.redact` (the stage's core, without Parquet and Dask) twice: with e-mail and IP only
 (the work PIIFormatter does by default: e-mails and public IPv4 addresses) and with all three
@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from curate_filter import BENCH_PYTHON, ROOT, SHARED, corpus_documents  # noqa: E402
-from measure import bench_parser, best_of, emit_report, run_worker, write_result  # noqa: E402
+from measure import bench_parser, check_load, cpu_timed, emit_report, run_worker, write_result  # noqa: E402
 
 
 def documents() -> list[tuple[str, str]]:
@@ -53,8 +53,8 @@ def ours_worker(in_path: str, out_path: str, repeat: int) -> None:
             stats.clear()
             return [stage.redact(text, stats) for text in texts]
 
-        seconds, _ = best_of(repeat, run)
-        report[label] = {"seconds": seconds, "stats": dict(stats)}
+        timing, _ = cpu_timed(repeat, run)
+        report[label] = {"seconds": timing.median, "spread": timing.spread, "stats": dict(stats)}
     write_result(out_path, **report)
 
 
@@ -67,7 +67,7 @@ def datatrove_worker(in_path: str, out_path: str, repeat: int) -> None:
     texts = [d["text"] for d in json.loads(Path(in_path).read_text())]
     formatter = PIIFormatter()
     formatter.format("warm-up a@example.com 8.8.8.8")
-    seconds, outputs = best_of(repeat, lambda: [formatter.format(text) for text in texts])
+    timing, outputs = cpu_timed(repeat, lambda: [formatter.format(text) for text in texts])
     # Its replacements are example addresses: count those that were not in the input.
     emails = ("email@example.com", "firstname.lastname@example.org")
     ips = ("22.214.171.124", "126.96.36.199", "188.8.131.52", "184.108.40.206", "220.127.116.11", "18.104.22.168")
@@ -75,7 +75,14 @@ def datatrove_worker(in_path: str, out_path: str, repeat: int) -> None:
     def added(strings):
         return sum(out.count(s) - text.count(s) for text, out in zip(texts, outputs) for s in strings)
 
-    write_result(out_path, seconds=seconds, emails=added(emails), ips=added(ips), version=version("datatrove"))
+    write_result(
+        out_path,
+        seconds=timing.median,
+        spread=timing.spread,
+        emails=added(emails),
+        ips=added(ips),
+        version=version("datatrove"),
+    )
 
 
 def main() -> int:
@@ -84,13 +91,15 @@ def main() -> int:
     if run_worker(args, ours_worker, datatrove_worker):
         return 0
 
+    load = check_load()
     docs = documents()
     n_chars = sum(len(text) for _, text in docs)
     lines = [
         f"# bench/pii.py  ({time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, {os.cpu_count()} cores)",
         f"documents: {len(docs)} ({n_chars / 1e6:.1f} M characters): WikiText-2 articles, Shakespeare scenes and"
         " speeches, 181 web article bodies",
-        f"timing: CPU seconds of one process, best of {args.repeat}",
+        f"timing: CPU seconds of one process, the median of {args.repeat} passes (spread: slowest - fastest over median)",
+        load,
         "",
     ]
     with tempfile.TemporaryDirectory() as tmp:
@@ -117,21 +126,22 @@ def main() -> int:
     def rate(seconds: float) -> float:
         return len(docs) / seconds
 
-    lines.append(f"{'':42} {'docs/CPU s':>12} {'found':>28}")
+    lines.append(f"{'':42} {'docs/CPU s':>12} {'spread':>7} {'found':>28}")
     for label, result in (
         ("tokenmill pii (email, ip)", ours["email+ip"]),
         ("tokenmill pii (email, ip, phone)", ours["email+ip+phone"]),
     ):
         stats = result["stats"]
         found = f"{stats.get('pii.email', 0)} emails, {stats.get('pii.ip_address', 0)} IPs, {stats.get('pii.phone', 0)} phones"
-        lines.append(f"{label:42} {rate(result['seconds']):>12,.0f} {found:>28}")
+        lines.append(f"{label:42} {rate(result['seconds']):>12,.0f} {result['spread']:>7.0%} {found:>28}")
     lines.append(f"{'':42} peak RSS {ours['peak_rss_mib']:.0f} MiB")
     if peer is None:
         lines.append(f"datatrove: skipped ({BENCH_PYTHON} not found; `make bench-env` creates it)")
     else:
         found = f"{peer['emails']} emails, {peer['ips']} IPs"
         lines.append(
-            f"{'datatrove ' + peer['version'] + ' PIIFormatter':42} {rate(peer['seconds']):>12,.0f} {found:>28}"
+            f"{'datatrove ' + peer['version'] + ' PIIFormatter':42} {rate(peer['seconds']):>12,.0f}"
+            f" {peer['spread']:>7.0%} {found:>28}"
         )
         lines.append(f"{'':42} peak RSS {peer['peak_rss_mib']:.0f} MiB")
         lines.append("")

@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+from measure import check_load
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("TOKENMILL_SHARED_DATA", REPO.parent / "shared" / "data"))
 BENCH_PYTHON = REPO / ".venv-bench" / "bin" / "python"
@@ -170,6 +172,7 @@ def main() -> None:
     parser.add_argument("--vocab-size", type=int, default=8192)
     parser.add_argument("--output", default=str(REPO / "bench" / "results" / "tokenize_encode.txt"))
     args = parser.parse_args()
+    machine_load = check_load()
 
     import pyarrow.parquet as pq
 
@@ -177,7 +180,7 @@ def main() -> None:
     from tokenmill.tokenize.encode import encode_documents
     from tokenmill.tokenize.tokenizer import load_tokenizer, train_tokenizer
 
-    lines: list[str] = []
+    lines: list[str] = [machine_load]
 
     def report(line: str) -> None:
         print(line, flush=True)

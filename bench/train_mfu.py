@@ -60,6 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.measure import check_load  # noqa: E402
 from tokenmill.train.config import TrainConfig  # noqa: E402
 from tokenmill.train.loop import build_engine, seed_everything  # noqa: E402
 from tokenmill.train.metrics import peak_flops  # noqa: E402
@@ -395,6 +396,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
         f"# command: {shlex.join([sys.executable, 'bench/train_mfu.py', *command])}",
         f"# seq_len {args.seq_len}, warm-up {args.warmup} + {args.steps} timed steps per row",
+        f"# {check_load()}",
         HEADER,
     ]
     for line in out:

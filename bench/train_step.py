@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from measure import check_load
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
 WARMUP = 5
@@ -201,6 +203,7 @@ def main() -> None:
         result = (run_ours if args.which == "ours" else run_plain)(args, Path(args.shard))
         print(json.dumps(result))
         return
+    check_load()
 
     with tempfile.TemporaryDirectory() as tmp:
         shard = Path(tmp) / "shakespeare"

@@ -10,7 +10,7 @@ shared WARCs, the 181 article URLs of the extraction benchmark) and URLs on list
 50th listed URL as `http://URL`.
 
 Each side runs in a subprocess of its own and reports its list-loading time, its URLs per CPU
-second on the filter calls alone (best of `--repeat`) and its peak RSS. tokenmill runs
+second on the filter calls alone (the median of `--repeat`) and its peak RSS. tokenmill runs
 `UrlFilterStage.reason` (the stage's core, without Parquet and Dask); datatrove
 `URLFilter.filter` in `.venv-bench` (`make bench-env`; skipped without it). Agreement is
 printed as keep/reject agreement and every disagreement with both reasons.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from curate_filter import BENCH_PYTHON, ROOT, SHARED  # noqa: E402
-from measure import bench_parser, best_of, emit_report, run_worker, write_result  # noqa: E402
+from measure import bench_parser, check_load, cpu_timed, emit_report, run_worker, write_result  # noqa: E402
 
 DATATROVE_ASSETS = "lib/python3.11/site-packages/datatrove/assets"
 WORD_LISTS = ("banned_words.txt", "soft_banned_words.txt", "banned_subwords.txt")
@@ -72,8 +72,8 @@ def ours_worker(lists: str, words: str, urls_path: str, out_path: str, repeat: i
     start = time.process_time()
     index = load_blocklists(stage._sources)
     load = time.process_time() - start
-    seconds, reasons = best_of(repeat, lambda: [stage.reason(url, index) for url in urls])
-    write_result(out_path, load=load, seconds=seconds, reasons=reasons)
+    timing, reasons = cpu_timed(repeat, lambda: [stage.reason(url, index) for url in urls])
+    write_result(out_path, load=load, seconds=timing.median, spread=timing.spread, reasons=reasons)
 
 
 def datatrove_worker(urls_path: str, out_path: str, repeat: int) -> None:
@@ -99,8 +99,10 @@ def datatrove_worker(urls_path: str, out_path: str, repeat: int) -> None:
             results.append(None if verdict is True else verdict[1])
         return results
 
-    seconds, reasons = best_of(repeat, run)
-    write_result(out_path, load=load, seconds=seconds, reasons=reasons, version=version("datatrove"))
+    timing, reasons = cpu_timed(repeat, run)
+    write_result(
+        out_path, load=load, seconds=timing.median, spread=timing.spread, reasons=reasons, version=version("datatrove")
+    )
 
 
 def main() -> int:
@@ -111,6 +113,7 @@ def main() -> int:
     if run_worker(args, ours_worker, datatrove_worker):
         return 0
 
+    machine_load = check_load()
     assets = BENCH_PYTHON.parent.parent / DATATROVE_ASSETS
     if not (assets / "url_filterblacklistsv0_3_0.tar.gz").exists():
         print(f"skipped: the lists come with datatrove in {BENCH_PYTHON.parent.parent} (`make bench-env`)")
@@ -142,14 +145,17 @@ def main() -> int:
         f"# bench/url_filter.py  ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)",
         f"URLs: {n} ({len(real)} real page URLs from ../shared/data/web, {n - len(real)} on hosts or URLs of the list)",
         f"lists: datatrove {peer['version']}'s bundled UT1 adult snapshot and word lists",
-        f"timing: CPU seconds of one process, filter calls best of {args.repeat}",
+        f"timing: CPU seconds of one process, filter calls the median of {args.repeat} passes"
+        " (spread: slowest - fastest over median)",
+        machine_load,
         "",
-        f"{'':24} {'load lists':>11} {'URLs/CPU s':>12} {'peak RSS':>10} {'rejected':>9}",
+        f"{'':24} {'load lists':>11} {'URLs/CPU s':>12} {'spread':>7} {'peak RSS':>10} {'rejected':>9}",
     ]
     for label, side in (("tokenmill url-filter", ours), ("datatrove URLFilter", peer)):
         rejected = sum(r is not None for r in side["reasons"])
         lines.append(
-            f"{label:24} {side['load']:>10.1f}s {n / side['seconds']:>12,.0f} {side['peak_rss_mib']:>7.0f} MiB"
+            f"{label:24} {side['load']:>10.1f}s {n / side['seconds']:>12,.0f} {side['spread']:>7.0%}"
+            f" {side['peak_rss_mib']:>7.0f} MiB"
             f" {rejected:>9}"
         )
     lines.append("")

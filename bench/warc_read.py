@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from measure import check_load
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
 READERS = ("fastwarc", "warcio")
@@ -97,6 +99,7 @@ def main() -> None:
     files = _files()
     if not files:
         sys.exit(f"no WARC files under {SHARED / 'web' / 'warc'}")
+    machine_load = check_load()
     results = {}
     for reader in READERS:
         done = subprocess.run(
@@ -109,6 +112,7 @@ def main() -> None:
     from importlib.metadata import version
 
     lines = [
+        machine_load,
         f"WARC reading: {len(files)} shared WARC files ({sum(f.stat().st_size for f in files) / 1e6:.2f} MB gzipped),"
         f" {args.repeat} passes, one process each; CPU seconds",
     ]

@@ -24,8 +24,8 @@ readers take from the same archive are printed too. Two comparisons:
   Without the environment the peer is skipped.
 
 Each side is one process (one core); the figure is documents per CPU second (user + system,
-children included) of the best of `--repeat` passes, which does not swing with the load of
-other processes on a shared machine. Peak RSS is of the whole side. A pass reads the files
+children included) of the median of `--repeat` passes, with their spread; CPU time swings less
+with the load of other processes on a shared machine than wall time. Peak RSS is of the whole side. A pass reads the files
 `--cycles` times over, as a worker reads many archives: the one-off start of an extractor
 process is then paid once per pass on both sides, not once per few dozen pages.
 
@@ -45,6 +45,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from measure import Timing, check_load
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -105,20 +107,28 @@ def peak_rss_mb() -> float:
     return (self_kb + children_kb) / 1024
 
 
-def best_pass(one_pass, repeat: int, reset=None) -> dict[str, float]:
-    best: dict[str, float] | None = None
+def median_pass(one_pass, repeat: int, reset=None) -> dict[str, float]:
+    """`repeat` passes: the counts of the last, the median CPU seconds (children included) with
+    their spread, and the median wall seconds."""
+    cpu, wall = [], []
     for _ in range(repeat):
         if reset is not None:
             reset()
         started_cpu, started_wall = cpu_seconds(), time.perf_counter()
         responses, extracted, chars = one_pass()
-        cpu, wall = cpu_seconds() - started_cpu, time.perf_counter() - started_wall
-        if best is None or cpu < best["cpu_seconds"]:
-            best = {"html_docs": responses, "extracted": extracted, "chars": chars, "cpu_seconds": cpu, "wall": wall}
-    assert best is not None
-    best["docs_per_cpu_s"] = best["extracted"] / best["cpu_seconds"]
-    best["peak_rss_mb"] = peak_rss_mb()
-    return best
+        cpu.append(cpu_seconds() - started_cpu)
+        wall.append(time.perf_counter() - started_wall)
+    timing = Timing(cpu)
+    return {
+        "html_docs": responses,
+        "extracted": extracted,
+        "chars": chars,
+        "cpu_seconds": timing.median,
+        "spread": timing.spread,
+        "wall": Timing(wall).median,
+        "docs_per_cpu_s": extracted / timing.median,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def tokenmill_side(files: list[Path], repeat: int, extractor: str, cycles: int) -> dict[str, float]:
@@ -143,7 +153,7 @@ def tokenmill_side(files: list[Path], repeat: int, extractor: str, cycles: int) 
         _close_processes()
         return responses, extracted, chars
 
-    return best_pass(one_pass, repeat)
+    return median_pass(one_pass, repeat)
 
 
 def extractor_alone(files: list[Path], repeat: int, extractor: str, cycles: int) -> dict[str, float]:
@@ -171,7 +181,7 @@ def extractor_alone(files: list[Path], repeat: int, extractor: str, cycles: int)
                 chars += len(text)
         return len(pages) * cycles, extracted, chars
 
-    return best_pass(one_pass, repeat)
+    return median_pass(one_pass, repeat)
 
 
 def child_start_cpu(extractor: str, repeat: int) -> float:
@@ -180,14 +190,14 @@ def child_start_cpu(extractor: str, repeat: int) -> float:
     per worker and per `recycle_after` pages."""
     from tokenmill.curate.html_text import ExtractorProcess
 
-    best = float("inf")
+    seconds = []
     for _ in range(repeat):
         started = cpu_seconds()
         process = ExtractorProcess(extractor, timeout=PEER_TIMEOUT_S, recycle_after=1)
         process.extract("<html><body><p>One short paragraph of text.</p></body></html>")
         process.close()
-        best = min(best, cpu_seconds() - started)
-    return best
+        seconds.append(cpu_seconds() - started)
+    return Timing(seconds).median
 
 
 def datatrove_side(files: list[Path], repeat: int, settings: str, cycles: int) -> dict[str, float]:
@@ -224,7 +234,7 @@ def datatrove_side(files: list[Path], repeat: int, settings: str, cycles: int) -
                     chars += len(document.text)
             return responses, extracted, chars
 
-        return best_pass(one_pass, repeat)
+        return median_pass(one_pass, repeat)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -251,7 +261,8 @@ def run_peer(settings: str, repeat: int, cycles: int) -> dict:
 def describe(name: str, side: dict) -> str:
     return (
         f"  {name}: {side['html_docs']} HTML documents, {side['extracted']} with text ({side['chars']} chars) in"
-        f" {side['cpu_seconds']:.2f} CPU s (wall {side['wall']:.2f} s): {side['docs_per_cpu_s']:.1f} docs per CPU"
+        f" {side['cpu_seconds']:.2f} CPU s (spread {side['spread']:.0%}; wall {side['wall']:.2f} s):"
+        f" {side['docs_per_cpu_s']:.1f} docs per CPU"
         f" second, peak RSS {side['peak_rss_mb']:.0f} MB"
     )
 
@@ -279,11 +290,13 @@ def main() -> None:
         return
     if not files:
         sys.exit(f"no WARC files under {SHARED / 'web' / 'warc'}")
+    machine_load = check_load()
     from importlib.metadata import version
 
     lines = [
+        machine_load,
         f"WARC -> extracted text: {len(files)} shared WARC files ({', '.join(p.name for p in files)});"
-        f" trafilatura {version('trafilatura')}, fastwarc {version('fastwarc')}; best of {args.repeat} passes, each"
+        f" trafilatura {version('trafilatura')}, fastwarc {version('fastwarc')}; the median of {args.repeat} passes, each"
         f" reading the files {args.cycles} times;"
         " one process each (its extractor child / sandbox included); CPU seconds incl. children",
     ]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from measure import emit_report, main_or_worker, torchrun_rows
+from measure import check_load, emit_report, main_or_worker, torchrun_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "zero_memory.txt"
@@ -99,6 +99,7 @@ def formula(zero: int, dp: int, psi: int, w: float = 4, g: float = 4, k: float =
 
 def main() -> None:
     lines = [
+        check_load(),
         "ZeRO memory per rank: measured (our engine, CPU gloo) vs the ZeRO paper's formulas in our precision",
         "(fp32 weights 4 B + fp32 gradients 4 B + AdamW K=8 B per parameter). MB = 1e6 bytes; most loaded rank.",
         "",

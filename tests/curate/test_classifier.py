@@ -166,10 +166,12 @@ def test_classifier_cli(quality_model, tmp_path, curate_cli, capsys):
         == 0
     )
     printed = capsys.readouterr().err
-    assert "held-out accuracy: " in printed
+    assert "held-out accuracy: " in printed and "WARNING" not in printed
     meta = json.loads(model.with_suffix(".json").read_text())
     assert meta["counts"]["positive"] == meta["counts"]["negative"] == 600
-    assert f"held-out accuracy: {meta['holdout_accuracy']:.4f}" in printed and meta["holdout_accuracy"] >= 0.9
+    majority = meta["holdout"]["majority_rate"]
+    assert f"held-out accuracy: {meta['holdout_accuracy']:.4f}, majority-class rate {majority:.4f}" in printed
+    assert meta["holdout_accuracy"] >= 0.9 and 0.5 <= majority < 0.7
     assert (
         curate_cli("classify", root / "positive", tmp_path / "scored", "--model", str(model), "--pareto-alpha", "9")
         == 0
@@ -215,3 +217,29 @@ def test_training_that_diverges_at_every_attempt_is_a_clear_error(quality_model,
         train_classifier(root / "positive", root / "negative", model, lr=1e6, max_docs=300, seed=0)
     assert not model.exists() and not model.with_suffix(".json").exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_shared_texts_and_an_accuracy_at_the_majority_rate_are_warned_about(tmp_path, shared_data, capsys):
+    """Negatives that hold every positive's text, and as many other real paragraphs: nothing
+    tells the classes apart, the held-out accuracy does not beat always answering "negative",
+    and train-classifier says both, one warning line each, with the majority-class rate."""
+    texts = paragraphs(shared_data / "corpus", "valid", 600)
+    positives, others = texts[:300], texts[300:]
+    for name, class_texts in (("positive", positives), ("negative", positives + others)):
+        frame = pd.DataFrame({"id": [f"{name}-{i}" for i in range(len(class_texts))], "text": class_texts})
+        write_documents(frame.assign(source=name), tmp_path / name / "part.parquet")
+    model = tmp_path / "muddled.bin"
+    command = ["curate", "train-classifier", "--positive", str(tmp_path / "positive")]
+    assert main([*command, "--negative", str(tmp_path / "negative"), "--output", str(model)]) == 0
+    printed = capsys.readouterr().err
+    meta = json.loads(model.with_suffix(".json").read_text())
+    accuracy, majority = meta["holdout_accuracy"], meta["holdout"]["majority_rate"]
+    assert accuracy <= majority and majority > 0.6
+    warnings = [line for line in printed.splitlines() if line.startswith("tokenmill: WARNING: ")]
+    assert warnings == [
+        "tokenmill: WARNING: 300 of 300 positive documents have the same text as a negative one (after"
+        " preprocessing); the classifier learns each of them as both classes",
+        f"tokenmill: WARNING: held-out accuracy {accuracy:.4f} is not above the majority-class rate {majority:.4f}:"
+        " the classifier does no better than always answering the larger class",
+    ]
+    assert f"held-out accuracy: {accuracy:.4f}, majority-class rate {majority:.4f}" in printed

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pipeline_outputs import documents
+from pipeline_outputs import assert_blend_table_is_the_draw, documents, report_rows
 
 pytestmark = pytest.mark.slow
 
@@ -204,44 +204,24 @@ def test_killed_during_curation_and_training_resumes_to_the_same_outputs(tmp_pat
     assert sorted(retrained) == list(range(1, 17)) and retrained[1][0] != trained[1][0]
 
 
-def _report_rows(markdown: str, section: str) -> dict[str, list[str]]:
-    """The table rows of a report.md section, by their first cell."""
-    text = markdown.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line.strip("|").split("|") for line in text.splitlines() if line.startswith("| ")]
-    return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows}
-
-
 def assert_report_tells_the_run(workdir: Path) -> None:
     """The report's training layout is the run's, and its realised blend and epochs are those of
     the samples the trainer drew (its own blended dataset, read from the indices it cached)."""
     import yaml
 
-    from tokenmill.tokenize.loader import build_dataset
     from tokenmill.train.metrics import read_metrics
 
     md = (workdir / "report.md").read_text()
     config = yaml.safe_load((workdir / "train" / "run" / "config.yaml").read_text())
     p = config["parallel"]
-    training = _report_rows(md, "Training")
+    training = report_rows(md, "Training")
     assert training["layout"] == [f"tp={p['tp']} pp={p['pp']} dp={p['dp']} zero={p['zero']}"]
     consumed = read_metrics(workdir / "train" / "run")[-1]["consumed_samples"]
     assert consumed == 16 * 4
-    drawn = build_dataset(
-        str(workdir / "blend" / "blend.json"),
-        seq_len=config["dataset"]["seq_len"],
-        num_samples=consumed,
-        seed=config["schedule"]["seed"],
-        split_ratios=config["dataset"]["split"],
-    )
-    counts = np.bincount(np.asarray(drawn.dataset_index[:consumed]), minlength=2)
     assert f"realised shares are those of the {consumed:,} samples training drew (to step 16)" in md
-    blend = _report_rows(md, "Blend")
-    for source, count, dataset in zip(("wiki", "plays"), counts, drawn.datasets):
-        begin, end = dataset.document_range
-        split_tokens = int(dataset.indexed.sequence_lengths[begin:end].sum())
-        requested, realised, epochs = float(blend[source][2]), float(blend[source][3]), float(blend[source][4])
-        assert realised == round(count / consumed, 4) and realised != requested
-        assert epochs == round(count * config["dataset"]["seq_len"] / split_tokens, 3)
+    blend = assert_blend_table_is_the_draw(md, workdir / "blend" / "blend.json", config, consumed, ["wiki", "plays"])
+    for source in ("wiki", "plays"):
+        assert blend[source][3] != blend[source][2]  # realised, not requested
 
 
 def test_killed_runner_takes_its_trainer_and_workers_with_it(tmp_path, reference):

@@ -216,3 +216,32 @@ def test_resume_says_where_it_starts_and_when_there_is_nothing_to_do(
     err = capsys.readouterr().err.splitlines()
     assert err[0] == f"resuming from step 4 ({step_4})" and err[-1].startswith("trained to step 6: loss ")
     assert [r["step"] for r in read_metrics(run)] == [4, 5, 6]
+
+
+def test_single_process_training_takes_the_free_cores(shakespeare_shard: Path, tmp_path: Path, monkeypatch) -> None:
+    """`tokenmill train` on one device sets torch's threads as eval does: the cores free now
+    (one on a busy machine, where torch's thread per core spins several times slower), and
+    leaves OMP_NUM_THREADS, when set, to torch."""
+    import torch
+
+    from tokenmill.infra import cpu
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cpu, "_cgroup_quota", lambda: None)
+    data = ["--data", str(shakespeare_shard), "--steps", "1", "--no-progress"]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # torch's default here: one per core
+        monkeypatch.setattr(os, "getloadavg", lambda: (4.0, 4.0, 4.0))  # both cores busy
+        assert main("train", RECIPE, *data, "--out", str(tmp_path / "busy")) == 0
+        assert torch.get_num_threads() == 1
+        monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # idle: both cores
+        assert cpu.torch_threads() == 2
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        torch.set_num_threads(2)
+        assert main("train", RECIPE, *data, "--out", str(tmp_path / "omp")) == 0
+        assert torch.get_num_threads() == 2  # as torch had it
+    finally:
+        torch.set_num_threads(before)

@@ -25,7 +25,7 @@ CASES = {
 }
 
 
-def make_checkpoint(cfg, run: Path) -> GPT:
+def make_checkpoint(cfg, run: Path, tokenizer: str | None = None) -> GPT:
     torch.manual_seed(0)
     model = GPT(cfg)
     with torch.no_grad():  # move every weight off its init value, so no mapping hides behind 0 or 1
@@ -33,7 +33,10 @@ def make_checkpoint(cfg, run: Path) -> GPT:
             param.add_(torch.randn_like(param) * 0.05)
     engine = SingleProcessEngine(model, TrainConfig(model=cfg, parallel={"device": "cpu"}))
     save_checkpoint(
-        run, 5, engine.state_dict_for_checkpoint(), {"model": cfg.to_dict(), "consumed_samples": 0, "tokenizer": None}
+        run,
+        5,
+        engine.state_dict_for_checkpoint(),
+        {"model": cfg.to_dict(), "consumed_samples": 0, "tokenizer": tokenizer},
     )
     return model.eval()
 
@@ -56,3 +59,29 @@ def test_export_logits_match_transformers(case: str, tmp_path: Path, wikitext_te
     max_diff = (theirs - mine).abs().max().item()
     print(f"{case}: max |logit difference| {max_diff:.2e}")
     assert max_diff < 1e-4, f"{case}: max |logit difference| {max_diff}"
+
+
+def test_exported_tokenizer_pads_with_its_pad_token(tmp_path: Path, wikitext_text: str) -> None:
+    """A tokenmill tokenizer has `<|pad|>`: the export names it as the pad token, so that
+    transformers pads a batch (it refuses to without one) with that token's id."""
+    import pandas as pd
+
+    from tokenmill.tokenize.special import EOD_TOKEN, PAD_TOKEN
+    from tokenmill.tokenize.tokenizer import load_tokenizer, train_tokenizer
+
+    paragraphs = [p for p in wikitext_text.split("\n") if p.strip()]
+    (tmp_path / "docs").mkdir()
+    pd.DataFrame({"id": [str(i) for i in range(len(paragraphs))], "text": paragraphs, "source": "wiki"}).to_parquet(
+        tmp_path / "docs" / "part-0.parquet"
+    )
+    tok_path = train_tokenizer(tmp_path / "docs", 300, tmp_path / "tokenizer.json")
+    ours = load_tokenizer(tok_path)
+    make_checkpoint(CASES["gpt2"], tmp_path / "run", tokenizer=str(tok_path))
+    out = export_hf(tmp_path / "run", tmp_path / "hf")
+    hf = transformers.AutoTokenizer.from_pretrained(out)
+    pad, eod = ours.token_to_id(PAD_TOKEN), ours.token_to_id(EOD_TOKEN)
+    assert (hf.pad_token, hf.pad_token_id, hf.eos_token, hf.eos_token_id) == (PAD_TOKEN, pad, EOD_TOKEN, eod)
+    assert json.loads((out / "config.json").read_text())["pad_token_id"] == pad
+    batch = hf(["a short one", "a longer text than the short one"], padding=True)["input_ids"]
+    short = ours.encode("a short one").ids
+    assert batch[0] == short + [pad] * (len(batch[1]) - len(short))

@@ -180,8 +180,11 @@ def test_layout_equals_single_process(runs: Path, name: str) -> None:
     got, want = merged(runs, name, WORLD[name]), single_process(name)
     for a, b in zip(got["losses"], want["losses"]):
         assert a == pytest.approx(b, rel=1e-5), (got["losses"], want["losses"])
+    # The gradient norm that clipping uses and metrics.jsonl logs, to float32 rounding: a norm
+    # weight's gradient under sequence parallelism is a partial sum over the tp group, and its
+    # parts' squares are not the square of their sum (3.7e-5 off here, up to 0.4% on larger runs).
     for a, b in zip(got["norms"], want["norms"]):
-        assert a == pytest.approx(b, rel=1e-4), (got["norms"], want["norms"])
+        assert a == pytest.approx(b, rel=1e-5), (got["norms"], want["norms"])
     assert got["eval"] == pytest.approx(want["eval"], rel=1e-5)
     assert set(got["params"]) == set(want["params"])
     for key, value in want["params"].items():

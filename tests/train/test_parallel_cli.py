@@ -1,5 +1,6 @@
-"""From the command line: `tokenmill train tiny ... --tp 2 --pp 2 --dp 2 --zero 3` logs the
-same losses as the single-process run (8 processes, CPU, gloo).
+"""From the command line: `tokenmill train tiny ... --tp 2 --pp 2 --dp 2 --zero 3` with sequence
+parallelism logs the same losses and gradient norms as the single-process run (8 processes,
+CPU, gloo).
 
 The vocabulary is fixed here: taken from the data it is padded to a multiple of 128 x tp, so
 runs with different tp would train different models."""
@@ -18,22 +19,23 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def fixed_vocab_recipe(directory: Path) -> Path:
+def fixed_vocab_recipe(directory: Path, sequence_parallel: bool = False) -> Path:
     config = yaml.safe_load((ROOT / "tokenmill" / "recipes" / "train-tiny.yaml").read_text())
     config["model"]["vocab_size"] = 512
-    path = directory / "tiny-512.yaml"
+    config["parallel"]["sequence_parallel"] = sequence_parallel
+    path = directory / f"tiny-512{'-sp' if sequence_parallel else ''}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
-def train(shard: Path, out: Path, *flags: str) -> list[dict]:
+def train(shard: Path, out: Path, *flags: str, sequence_parallel: bool = False) -> list[dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [
         sys.executable,
         "-m",
         "tokenmill.cli",
         "train",
-        str(fixed_vocab_recipe(out.parent)),
+        str(fixed_vocab_recipe(out.parent, sequence_parallel)),
         "--data",
         str(shard),
         "--out",
@@ -49,14 +51,17 @@ def train(shard: Path, out: Path, *flags: str) -> list[dict]:
 
 
 @pytest.mark.distributed
-def test_cli_3d_parallel_logs_single_process_losses(shakespeare_shard: Path, tmp_path: Path) -> None:
+def test_cli_3d_parallel_logs_single_process_losses_and_grad_norms(shakespeare_shard: Path, tmp_path: Path) -> None:
     single = train(shakespeare_shard, tmp_path / "single")
-    parallel = train(shakespeare_shard, tmp_path / "3d", "--tp", "2", "--pp", "2", "--dp", "2", "--zero", "3")
-    want = [(r["step"], r["loss"]) for r in single if "loss" in r]
-    got = [(r["step"], r["loss"]) for r in parallel if "loss" in r]
-    assert [s for s, _ in got] == [s for s, _ in want] and want
-    for (_, a), (_, b) in zip(got, want):
-        assert a == pytest.approx(b, rel=1e-5)
+    layout = ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "3")
+    parallel = train(shakespeare_shard, tmp_path / "3d", *layout, sequence_parallel=True)
+    want = [(r["step"], r["loss"], r["grad_norm"]) for r in single if "loss" in r]
+    got = [(r["step"], r["loss"], r["grad_norm"]) for r in parallel if "loss" in r]
+    assert [s for s, _, _ in got] == [s for s, _, _ in want] and want
+    for (_, loss, norm), (_, single_loss, single_norm) in zip(got, want):
+        assert loss == pytest.approx(single_loss, rel=1e-5)
+        # metrics.jsonl's norm (the one clipping used), to float32 rounding
+        assert norm == pytest.approx(single_norm, rel=1e-5)
 
 
 def test_cli_uneven_context_parallel_split_is_one_line_before_any_worker(

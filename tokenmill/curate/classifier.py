@@ -171,6 +171,7 @@ def train_classifier(
         label: _labelled_lines(label, inputs, holdout, max_docs, seed, lowercase)
         for label, inputs in ((LABEL_HQ, positive), (LABEL_LQ, negative))
     }
+    _warn_of_shared_texts(classes)
     train_lines, test_items = _split(classes, seed)
 
     output = Path(output)
@@ -197,6 +198,11 @@ def train_classifier(
         model.save_model(str(tmp_model))
 
     metrics = _holdout_metrics(model, test_items)
+    if metrics["n"] and metrics["accuracy"] <= metrics["majority_rate"]:
+        log.warning(
+            f"held-out accuracy {metrics['accuracy']:.4f} is not above the majority-class rate"
+            f" {metrics['majority_rate']:.4f}: the classifier does no better than always answering the larger class"
+        )
     metadata = {
         "model": str(output.name),
         "labels": {"positive": LABEL_HQ, "negative": LABEL_LQ},
@@ -245,6 +251,19 @@ def _labelled_lines(
     return [f"{label} {preprocess(t, lowercase)}" for t in texts], held
 
 
+def _warn_of_shared_texts(classes: dict[str, tuple[list[str], np.ndarray]]) -> None:
+    """Warn when positives and negatives share texts (as the classifier reads them): each
+    shared one is taught as both classes, and the held-out accuracy cannot reach 1."""
+    positives = [line.split(" ", 1)[1] for line in classes[LABEL_HQ][0]]
+    negatives = {line.split(" ", 1)[1] for line in classes[LABEL_LQ][0]}
+    shared = sum(text in negatives for text in positives)
+    if shared:
+        log.warning(
+            f"{shared} of {len(positives)} positive documents have the same text as a negative one"
+            " (after preprocessing); the classifier learns each of them as both classes"
+        )
+
+
 def _split(classes: dict[str, tuple[list[str], np.ndarray]], seed: int) -> tuple[list[str], list[tuple[str, str]]]:
     """The training lines (classes interleaved) and the held-out (label, line) pairs."""
     import numpy as np
@@ -259,7 +278,8 @@ def _split(classes: dict[str, tuple[list[str], np.ndarray]], seed: int) -> tuple
 
 
 def _holdout_metrics(model, test_items: list[tuple[str, str]]) -> dict[str, Any]:
-    """Accuracy, per-class recall and mean score of the model on the held-out documents."""
+    """Accuracy and the majority-class rate it must beat, per-class recall and mean score of the model on
+    the held-out documents."""
     import numpy as np
 
     metrics: dict[str, Any] = {"n": len(test_items)}
@@ -269,6 +289,8 @@ def _holdout_metrics(model, test_items: list[tuple[str, str]]) -> dict[str, Any]
         predicted = scores >= 0.5
         metrics.update(
             accuracy=float(np.mean(predicted == truth)),
+            # what always answering the larger class scores: the bar the accuracy must clear
+            majority_rate=float(max(truth.sum(), (~truth).sum()) / len(truth)),
             hq_recall=float(np.mean(predicted[truth])) if truth.any() else None,
             lq_recall=float(np.mean(~predicted[~truth])) if (~truth).any() else None,
             mean_score_hq=float(scores[truth].mean()) if truth.any() else None,
@@ -436,7 +458,11 @@ def _report_train(meta: dict[str, Any], args: Any) -> None:
     if accuracy is None:
         log.info("  held-out accuracy: n/a (--holdout 0)")
     else:
-        log.info(f"  held-out accuracy: {accuracy:.4f} (written to {metadata_path(args.output)})")
+        majority = meta["holdout"]["majority_rate"]
+        log.info(
+            f"  held-out accuracy: {accuracy:.4f}, majority-class rate {majority:.4f}"
+            f" (written to {metadata_path(args.output)})"
+        )
 
 
 STAGES = (

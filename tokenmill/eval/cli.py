@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tokenmill.errors import TokenmillError
 from tokenmill.eval.tasks import TASKS
+from tokenmill.infra.cpu import set_torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -121,26 +122,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def eval_threads(requested: int | None) -> int | None:
-    """The torch thread count for evaluation: `--threads`, else the cores free now (an idle
-    machine's cores, one on a loaded one, where more threads only spin), else None to leave
-    OMP_NUM_THREADS to torch."""
-    import os
-
-    from tokenmill.infra.cpu import free_cores
-
-    if requested is not None:
-        return requested
-    if os.environ.get("OMP_NUM_THREADS"):
-        return None
-    return free_cores()
-
-
 def run(args: argparse.Namespace) -> int:
     # Models load from local directories only (local_files_only); the hub stays reachable so
     # that tasks without --data-dir load as the harness loads them.
-    import torch
-
     from tokenmill.eval.bpb import bpb_rows, read_documents
     from tokenmill.eval.evaluator import evaluate
     from tokenmill.eval.models import load_model
@@ -153,9 +137,8 @@ def run(args: argparse.Namespace) -> int:
         raise TokenmillError("nothing to evaluate: pass --tasks, --suite or --bpb")
     if args.threads is not None and args.threads < 1:
         raise TokenmillError(f"--threads must be at least 1, got {args.threads}")
-    threads = eval_threads(args.threads)
+    threads = set_torch_threads(args.threads)
     if threads is not None:
-        torch.set_num_threads(threads)
         log.debug(f"eval: {threads} torch thread(s)")
     limit = args.limit
     if limit is not None and limit >= 1:

@@ -2,7 +2,9 @@
 
 On a shared machine torch's default (one OpenMP thread per core of the machine) oversubscribes:
 threads that other processes' work keeps waiting spin at every parallel region's barrier, and a
-forward pass slows several times over. Work that sets its own thread count asks `free_cores`.
+forward pass slows several times over. Work that sets its own thread count asks `free_cores`;
+a process that runs torch on the CPU (training on one device, evaluation) sets its threads with
+`set_torch_threads`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,27 @@ def free_cores() -> int:
         return cores
     busy = load * cores / max(cores, os.cpu_count() or cores)
     return max(1, min(cores, round(cores - busy)))
+
+
+def torch_threads(requested: int | None = None) -> int | None:
+    """The torch CPU thread count: `requested`, else the cores free now (an idle machine's
+    cores, one on a loaded one, where more threads only spin), else None when OMP_NUM_THREADS
+    is set, which torch reads itself."""
+    if requested is not None:
+        return requested
+    if os.environ.get("OMP_NUM_THREADS"):
+        return None
+    return free_cores()
+
+
+def set_torch_threads(requested: int | None = None) -> int | None:
+    """Give torch the thread count `torch_threads` chooses; returns it (None: left to torch)."""
+    import torch
+
+    threads = torch_threads(requested)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return threads
 
 
 def _cgroup_quota() -> float | None:

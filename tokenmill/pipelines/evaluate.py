@@ -14,6 +14,7 @@ from tokenmill.eval.models import load_model
 from tokenmill.eval.results import markdown_table
 from tokenmill.eval.tasks import MissingDataError
 from tokenmill.infra.atomic import atomic_dir
+from tokenmill.infra.cpu import set_torch_threads
 from tokenmill.pipelines.plan import StepRef
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,8 @@ def run_eval(ctx: Any, step: Any, spec: Any) -> dict[str, Any]:
         else:
             results.append(ppl)
     if spec.tasks:
-        _use_eval_threads()
+        # Torch threads as `tokenmill eval` chooses them; training ran in processes of its own.
+        set_torch_threads()
         data_dir = str(ctx.recipe.resolve(spec.data_dir)) if spec.data_dir else None
         model = load_model(run_dir)  # once for every task
         for task in spec.tasks:
@@ -91,15 +93,3 @@ def run_eval(ctx: Any, step: Any, spec: Any) -> dict[str, Any]:
         (tmp / "results.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
         (tmp / "results.md").write_text(markdown_table(results))
     return payload
-
-
-def _use_eval_threads() -> None:
-    """Torch threads for scoring as `tokenmill eval` chooses them (the cores free now). The
-    runner process uses torch for nothing else: training runs in processes of its own."""
-    import torch
-
-    from tokenmill.eval.cli import eval_threads
-
-    threads = eval_threads(None)
-    if threads is not None:
-        torch.set_num_threads(threads)

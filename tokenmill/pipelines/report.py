@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import statistics
 import time
 from html import escape
 from pathlib import Path
@@ -269,7 +270,8 @@ def _blend(recipe: Recipe, workdir: Path, steps: list[Step], section: Section) -
         return
     assert blend_step is not None
     info = json.loads(info_path.read_text())
-    names = list(info["weights"])
+    # The recipe's order, which is the blend file's: the realised counts below come in it.
+    names = [e["source"] for e in info["requested"]]
     weights = [info["weights"][n] for n in names]
     requested = {e["source"]: e for e in info["requested"]}
     config = train_config(recipe, workdir)
@@ -279,7 +281,7 @@ def _blend(recipe: Recipe, workdir: Path, steps: list[Step], section: Section) -
     if samples:
         from tokenmill.tokenize.blend import load_blend_file
 
-        # The blend file the trainer read; its entries are the sources in the same order.
+        # The blend file the trainer read; its entries are the recipe's sources, in its order.
         blend_file = blend_step.output / "blend.json"
         counts = realised_blend(blend_file, samples)
         realised = [c / samples for c in counts]
@@ -331,10 +333,10 @@ def _training(recipe: Recipe, workdir: Path, section: Section) -> None:
         rows.append(["final validation loss", val[-1][1]])
         rows.append(["validation perplexity", math.exp(min(val[-1][1], 50))])
     if tps:
-        rows.append(["median tokens/s", sorted(v for _, v in tps)[len(tps) // 2]])
+        rows.append(["median tokens/s", statistics.median([v for _, v in tps])])
     mfu = [m["mfu"] for m in metrics if isinstance(m.get("mfu"), (int, float))]
     if mfu:
-        rows.append(["median MFU", sorted(mfu)[len(mfu) // 2]])
+        rows.append(["median MFU", statistics.median(mfu)])
     config = train_config(recipe, workdir)
     if config:
         p = config["parallel"]

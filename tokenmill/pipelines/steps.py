@@ -137,10 +137,10 @@ def blend_weights(entries: list[dict[str, Any]], tokens: dict[str, int]) -> dict
     w_total = sum(weighted.values())
     weighted_tokens = sum(tokens[k] for k in weighted)
     stream = sum(epoch_tokens.values()) + weighted_tokens
-    out = {k: v / stream for k, v in epoch_tokens.items()}
-    rest = 1.0 - sum(out.values())
-    out.update({k: rest * v / w_total for k, v in weighted.items()})
-    return out
+    shares = {k: v / stream for k, v in epoch_tokens.items()}
+    rest = 1.0 - sum(shares.values())
+    shares.update({k: rest * v / w_total for k, v in weighted.items()})
+    return {e["source"]: shares[e["source"]] for e in entries}  # in the recipe's order
 
 
 def _blend(ctx: Context, step: Step) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from tokenmill.errors import ConfigError
+from tokenmill.infra.cpu import set_torch_threads
 from tokenmill.infra.slurm_options import add_slurm_options, check_slurm_only_options
 
 if TYPE_CHECKING:
@@ -303,6 +304,12 @@ def run_single(args: argparse.Namespace, cfg: TrainConfig) -> int:
     if prepared is None:
         return 0
     from tokenmill.train.loop import train
+
+    # torch's default of a thread per core of the machine spins on a busy one (several times
+    # slower); the launcher gives each rank its share through OMP_NUM_THREADS instead.
+    threads = set_torch_threads()
+    if threads is not None:
+        log.debug(f"train: {threads} torch thread(s)")
 
     return _finish(cfg, train(cfg, resume=args.resume, prepared=prepared))
 

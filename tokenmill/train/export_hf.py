@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 from tokenmill.errors import TokenmillError
-from tokenmill.tokenize.special import find_eod_id
+from tokenmill.tokenize.special import find_eod_id, pad_id
 from tokenmill.train.checkpoint import load_for_inference
 from tokenmill.train.model import GPT
 from tokenmill.train.model_config import ModelConfig
@@ -129,7 +129,8 @@ def llama_config(cfg: ModelConfig, special: dict[str, int]) -> dict[str, Any]:
 
 def _special_tokens(tokenizer_path: str | None, eod: int | None = None) -> dict[str, int]:
     """bos/eos ids (EOD is both, as in GPT-2): the checkpoint's EOD id (the one the data was
-    encoded with), else the tokenizer's first known EOD spelling, when it can be read."""
+    encoded with), else the tokenizer's first known EOD spelling; and the padding token's id
+    when the tokenizer has one (`<|pad|>` in tokenmill's); when the tokenizer can be read."""
     if not tokenizer_path or not Path(tokenizer_path).is_file():
         return {}
     try:
@@ -138,10 +139,14 @@ def _special_tokens(tokenizer_path: str | None, eod: int | None = None) -> dict[
         tok = Tokenizer.from_file(str(tokenizer_path))
     except Exception:  # not a tokenizers JSON: export the model without special ids
         return {}
+    special = {}
     token_id = eod if isinstance(eod, int) and tok.id_to_token(eod) is not None else find_eod_id(tok)
     if token_id is not None:
-        return {"bos_token_id": token_id, "eos_token_id": token_id}
-    return {}
+        special.update(bos_token_id=token_id, eos_token_id=token_id)
+    padding = pad_id(tok)
+    if padding is not None:
+        special["pad_token_id"] = padding
+    return special
 
 
 def _copy_tokenizer(tokenizer_path: str | None, outdir: Path, special: dict[str, int]) -> bool:
@@ -150,11 +155,12 @@ def _copy_tokenizer(tokenizer_path: str | None, outdir: Path, special: dict[str,
     source = Path(tokenizer_path)
     shutil.copyfile(source, outdir / "tokenizer.json")
     config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
-    if "eos_token_id" in special:
+    if special:
         from tokenizers import Tokenizer
 
-        name = Tokenizer.from_file(str(source)).id_to_token(special["eos_token_id"])
-        config.update(eos_token=name, bos_token=name)
+        tok = Tokenizer.from_file(str(source))
+        # bos_token_id -> bos_token: the token's spelling, as transformers reads it
+        config.update({key.removesuffix("_id"): tok.id_to_token(value) for key, value in special.items()})
     (outdir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     return True
 

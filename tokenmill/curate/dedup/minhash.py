@@ -1,12 +1,15 @@
-"""Batched MinHash signatures, bit-identical to `datasketch.MinHash` by default.
+"""Batched MinHash signatures, bit-identical to `datasketch.MinHash` of the same scheme.
 
-    hasher = MinHasher(num_perm=128, seed=1)
+    hasher = MinHasher(num_perm=128, seed=1)       # the legacy scheme
     signatures = hasher.signatures(texts)          # uint64[n_docs, 128]
-    datasketch.MinHash(128, seed=1).update_batch([s.encode() for s in python_shingles(t)])
+    datasketch.MinHash(128, seed=1, scheme="legacy").update_batch([s.encode() for s in python_shingles(t)])
         .hashvalues == signatures[i]               # for every document i
 
+datasketch 2's default `MinHash(128, seed=1)` (no scheme) is the affine32 scheme: it equals
+`MinHasher(128, 1, scheme="affine32")`, not the default `MinHasher`.
+
 Schemes:
-- "legacy" (default): datasketch 1.x, and 2.x with `scheme="legacy"` (REFERENCE.md section 1):
+- "legacy" (default): datasketch 1.x, and 2.x with `scheme="legacy"`:
   SHA-1 first 4 bytes, `((a*h + b) mod 2**61-1) & 2**32-1` with uint64 wrap-around.
 - "affine32": datasketch 2.x's default scheme (`MinHash(num_perm, seed)` with no scheme):
   SHA-1 first 4 bytes, MurmurHash3 fmix32 pre-mix, `(a*h + b) mod 2**32`.

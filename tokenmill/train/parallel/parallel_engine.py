@@ -34,7 +34,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.parallel import loss_parallel
 
 from tokenmill.train.config import TrainConfig, check_layout, pipeline_microbatches
@@ -237,9 +237,22 @@ class ParallelEngine:
         dist.all_reduce(local(grad), group=self._embedding_group)
 
     @torch.no_grad()
+    def _sum_partial_gradients(self) -> None:
+        """A replicated weight applied to sequence-sharded activations (a norm under sequence
+        parallelism) has a gradient that is a partial sum over the tp group (DTensor's Partial),
+        which the optimizer step would sum anyway: sum it before the norm, which must see the
+        gradient itself, not the squares of its parts."""
+        for p in self.parameters():
+            g = p.grad
+            if isinstance(g, DTensor) and any(placement.is_partial() for placement in g.placements):
+                summed = [Replicate() if placement.is_partial() else placement for placement in g.placements]
+                p.grad = g.redistribute(g.device_mesh, summed)
+
+    @torch.no_grad()
     def clip_grad_norm(self, max_norm: float) -> float:
         """The norm of the whole model's gradient: each rank sums the squares of what it holds,
         divided by how many ranks hold the same values, then one all-reduce over the world."""
+        self._sum_partial_gradients()
         ranks_per_stage = self.replicas * self.dims.tp
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         head_copy = self._tied_copy if self._head_copy_part is not None else None
@@ -250,8 +263,8 @@ class ParallelEngine:
             if isinstance(g, DTensor):
                 for dim, placement in enumerate(g.placements):
                     # Sharded over this dim: Shard, or the strided shard FSDP uses over a
-                    # tensor-parallel dim (neither replicated nor partial, whatever its class).
-                    if not (placement.is_replicate() or placement.is_partial()):
+                    # tensor-parallel dim (not replicated, whatever its class).
+                    if not placement.is_replicate():
                         copies //= g.device_mesh.size(dim)
             total += local(g).double().pow(2).sum() / copies
         dist.all_reduce(total)
