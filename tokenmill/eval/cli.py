@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 from tokenmill.errors import TokenmillError
-from tokenmill.eval.tasks import TASKS
+from tokenmill.eval.tasks import ALIASES, TASKS
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--tasks",
         default=None,
         metavar="NAMES",
-        help=f"comma-separated task names (aliases: anli, lambada, race_high); one of: {', '.join(TASKS)}",
+        help=f"comma-separated task names (aliases: {', '.join(ALIASES)}); one of: {', '.join(TASKS)}",
     )
     parser.add_argument(
         "--suite",
@@ -81,7 +81,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help=(
             "folder with the benchmarks' original files (piqa_valid.jsonl + piqa_valid-labels.lst, "
-            "boolq_dev.jsonl, ...) or the harness's datasets saved as DIR/<hub id>/; without it, "
+            "boolq_dev.jsonl, ...), the harness's datasets exported as JSON lines (arc_easy_test.jsonl, "
+            "...) or saved as DIR/<hub id>/; without it, "
             "`datasets` loads them from the Hugging Face hub (network or its cache needed)"
         ),
     )
