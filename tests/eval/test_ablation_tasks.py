@@ -55,9 +55,12 @@ def harness_docs(name: str, rows: list[dict[str, Any]]) -> tuple[dict[str, Any],
         "commonsense_qa": "commonsense_qa/default.yaml",
         "wsc273": "wsc273/default.yaml",
     }[name]
-    # `!function` tags name Python code; the tests below call that code directly.
-    yaml.SafeLoader.add_constructor("!function", lambda loader, node: None)
-    config = yaml.safe_load((root / yaml_rel).read_text())
+
+    class HarnessLoader(yaml.SafeLoader):
+        """`!function` tags name Python code; the tests below call that code directly."""
+
+    HarnessLoader.add_constructor("!function", lambda loader, node: None)
+    config = yaml.load((root / yaml_rel).read_text(), Loader=HarnessLoader)
     if name == "wsc273":
         import datasets
         from lm_eval.tasks.wsc273 import utils
