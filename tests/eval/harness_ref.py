@@ -20,12 +20,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("DISABLE_MULTIPROC", "1")
 
-HARNESS_TASKS = {
-    # ours: (harness YAML under lm_eval/tasks, {split: source file or converter})
+# Each of our tasks: its harness task YAML, under lm_eval/tasks.
+HARNESS_YAMLS = {
     "lambada_openai": "lambada/lambada_openai.yaml",
     "piqa": "piqa/piqa.yaml",
     "boolq": "super_glue/boolq/default.yaml",
+    "hellaswag": "hellaswag/hellaswag.yaml",
     "winogrande": "winogrande/default.yaml",
+    "race": "race/race.yaml",
+    "anli_r1": "anli/anli_r1.yaml",
+    "anli_r2": "anli/anli_r2.yaml",
+    "anli_r3": "anli/anli_r3.yaml",
+    "wic": "super_glue/wic/default.yaml",
     "arc_easy": "arc/arc_easy.yaml",
     "arc_challenge": "arc/arc_challenge.yaml",
     "openbookqa": "openbookqa/openbookqa.yaml",
@@ -36,6 +42,20 @@ HARNESS_TASKS = {
 }
 # The harness's split keys, for the splits a local file gives.
 SPLIT_KEYS = {"train": "training_split", "validation": "validation_split", "test": "test_split"}
+
+
+def harness_yaml(path: Path) -> dict:
+    """A harness task YAML with its `include:` chain applied (`!function` values kept as text)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+    config = yaml.load(path.read_text(), Loader=Loader)  # noqa: S506 - SafeLoader subclass
+    if "include" in config:
+        return {**harness_yaml(path.parent / config["include"]), **config}
+    return config
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -79,8 +99,8 @@ def write_reference_tasks(eval_dir: Path, out: Path, n_exported: int = 40) -> di
         data[ours] = (dict(files), {key: None for split, key in SPLIT_KEYS.items() if split not in files})
         data_dirs[ours] = out / "exports"
     names = {}
-    for ours, yaml_rel in HARNESS_TASKS.items():
-        files, overrides = data[ours]
+    for ours, (files, overrides) in data.items():
+        yaml_rel = HARNESS_YAMLS[ours]
         lines = [
             f"include: {tasks_root / yaml_rel}",
             f"task: tm_{ours}",

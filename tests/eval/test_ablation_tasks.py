@@ -15,6 +15,7 @@ from tokenmill.errors import TokenmillError
 from tokenmill.eval.evaluator import load_task_data
 from tokenmill.eval.tasks import get_task, resolve_task_names
 
+from .harness_ref import HARNESS_YAMLS, harness_yaml
 from .hub_exports import EXPORTS, write_hub_exports
 
 ROWS = 8
@@ -44,23 +45,8 @@ def harness_field(template: Any, doc: dict[str, Any]) -> Any:
 def harness_docs(name: str, rows: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The harness's YAML config of a task and its documents (after its process_docs)."""
     import lm_eval
-    import yaml
 
-    root = Path(lm_eval.__file__).parent / "tasks"
-    yaml_rel = {
-        "arc_easy": "arc/arc_easy.yaml",
-        "arc_challenge": "arc/arc_easy.yaml",
-        "openbookqa": "openbookqa/openbookqa.yaml",
-        "social_iqa": "siqa/siqa.yaml",
-        "commonsense_qa": "commonsense_qa/default.yaml",
-        "wsc273": "wsc273/default.yaml",
-    }[name]
-
-    class HarnessLoader(yaml.SafeLoader):
-        """`!function` tags name Python code; the tests below call that code directly."""
-
-    HarnessLoader.add_constructor("!function", lambda loader, node: None)
-    config = yaml.load((root / yaml_rel).read_text(), Loader=HarnessLoader)
+    config = harness_yaml(Path(lm_eval.__file__).parent / "tasks" / HARNESS_YAMLS[name])
     if name == "wsc273":
         import datasets
         from lm_eval.tasks.wsc273 import utils
