@@ -193,3 +193,15 @@ def test_bad_rows_are_one_line_from_the_command_before_the_model_loads(exports: 
     )
     err = capsys.readouterr().err
     assert err == f"tokenmill: error: task commonsense_qa: {path}:1: label 'F' is not 'A', 'B', 'C', 'D', 'E'\n"
+
+
+def test_arc_answer_keys_as_letters_digits_or_numbers() -> None:
+    """ARC labels are "A"-"E" or "1"-"5"; a file written by other tools may store them as numbers."""
+    arc = get_task("arc_challenge")
+    choices = ["ice", "steam", "water", "fog"]
+    rows = [
+        {"id": "a", "question": "q", "choices": {"text": choices, "label": list("ABCD")}, "answerKey": "C"},
+        {"id": "b", "question": "q", "choices": {"text": choices, "label": list("1234")}, "answerKey": "2"},
+        {"id": "c", "question": "q", "choices": {"text": choices, "label": [1, 2, 3, 4]}, "answerKey": 4},
+    ]
+    assert [arc.gold(doc) for doc in arc.to_docs([("row", row) for row in rows])] == [2, 1, 3]

@@ -32,8 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Evaluate a tokenmill run/checkpoint directory or a transformers model directory on "
             "benchmark tasks, scored as lm-evaluation-harness 0.4.x scores them: same prompts, "
             "few-shot examples, documents and standard errors. Task data comes from --data-dir "
-            "(the benchmarks' original files, or the harness's Hugging Face datasets saved in the "
-            "hub's layout), else from the Hugging Face hub through `datasets`, as the harness reads it. "
+            "(the benchmarks' original files, or the harness's Hugging Face datasets exported as "
+            "JSON lines or saved in the hub's layout), else from the Hugging Face hub through `datasets`, as the harness reads it. "
             f"Tasks: {', '.join(TASKS)}. --suite core runs DCLM's CORE (22 in-context-learning tasks "
             "in llm-foundry's format, scored as llm-foundry scores them; files under --data-dir) and "
             "--bpb PATH the bits per byte of held-out text; any of the three may be combined.",

@@ -31,7 +31,8 @@ class ArcEasy(Task):
         return f"Question: {doc['question']}\nAnswer:"
 
     def doc_to_target(self, doc: Doc) -> int:
-        return list(doc["choices"]["label"]).index(doc["answerKey"])
+        # answerKey is text (process_doc); labels stored as numbers are compared as text.
+        return [str(label) for label in doc["choices"]["label"]].index(doc["answerKey"])
 
     def doc_to_choice(self, doc: Doc) -> list[str]:
         return list(doc["choices"]["text"])
