@@ -205,3 +205,23 @@ def test_arc_answer_keys_as_letters_digits_or_numbers() -> None:
         {"id": "c", "question": "q", "choices": {"text": choices, "label": [1, 2, 3, 4]}, "answerKey": 4},
     ]
     assert [arc.gold(doc) for doc in arc.to_docs([("row", row) for row in rows])] == [2, 1, 3]
+
+
+def test_eval_command_runs_the_ablation_tasks(exports: Path, tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
+    """`tokenmill eval --tasks arc,...` on the exported files: a row per task, shot count and metric."""
+    out = tmp_path / "results.json"
+    names = "arc,openbookqa,siqa,copa,commonsense_qa,wsc273"
+    argv = ["eval", "--model", str(tiny_model_dir), "--tasks", names, "--shots", "0,1", "--limit", "4"]
+    assert main([*argv, "--data-dir", str(exports), "--output", str(out), "--threads", "1"]) == 0
+    rows = json.loads(out.read_text())["results"]
+    got = {(row["task"], row["shots"], row["metric"]) for row in rows}
+    expected = {
+        (task, shots, metric)
+        for task in resolve_task_names(names)
+        for shots in (0, 1)
+        for metric in get_task(task).metrics
+    }
+    assert got == expected
+    assert all(row["n"] == 4 and 0 <= row["value"] <= 1 for row in rows)
+    assert {row["fewshot_split"] for row in rows if row["task"] == "wsc273" and row["shots"] == 1} == {"test"}
+    assert "| arc_challenge | 1 | 4 | acc_norm |" in capsys.readouterr().out
