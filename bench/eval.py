@@ -12,7 +12,10 @@ Model: a randomly initialised GPT-2 (transformers; no weights can be downloaded 
 byte-level BPE trained on the shared WikiText-2 + Shakespeare text, both saved to a local
 directory that both tools load in float32 on `--device` (the CPU by default; `--device cuda`:
 ours and the harness's HFLM both on the GPU, as bench/gpu_check.sh runs it). Tasks: the shared benchmark files
-(../shared/data/eval), the first `--limit` documents, zero- and few-shot. The harness runs
+(../shared/data/eval), the first `--limit` documents, zero- and few-shot; ARC, OpenBookQA, Social
+IQa, COPA, CommonsenseQA and WSC273 from files in their Hugging Face schemas rebuilt from the
+shared ICL files (tests/eval/hub_exports.py; COPA has 76 documents to evaluate). `--tasks` picks
+some of the cases. The harness runs
 in-process through `lm_eval.simple_evaluate` on an `HFLM` and a `TaskManager` built once (not
 timed), on
 its own task YAMLs pointed at the same local files (tests/eval/harness_ref.py); its dataset
@@ -43,9 +46,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
-sys.path.insert(0, str(ROOT / "tests" / "eval"))
+sys.path.insert(0, str(ROOT))  # tests/eval/harness_ref.py, as the package tests.eval
 
-CASES = [("piqa", 0), ("piqa", 5), ("boolq", 0), ("winogrande", 5), ("lambada_openai", 0)]
+CASES = [
+    ("piqa", 0),
+    ("piqa", 5),
+    ("boolq", 0),
+    ("winogrande", 5),
+    ("lambada_openai", 0),
+    ("arc_easy", 0),
+    ("arc_challenge", 5),
+    ("openbookqa", 0),
+    ("social_iqa", 0),
+    ("copa", 5),
+    ("commonsense_qa", 0),
+    ("wsc273", 0),
+]
 
 
 def build_model(out: Path, vocab: int, hidden: int, layers: int, heads: int) -> Path:
@@ -95,13 +111,15 @@ def device_name(device: str) -> str:
     return "CPU"
 
 
-def run_ours(model, task_name: str, shots: int, limit: int, batch_size: int) -> tuple[float, dict[str, float], int]:
+def run_ours(
+    model, task_name: str, shots: int, data_dir: Path, limit: int, batch_size: int
+) -> tuple[float, dict[str, float], int]:
     from tokenmill.eval.evaluator import evaluate_task, load_task_data
     from tokenmill.eval.tasks import get_task
 
     start = time.perf_counter()
     task = get_task(task_name)
-    data = load_task_data(task, SHARED / "eval", limit, need_pool=shots > 0)
+    data = load_task_data(task, data_dir, limit, need_pool=shots > 0)
     result = evaluate_task(model, task, shots, data, batch_size=batch_size, progress=False)
     seconds = time.perf_counter() - start
     return seconds, {r["metric"]: r["value"] for r in result.rows}, len(data.docs)
@@ -144,6 +162,7 @@ def busy_processes(n: int):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=100)
+    parser.add_argument("--tasks", default=None, help="comma-separated tasks: only their cases (default: every case)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument(
         "--threads",
@@ -179,10 +198,10 @@ def measure(args: argparse.Namespace, ours_threads: int, harness_threads: int, m
     import torch
 
     logging.disable(logging.WARNING)
-    from harness_ref import write_reference_tasks
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
+    from tests.eval.harness_ref import write_reference_tasks
     from tokenmill.eval.models import load_model
 
     model_dir = build_model(
@@ -193,13 +212,14 @@ def measure(args: argparse.Namespace, ours_threads: int, harness_threads: int, m
         args.heads,
     )
     task_dir = args.workdir / "harness_tasks"
-    write_reference_tasks(SHARED / "eval", task_dir)
+    references = write_reference_tasks(SHARED / "eval", task_dir, n_exported=args.limit)
+    cases = [(name, shots) for name, shots in CASES if not args.tasks or name in args.tasks.split(",")]
     ours_model = load_model(model_dir, device=args.device)
     with contextlib.redirect_stderr(io.StringIO()):
         lm = HFLM(pretrained=str(model_dir), dtype="float32", batch_size=args.batch_size, device=args.device)
     # The task index (a scan of every harness YAML) is built once, outside the timings.
     task_manager = TaskManager(include_path=str(task_dir))
-    for name, _ in CASES:  # warm the harness's dataset cache (json -> arrow) before timing
+    for name, _ in cases:  # warm the harness's dataset cache (json -> arrow) before timing
         run_harness(lm, task_manager, name, 0, 1)
 
     n_params = sum(p.numel() for p in ours_model.model.parameters())
@@ -213,11 +233,11 @@ def measure(args: argparse.Namespace, ours_threads: int, harness_threads: int, m
     ]
     print("\n".join(lines), flush=True)
     total_ours = total_theirs = 0.0
-    for name, shots in CASES:
+    for name, shots in cases:
         ours_seconds, theirs_seconds = [], []
         for _ in range(args.repeat):  # alternate the tools so that load changes hit both alike
             torch.set_num_threads(ours_threads)
-            t, s_ours, n = run_ours(ours_model, name, shots, args.limit, args.batch_size)
+            t, s_ours, n = run_ours(ours_model, name, shots, references[name][1], args.limit, args.batch_size)
             ours_seconds.append(t)
             torch.set_num_threads(harness_threads)
             t, s_theirs = run_harness(lm, task_manager, name, shots, args.limit)

@@ -2,7 +2,9 @@
 
 Each reference task is the harness's own YAML (`include:`) with only the data source replaced by
 local JSON files; PIQA's separate labels file and BoolQ's true/false answers are first written
-into the `label` field that the harness's datasets carry.
+into the `label` field that the harness's datasets carry. The tasks of data ablations (ARC,
+OpenBookQA, Social IQa, COPA, CommonsenseQA, WSC273) read files in their Hugging Face schemas,
+rebuilt from the shared ICL files (`hub_exports.py`), which both tools read as they are.
 """
 
 from __future__ import annotations
@@ -12,17 +14,48 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .hub_exports import write_hub_exports
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("DISABLE_MULTIPROC", "1")
 
-HARNESS_TASKS = {
-    # ours: (harness YAML under lm_eval/tasks, {split: source file or converter})
+# Each of our tasks: its harness task YAML, under lm_eval/tasks.
+HARNESS_YAMLS = {
     "lambada_openai": "lambada/lambada_openai.yaml",
     "piqa": "piqa/piqa.yaml",
     "boolq": "super_glue/boolq/default.yaml",
+    "hellaswag": "hellaswag/hellaswag.yaml",
     "winogrande": "winogrande/default.yaml",
+    "race": "race/race.yaml",
+    "anli_r1": "anli/anli_r1.yaml",
+    "anli_r2": "anli/anli_r2.yaml",
+    "anli_r3": "anli/anli_r3.yaml",
+    "wic": "super_glue/wic/default.yaml",
+    "arc_easy": "arc/arc_easy.yaml",
+    "arc_challenge": "arc/arc_challenge.yaml",
+    "openbookqa": "openbookqa/openbookqa.yaml",
+    "social_iqa": "siqa/siqa.yaml",
+    "copa": "super_glue/copa/default.yaml",
+    "commonsense_qa": "commonsense_qa/default.yaml",
+    "wsc273": "wsc273/default.yaml",
 }
+# The harness's split keys, for the splits a local file gives.
+SPLIT_KEYS = {"train": "training_split", "validation": "validation_split", "test": "test_split"}
+
+
+def harness_yaml(path: Path) -> dict:
+    """A harness task YAML with its `include:` chain applied (`!function` values kept as text)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+    config = yaml.load(path.read_text(), Loader=Loader)  # noqa: S506 - SafeLoader subclass
+    if "include" in config:
+        return {**harness_yaml(path.parent / config["include"]), **config}
+    return config
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -36,8 +69,10 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def write_reference_tasks(eval_dir: Path, out: Path) -> dict[str, str]:
-    """Write `tm_<task>.yaml` files into `out`; returns our task name -> harness task name."""
+def write_reference_tasks(eval_dir: Path, out: Path, n_exported: int = 40) -> dict[str, tuple[str, Path]]:
+    """Write `tm_<task>.yaml` files into `out` (and the exported files of the ablation tasks,
+    `n_exported` evaluated rows each, into `out/exports`); returns our task name -> (harness
+    task name, the data directory tokenmill reads it from)."""
     import lm_eval
 
     tasks_root = Path(lm_eval.__file__).parent / "tasks"
@@ -57,9 +92,15 @@ def write_reference_tasks(eval_dir: Path, out: Path) -> dict[str, str]:
             {},
         ),
     }
+    data_dirs = dict.fromkeys(data, eval_dir)
+    exports = write_hub_exports(eval_dir / "icl", out / "exports", n_exported)
+    for ours, files in exports.items():
+        # Only the splits exported: a split the YAML names but the files lack is switched off.
+        data[ours] = (dict(files), {key: None for split, key in SPLIT_KEYS.items() if split not in files})
+        data_dirs[ours] = out / "exports"
     names = {}
-    for ours, yaml_rel in HARNESS_TASKS.items():
-        files, overrides = data[ours]
+    for ours, (files, overrides) in data.items():
+        yaml_rel = HARNESS_YAMLS[ours]
         lines = [
             f"include: {tasks_root / yaml_rel}",
             f"task: tm_{ours}",
@@ -72,7 +113,7 @@ def write_reference_tasks(eval_dir: Path, out: Path) -> dict[str, str]:
             *[f"{key}: {'null' if value is None else value}" for key, value in overrides.items()],
         ]
         (out / f"tm_{ours}.yaml").write_text("\n".join(lines) + "\n")
-        names[ours] = f"tm_{ours}"
+        names[ours] = (f"tm_{ours}", data_dirs[ours])
     return names
 
 

@@ -30,11 +30,13 @@ def test_same_numbers_as_lm_eval(shots: int, tiny_model_dir: Path, tiny_model, e
     float32 rounding (the harness projects every position to the vocabulary, tokenmill only the
     continuation's, so the matrix products round differently)."""
     names = write_reference_tasks(eval_dir, tmp_path / "harness_tasks")
-    reference = run_harness(tiny_model_dir, tmp_path / "harness_tasks", list(names.values()), shots, LIMIT, BATCH)
+    reference = run_harness(
+        tiny_model_dir, tmp_path / "harness_tasks", [t for t, _ in names.values()], shots, LIMIT, BATCH
+    )
     worst = 0.0
-    for ours, theirs in names.items():
+    for ours, (theirs, data_dir) in names.items():
         task = get_task(ours)
-        data = load_task_data(task, eval_dir, LIMIT, need_pool=shots > 0)
+        data = load_task_data(task, data_dir, LIMIT, need_pool=shots > 0)
         result = evaluate_task(tiny_model, task, shots, data, batch_size=BATCH, progress=False)
         ref = per_request(reference["samples"][theirs])
         ref_scores = {s["doc_id"]: s for s in reference["samples"][theirs]}

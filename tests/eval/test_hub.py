@@ -16,37 +16,11 @@ from tokenmill.eval.evaluator import evaluate, evaluate_task, load_task_data
 from tokenmill.eval.tasks import TASKS, MissingDataError, get_task
 
 from .conftest import run_tokenmill
-
-HARNESS_YAMLS = {
-    "lambada_openai": "lambada/lambada_openai.yaml",
-    "piqa": "piqa/piqa.yaml",
-    "boolq": "super_glue/boolq/default.yaml",
-    "hellaswag": "hellaswag/hellaswag.yaml",
-    "winogrande": "winogrande/default.yaml",
-    "race": "race/race.yaml",
-    "anli_r1": "anli/anli_r1.yaml",
-    "anli_r2": "anli/anli_r2.yaml",
-    "anli_r3": "anli/anli_r3.yaml",
-    "wic": "super_glue/wic/default.yaml",
-}
+from .harness_ref import HARNESS_YAMLS, harness_yaml
 
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def harness_yaml(path: Path) -> dict:
-    """A harness task YAML with its `include:` chain applied (`!function` values kept as text)."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
-    config = yaml.load(path.read_text(), Loader=Loader)  # noqa: S506 - SafeLoader subclass
-    if "include" in config:
-        return {**harness_yaml(path.parent / config["include"]), **config}
-    return config
 
 
 def test_dataset_ids_configs_and_splits_are_the_harness_yamls() -> None:

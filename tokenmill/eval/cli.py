@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 from tokenmill.errors import TokenmillError
-from tokenmill.eval.tasks import TASKS
+from tokenmill.eval.tasks import ALIASES, TASKS
 from tokenmill.infra.cpu import set_torch_threads
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Evaluate a tokenmill run/checkpoint directory or a transformers model directory on "
             "benchmark tasks, scored as lm-evaluation-harness 0.4.x scores them: same prompts, "
             "few-shot examples, documents and standard errors. Task data comes from --data-dir "
-            "(the benchmarks' original files, or the harness's Hugging Face datasets saved in the "
-            "hub's layout), else from the Hugging Face hub through `datasets`, as the harness reads it. "
+            "(the benchmarks' original files, or the harness's Hugging Face datasets exported as "
+            "JSON lines or saved in the hub's layout), else from the Hugging Face hub through `datasets`, as the harness reads it. "
             f"Tasks: {', '.join(TASKS)}. --suite core runs DCLM's CORE (22 in-context-learning tasks "
             "in llm-foundry's format, scored as llm-foundry scores them; files under --data-dir) and "
             "--bpb PATH the bits per byte of held-out text; any of the three may be combined.",
@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--tasks",
         default=None,
         metavar="NAMES",
-        help=f"comma-separated task names (aliases: anli, lambada, race_high); one of: {', '.join(TASKS)}",
+        help=f"comma-separated task names (aliases: {', '.join(ALIASES)}); one of: {', '.join(TASKS)}",
     )
     parser.add_argument(
         "--suite",
@@ -82,7 +82,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help=(
             "folder with the benchmarks' original files (piqa_valid.jsonl + piqa_valid-labels.lst, "
-            "boolq_dev.jsonl, ...) or the harness's datasets saved as DIR/<hub id>/; without it, "
+            "boolq_dev.jsonl, ...), the harness's datasets exported as JSON lines (arc_easy_test.jsonl, "
+            "...) or saved as DIR/<hub id>/; without it, "
             "`datasets` loads them from the Hugging Face hub (network or its cache needed)"
         ),
     )

@@ -31,7 +31,11 @@ class MissingDataError(TokenmillError):
     """A task's data is not where the task expects it (or `datasets` cannot fetch it)."""
 
 
-class LabelError(ValueError):
+class RowError(ValueError):
+    """A row whose fields do not make a document of its task (reported with the row's place)."""
+
+
+class LabelError(RowError):
     """A stored label that names no class."""
 
 
@@ -78,6 +82,31 @@ class SplitFiles:
     reader: Callable[[Path], list[Row]] = field(default=lambda path: read_jsonl(path))
     # Files that must sit next to the candidate (named in messages), e.g. PIQA's labels file.
     companion: str = ""
+
+
+def require_fields(doc: Doc, *paths: str) -> None:
+    """Raise KeyError naming the first of `paths` ("choices.text": a field inside a field) that
+    `doc` lacks, so that a bad row stops the run as it is read, not mid-evaluation."""
+    for path in paths:
+        value: Any = doc
+        for key in path.split("."):
+            if not isinstance(value, dict) or key not in value:
+                raise KeyError(path)
+            value = value[key]
+
+
+def answer_key(doc: Doc, keys: Sequence[str] | None = None) -> str:
+    """`answerKey` as one of `keys` (default: the row's `choices.label`), for the AI2-style
+    datasets (ARC, OpenBookQA, CommonsenseQA); RowError if it names none."""
+    require_fields(doc, "choices.text", "choices.label", "answerKey")
+    names = [str(key) for key in (doc["choices"]["label"] if keys is None else keys)]
+    return names[parse_label(doc["answerKey"], len(names), names, indexes=False)]
+
+
+def exported_files(name: str, splits: Sequence[SplitRole]) -> dict[SplitRole, SplitFiles]:
+    """A task's splits as JSON lines exported from its Hugging Face dataset, in the dataset's own
+    schema: `<name>_<split>.jsonl` or `<name>/<split>.jsonl` in the data directory."""
+    return {split: SplitFiles((f"{name}_{split}.jsonl", f"{name}/{split}.jsonl")) for split in splits}
 
 
 def read_jsonl(path: Path) -> list[Row]:
@@ -140,7 +169,7 @@ class Task:
         for where, row in rows:
             try:
                 docs.append(self.process_doc(row))
-            except LabelError as error:
+            except RowError as error:
                 raise TokenmillError(f"task {self.name}: {where}: {error}") from error
             except KeyError as error:
                 raise TokenmillError(f"task {self.name}: {where}: no field {error} in {sorted(row)}") from error
