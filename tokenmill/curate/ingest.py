@@ -500,7 +500,8 @@ def plan_tasks(paths: list[str | Path], options: IngestStage) -> list[Any]:
     def claim(prefix: str, path: str) -> None:
         if prefix in owners:
             raise TokenmillError(
-                f"{owners[prefix]} and {path} would give documents the same ids ({prefix}:...): "
+                f"{storage.redact(owners[prefix])} and {storage.redact(path)} would give documents the same ids"
+                f" ({prefix}:...): "
                 "rename one, or ingest them separately"
             )
         owners[prefix] = path
@@ -510,16 +511,16 @@ def plan_tasks(paths: list[str | Path], options: IngestStage) -> list[Any]:
     for raw_path in paths:
         # A local path or a URL (s3://, gs://, hf://, https://), named as given.
         path = storage.Location(raw_path).path
-        name = storage.basename(path)
+        name = storage.public_name(path)
         if not storage.exists(path):
-            raise TokenmillError(f"input not found: {path}")
+            raise TokenmillError(f"input not found: {storage.redact(path)}")
         # Named as typed in messages; read by Dask workers, whose working directory on a cluster
         # (--scheduler, DASK_SCHEDULER_ADDRESS) is not this one.
         where = storage.absolute(path)
         if storage.isdir(where):
             files = storage.list_files(where)
             if not files:
-                raise TokenmillError(f"input directory {path} holds no files")
+                raise TokenmillError(f"input directory {storage.redact(path)} holds no files")
             source = options.source or name
             pending_text: list[tuple[str, str]] = []
             pending_html: list[tuple[str, str]] = []
@@ -543,7 +544,8 @@ def plan_tasks(paths: list[str | Path], options: IngestStage) -> list[Any]:
         fmt = options.format or detect_format(Path(name))
         if fmt is None:
             raise TokenmillError(
-                f"cannot tell the format of {path} from its extension; pass --format ({', '.join(FORMATS)})"
+                f"cannot tell the format of {storage.redact(path)} from its extension; pass --format"
+                f" ({', '.join(FORMATS)})"
             )
         source = options.source or name
         prefix = f"{source}:{name}" if shared_source else source

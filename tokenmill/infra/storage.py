@@ -62,7 +62,8 @@ def is_url(path: str | os.PathLike | Any) -> bool:
 # bearer tokens. Removed, not masked, so that the same object signed again has the same name.
 _CREDENTIAL_PARAMETERS = frozenset({"signature", "awsaccesskeyid", "expires", "sig", "token", "access_token"})
 _CREDENTIAL_PREFIXES = ("x-amz-", "x-goog-")
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+# A URL inside a message: up to a space or a quote, less the punctuation that ends a phrase.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*[^\s'\"<>:,.;)\]]")
 
 
 def redact(text: str | os.PathLike) -> str:
