@@ -23,12 +23,15 @@ def main(*args: str) -> int:
     return tokenmill_main(list(args))
 
 
+def _train(shard: Path, run: Path, steps: int) -> tuple[str, ...]:
+    """`tokenmill train`'s arguments for the bundled tiny config on ``shard``."""
+    return ("train", "tiny", "--data", str(shard), "--out", str(run), "--steps", str(steps), "--no-progress")
+
+
 @pytest.fixture(scope="module")
 def trained_run(shakespeare_shard: Path, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("trusted") / "run"
-    assert (
-        main("train", "tiny", "--data", str(shakespeare_shard), "--out", str(run), "--steps", "2", "--no-progress") == 0
-    )
+    assert main(*_train(shakespeare_shard, run, steps=2)) == 0
     return run
 
 
@@ -86,18 +89,7 @@ def test_a_crafted_dcp_metadata_is_refused_in_one_line_everywhere_a_checkpoint_l
             "--limit",
             "2",
         ),
-        (
-            "train",
-            "tiny",
-            "--data",
-            str(shakespeare_shard),
-            "--out",
-            str(run),
-            "--steps",
-            "3",
-            "--resume",
-            "--no-progress",
-        ),
+        (*_train(shakespeare_shard, run, steps=3), "--resume"),
     ]
     for command in commands:
         assert main(*command) != 0, command
@@ -134,21 +126,7 @@ def test_pickled_rng_states_in_meta_json_are_never_unpickled(
     meta["rng"]["python"] = meta["rng"]["numpy"] = crafted
     (checkpoint / "meta.json").write_text(json.dumps(meta))
     with caplog.at_level(logging.WARNING):
-        assert (
-            main(
-                "train",
-                "tiny",
-                "--data",
-                str(shakespeare_shard),
-                "--out",
-                str(run),
-                "--steps",
-                "3",
-                "--resume",
-                "--no-progress",
-            )
-            == 0
-        )
+        assert main(*_train(shakespeare_shard, run, steps=3), "--resume") == 0
     assert not marker.exists()
     warnings = [r.getMessage() for r in caplog.records if "random states as pickles" in r.getMessage()]
     assert len(warnings) == 1 and str(checkpoint / "meta.json") in warnings[0]
