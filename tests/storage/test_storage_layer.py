@@ -204,3 +204,11 @@ def test_join_inside_refuses_paths_that_leave_the_root(tmp_path: Path) -> None:
     for bad in ("../x", "a/../../x", "/etc/passwd", "~/x", "s3://other/x", ""):
         with pytest.raises(TokenmillError, match="is not a relative path inside"):
             storage.join_inside(tmp_path, bad)
+
+
+def test_records_are_written_without_the_credentials_of_the_urls_they_name(tmp_path: Path) -> None:
+    from tokenmill.infra import records
+
+    url = "https://h/k.jsonl?X-Amz-Credential=AKIDEXAMPLE&X-Amz-Signature=5ig"
+    records.write_record(tmp_path / "r.json", {"key": "k", "inputs": [url]})
+    assert records.read_record(tmp_path / "r.json", key="k") == {"key": "k", "inputs": ["https://h/k.jsonl"]}
