@@ -71,13 +71,16 @@ def test_a_presigned_url_leaves_no_credential_in_what_is_stored_or_printed(web_r
     root, base = web_root
     lines = [json.dumps({"text": f"document {i}"}) for i in range(5)]
     (root / "docs.jsonl").write_text("\n".join(lines) + "\n")
+    (root / "blank.jsonl").write_text("\n\n")  # rejected as empty_file, with a reason naming the URL
     ids = []
     for signed_at in ("20240101T000000Z", "20240202T000000Z"):
         out = tmp_path / f"out-{signed_at}"
-        argv = ["curate", "ingest", "--input", presigned(base, "docs.jsonl", signed_at), "--output", str(out)]
+        inputs = [presigned(base, name, signed_at) for name in ("docs.jsonl", "blank.jsonl")]
+        argv = ["curate", "ingest", "--input", *inputs, "--output", str(out)]
         assert main([*argv, "--workers", "1", "--no-progress"]) == 0
         manifest = read_manifest(out)
-        assert manifest["inputs"] == [f"{base}/docs.jsonl"]
+        assert manifest["inputs"] == [f"{base}/docs.jsonl", f"{base}/blank.jsonl"]
+        assert manifest["counts"]["rejected"] == {"empty_file": 1}
         kept = read_documents(resolve_input_files(out)[0])
         assert set(kept["source"]) == {"docs.jsonl"} and kept["id"].iloc[1] == f"docs.jsonl:{len(lines[0]) + 1}"
         ids.append(list(kept["id"]))

@@ -314,7 +314,9 @@ class JsonlChunk:
             if self.start == 0 and at_end and records == 0:
                 # This chunk read the whole file and found no record: say so rather than `in 0`.
                 batch.reject(
-                    f"{self.prefix}:empty", "empty_file", f"{self.path}: no record (empty or blank lines only)"
+                    f"{self.prefix}:empty",
+                    "empty_file",
+                    f"{storage.redact(self.path)}: no record (empty or blank lines only)",
                 )
         yield batch.flush()
 
@@ -380,10 +382,10 @@ class TextChunk:
             kind = binary_kind(data)
             if kind is not None:
                 # A PDF or an image read as text would become a document of mojibake.
-                batch.reject(prefix, "binary", f"{path}: {kind}")
+                batch.reject(prefix, "binary", f"{storage.redact(path)}: {kind}")
                 continue
             if separator is not None and not data.strip():
-                batch.reject(f"{prefix}:empty", "empty_file", f"{path}: no text to split")
+                batch.reject(f"{prefix}:empty", "empty_file", f"{storage.redact(path)}: no text to split")
                 continue
             if separator is None:
                 pieces = [(prefix, data)]
@@ -424,7 +426,7 @@ class UnknownFile:
         batch.reject(
             self.prefix,
             "unknown_format",
-            f"{self.path}: no known extension ({', '.join(sorted(EXTENSIONS))}, optionally .gz/.zst); pass --format to read it",
+            f"{storage.redact(self.path)}: no known extension ({', '.join(sorted(EXTENSIONS))}, optionally .gz/.zst); pass --format to read it",
         )
         yield batch.flush()
 
@@ -476,7 +478,9 @@ def _file_tasks(path: str, prefix: str, source: str, fmt: str, options: IngestSt
     if fmt == "parquet":
         metadata = storage.parquet_file(path).metadata
         if metadata.num_rows == 0:
-            return [FileRejection(str(path), f"{prefix}:empty", source, "empty_file", f"{path}: no rows")]
+            return [
+                FileRejection(str(path), f"{prefix}:empty", source, "empty_file", f"{storage.redact(path)}: no rows")
+            ]
         tasks: list[Any] = []
         first_row = 0
         for index in range(metadata.num_row_groups):

@@ -236,7 +236,7 @@ class WarcFile:
             batch.reject(
                 f"{self.source}:{storage.public_name(self.path)}:corrupt",
                 "corrupt_file",
-                f"{self.path}: unreadable after record {number}: {error}",
+                f"{storage.redact(self.path)}: unreadable after record {number}: {error}",
                 {},
             )
         else:
@@ -245,7 +245,7 @@ class WarcFile:
                 batch.reject(
                     f"{self.source}:{storage.public_name(self.path)}",
                     "corrupt_file",
-                    f"{self.path}: no {self.kind.upper()} record in its {storage.size(self.path)} bytes",
+                    f"{storage.redact(self.path)}: no {self.kind.upper()} record in its {storage.size(self.path)} bytes",
                     {},
                 )
         finally:
@@ -340,7 +340,7 @@ class WarcFile:
         batch.reject(
             record_id or f"{self.source}:{storage.public_name(self.path)}:truncated",
             "truncated_archive",
-            f"{self.path}: record {number} is cut off ({detail}); it and anything after it were not read",
+            f"{storage.redact(self.path)}: record {number} is cut off ({detail}); it and anything after it were not read",
             {"warc_record_id": record_id},
         )
         return False
