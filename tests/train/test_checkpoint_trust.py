@@ -130,3 +130,14 @@ def test_pickled_rng_states_in_meta_json_are_never_unpickled(
     assert not marker.exists()
     warnings = [r.getMessage() for r in caplog.records if "random states as pickles" in r.getMessage()]
     assert len(warnings) == 1 and str(checkpoint / "meta.json") in warnings[0]
+
+
+def test_random_states_that_are_not_valid_are_one_line(run: Path, shakespeare_shard: Path, capsys) -> None:
+    meta_path = _checkpoint(run) / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["rng"]["python"] = [3, [1, 2], None]  # a state vector of the wrong size
+    meta_path.write_text(json.dumps(meta))
+    capsys.readouterr()
+    assert main(*_train(shakespeare_shard, run, steps=3), "--resume") == 1
+    lines = _error_lines(capsys)
+    assert lines == [f"tokenmill: error: {meta_path}: its random states are not valid: state vector is the wrong size"]

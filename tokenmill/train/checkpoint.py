@@ -99,10 +99,13 @@ def set_rng_state(state: dict[str, Any], where: Path | str) -> None:
             where,
         )
     else:
-        version, internal, gauss_next = state["python"]
-        random.setstate((version, tuple(internal), gauss_next))
-        name, keys, pos, has_gauss, cached_gaussian = state["numpy"]
-        np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached_gaussian))
+        try:
+            version, internal, gauss_next = state["python"]
+            random.setstate((version, tuple(internal), gauss_next))
+            name, keys, pos, has_gauss, cached_gaussian = state["numpy"]
+            np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached_gaussian))
+        except (TypeError, ValueError, OverflowError) as error:  # what the generators say of a bad state
+            raise CheckpointError(f"{where}: its random states are not valid: {error}") from None
     torch.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["torch"])), dtype=torch.uint8))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["cuda"])), dtype=torch.uint8))
