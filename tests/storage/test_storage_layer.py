@@ -212,3 +212,17 @@ def test_records_are_written_without_the_credentials_of_the_urls_they_name(tmp_p
     url = "https://h/k.jsonl?X-Amz-Credential=AKIDEXAMPLE&X-Amz-Signature=5ig"
     records.write_record(tmp_path / "r.json", {"key": "k", "inputs": [url]})
     assert records.read_record(tmp_path / "r.json", key="k") == {"key": "k", "inputs": ["https://h/k.jsonl"]}
+
+
+def test_a_mirror_refuses_keys_outside_its_url(bucket: str) -> None:
+    """What a work directory, a training run and a dedup index pull, push and remove by name."""
+    mirror = storage.Mirror(f"{bucket}/work", "workdirs")
+    storage.write_text(f"{bucket}/outside.txt", "not the mirror's")
+    (mirror.local.parent / "outside.txt").write_text("not the mirror's either")
+    for act in (mirror.pull, mirror.push):
+        with pytest.raises(TokenmillError, match=r"file '\.\./outside\.txt' is not a relative path inside"):
+            act(["../outside.txt"])
+    with pytest.raises(TokenmillError, match="is not a relative path inside"):
+        mirror.remove("../outside.txt")
+    assert storage.read_text(f"{bucket}/outside.txt") == "not the mirror's"
+    assert (mirror.local.parent / "outside.txt").read_text() == "not the mirror's either"
