@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from tokenmill.errors import TokenmillError
 from tokenmill.infra.faults import disk_full_error, is_disk_full
+from tokenmill.infra.storage import redact
 from tokenmill.logs import configure_logging
 
 DEBUG_FLAG = "--debug"
@@ -31,7 +32,7 @@ def take_debug_flag(argv: list[str]) -> tuple[bool, list[str]]:
     debug = DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV) == "1"
     if debug:
         os.environ[DEBUG_ENV] = "1"
-    configure_logging(debug)
+    configure_logging(debug, rewrite=redact)  # no message shows a URL's credentials
     return debug, [arg for arg in argv if arg != DEBUG_FLAG]
 
 
@@ -52,7 +53,7 @@ def run_reported(command: Callable[[], int | None], what: str, debug: bool = Fal
     except TokenmillError as error:
         if debug:
             traceback.print_exc()
-        print(f"tokenmill: error: {error}", file=sys.stderr)
+        print(f"tokenmill: error: {redact(str(error))}", file=sys.stderr)
         return error.exit_status
     except Exception as error:
         # A full disk anywhere (a command's own writes, a library's, wrapped or not) is one
@@ -61,7 +62,7 @@ def run_reported(command: Callable[[], int | None], what: str, debug: bool = Fal
             raise
         if debug:
             traceback.print_exc()
-        print(f"tokenmill: error: {disk_full_error(error, what)}", file=sys.stderr)
+        print(f"tokenmill: error: {redact(str(disk_full_error(error, what)))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as interrupt:
         if debug:

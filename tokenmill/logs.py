@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 
 
 class _Stderr(logging.StreamHandler):
@@ -21,21 +22,29 @@ class _Stderr(logging.StreamHandler):
 
 
 class _Format(logging.Formatter):
-    """Status lines as they are written; warnings and errors as `tokenmill: LEVEL: ...`."""
+    """Status lines as they are written; warnings and errors as `tokenmill: LEVEL: ...`; each
+    through ``rewrite`` (what a message must never show, removed)."""
+
+    def __init__(self, rewrite: Callable[[str], str]) -> None:
+        super().__init__("%(message)s")
+        self.rewrite = rewrite
 
     def format(self, record: logging.LogRecord) -> str:
-        message = super().format(record)
+        message = self.rewrite(super().format(record))
         return message if record.levelno == logging.INFO else f"tokenmill: {record.levelname}: {message}"
 
 
-def configure_logging(debug: bool = False) -> None:
+def configure_logging(debug: bool = False, rewrite: Callable[[str], str] = str) -> None:
     """tokenmill's own messages on stderr: status lines (info) as they are, warnings and errors
     as one `tokenmill: LEVEL: ...` line each; debug messages too with --debug. Results (tables,
-    JSON, inspections) are printed on stdout by the commands themselves."""
+    JSON, inspections) are printed on stdout by the commands themselves. ``rewrite`` is applied to
+    every message (the entry points pass `tokenmill.infra.storage.redact`)."""
     logger = logging.getLogger("tokenmill")
     if not logger.handlers:
         handler = _Stderr()
-        handler.setFormatter(_Format("%(message)s"))
         logger.addHandler(handler)
         logger.propagate = False
+    for handler in logger.handlers:
+        if isinstance(handler, _Stderr):
+            handler.setFormatter(_Format(rewrite))
     logger.setLevel(logging.DEBUG if debug else logging.INFO)

@@ -231,3 +231,23 @@ def test_fetch_from_s3_resumes_a_partial_file(s3_crawl, shared_data, tmp_path, m
     assert not list(out.rglob("*.part"))
     with pytest.raises(TokenmillError, match="snapshot CC-MAIN-2019-01 not found"):
         fetch_cc("CC-MAIN-2019-01", 1, out, base_url=s3_crawl, retries=0, progress=False)
+
+
+@pytest.mark.parametrize("escape", ["../escaped.warc.gz", "crawl-data/../../escaped.warc.gz", "/{tmp}/escaped.warc.gz"])
+def test_a_path_list_naming_a_file_outside_the_output_is_refused(crawl, tmp_path, capsys, escape):
+    """The crawl's list is data: a path in it that is absolute or climbs out with `..` is refused
+    in one line before anything is downloaded, and nothing is written outside --output."""
+    from tokenmill.cli import main
+
+    escape = escape.format(tmp=str(tmp_path).strip("/"))
+    (crawl.root / "escaped.warc.gz").write_bytes(b"not from the crawl")  # what a client would fetch
+    listing = crawl.root / f"crawl-data/{SNAPSHOT}/warc.paths.gz"
+    listing.write_bytes(gzip.compress(f"{next(iter(WARCS))}\n{escape}\n".encode()))
+    out = tmp_path / "out" / "cc"
+    argv = ["curate", "fetch-cc", "--snapshot", SNAPSHOT, "--segments", "2", "--output", str(out)]
+    assert main([*argv, "--base-url", crawl.url, "--retries", "0", "--no-progress"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tokenmill: error: the path in ") and repr(escape) in lines[0]
+    assert "is not a relative path inside" in lines[0]
+    assert not (tmp_path / "escaped.warc.gz").exists() and not (tmp_path / "out" / "escaped.warc.gz").exists()
+    assert not out.exists()  # refused before the first download

@@ -398,3 +398,20 @@ train:
         assert main(["run", str(path), "--workdir", str(tmp_path / "w"), "--dry-run"]) == 0
         out = capsys.readouterr().out
         assert "planner estimate on 2 GPU(s) of 24 GiB (this machine's) (dp=2)" in out
+
+
+@pytest.mark.parametrize("name", ["../../outside", "/tmp/outside", "a/../../outside"])
+def test_a_recipe_name_never_puts_the_work_directory_outside(tmp_path, corpus, monkeypatch, capsys, name):
+    """The default work directory is NAME-work in the current directory: a name that would move
+    it elsewhere is refused in one line before anything runs, and nothing is created."""
+    from tokenmill.cli import main
+
+    recipe = write(tmp_path, GOOD.replace("name: t", f"name: {json.dumps(name)}"))
+    here = tmp_path / "a" / "b"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["run", str(recipe)]) != 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tokenmill: error: ") and "outside the current directory" in lines[0]
+    assert sorted(tmp_path.rglob("*")) == before and not Path("/tmp/outside-work").exists()

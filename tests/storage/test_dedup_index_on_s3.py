@@ -73,3 +73,28 @@ def test_a_second_run_rejects_what_the_first_indexed(bucket, shared_data, s3_das
         run_dedup(
             f"{bucket}/new", f"{bucket}/x_out", DedupConfig(method="exact", index=f"{bucket}/not-an-index"), **run
         )
+
+
+def test_an_index_naming_files_outside_itself_is_refused(bucket, shared_data, tmp_path, capsys) -> None:
+    """index.json is data: a file it names with `..` (or an absolute path) is refused in one line
+    before anything is downloaded, and nothing is written outside the index's local copy."""
+    import s3fs
+
+    from tokenmill.cli import main
+
+    index = f"{bucket}/dedup-index"
+    docs = pd.DataFrame({"id": ["a", "b"], "text": _texts(shared_data)[:2], "source": "s"})
+    write_documents(docs, f"{bucket}/docs/part-0.parquet")
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    escape = "../../escaped.parquet"
+    fs.pipe_file(f"{index[5:]}/{escape}", b"planted")  # the object such a key names, were it fetched
+    meta = {"files": [escape], "documents": 1, "params": DedupConfig(method="exact", index=index).index_signature()}
+    fs.pipe_file(f"{index[5:]}/index.json", json.dumps(meta).encode())
+    local = storage.cache_dir_for(index, "index")
+    argv = ["curate", "dedup", "--input", f"{bucket}/docs", "--output", str(tmp_path / "out"), "--method", "exact"]
+    assert main([*argv, "--index", index, "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("tokenmill:")]
+    assert len(lines) == 1 and lines[0].startswith(f"tokenmill: error: {index}: file '{escape}'"), err
+    assert f"is not a relative path inside {index}" in lines[0] and "Traceback" not in err
+    assert not (local / escape).resolve().exists() and not (local.parent / "escaped.parquet").exists()

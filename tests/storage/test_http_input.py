@@ -17,12 +17,16 @@ from tokenmill.curate.ingest import ingest
 from tokenmill.infra.document_dirs import read_manifest, resolve_input_files
 
 
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # the server's access log is not the command's output
+        pass
+
+
 @pytest.fixture
 def web_root(tmp_path: Path):
     root = tmp_path / "site"
     root.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *args: None
+    handler = functools.partial(_QuietHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -43,3 +47,50 @@ def test_ingest_reads_files_over_http(web_root, s3_dask_client, tmp_path: Path) 
     kept = read_documents(resolve_input_files(out)[0])
     assert kept["id"].iloc[1] == f"docs.jsonl:{len(lines[0]) + 1}"  # byte offsets, as for a local file
     assert read_manifest(out)["counts"]["kept"] == 45
+
+
+SECRETS = ("AKIDEXAMPLE", "c0ffee5ignature", "SESSIONT0KEN", "hunter2")
+
+
+def presigned(base: str, name: str, signed_at: str) -> str:
+    """A URL as S3 presigns it (SigV4), with a user:password in its address too."""
+    host = base.removeprefix("http://")
+    return (
+        f"http://reader:hunter2@{host}/{name}?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+        f"&X-Amz-Credential=AKIDEXAMPLE%2F{signed_at[:8]}%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date={signed_at}"
+        f"&X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-Amz-Security-Token=SESSIONT0KEN"
+        f"&X-Amz-Signature=c0ffee5ignature{signed_at}"
+    )
+
+
+def test_a_presigned_url_leaves_no_credential_in_what_is_stored_or_printed(web_root, tmp_path: Path, capsys) -> None:
+    """Ingest of a presigned URL: the manifest, the documents' ids and sources and every message
+    hold the URL without its credentials, and the same object signed again gets the same ids."""
+    from tokenmill.cli import main
+
+    root, base = web_root
+    lines = [json.dumps({"text": f"document {i}"}) for i in range(5)]
+    (root / "docs.jsonl").write_text("\n".join(lines) + "\n")
+    (root / "blank.jsonl").write_text("\n\n")  # rejected as empty_file, with a reason naming the URL
+    ids = []
+    for signed_at in ("20240101T000000Z", "20240202T000000Z"):
+        out = tmp_path / f"out-{signed_at}"
+        inputs = [presigned(base, name, signed_at) for name in ("docs.jsonl", "blank.jsonl")]
+        argv = ["curate", "ingest", "--input", *inputs, "--output", str(out)]
+        assert main([*argv, "--workers", "1", "--no-progress"]) == 0
+        manifest = read_manifest(out)
+        assert manifest["inputs"] == [f"{base}/docs.jsonl", f"{base}/blank.jsonl"]
+        assert manifest["counts"]["rejected"] == {"empty_file": 1}
+        kept = read_documents(resolve_input_files(out)[0])
+        assert set(kept["source"]) == {"docs.jsonl"} and kept["id"].iloc[1] == f"docs.jsonl:{len(lines[0]) + 1}"
+        ids.append(list(kept["id"]))
+        stored = b"".join(path.read_bytes() for path in out.rglob("*") if path.is_file())
+        printed = capsys.readouterr()
+        for secret in SECRETS:
+            assert secret.encode() not in stored and secret not in printed.out + printed.err, secret
+    assert ids[0] == ids[1]
+
+    missing = presigned(base, "missing.jsonl", "20240303T000000Z")
+    assert main(["curate", "ingest", "--input", missing, "--output", str(tmp_path / "none")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"tokenmill: error: input not found: {base}/missing.jsonl"

@@ -170,3 +170,59 @@ def test_a_mirror_moves_only_what_changed(bucket, monkeypatch: pytest.MonkeyPatc
 
     assert mirror.create("lock", b"1") and not mirror.create("lock", b"2")
     assert mirror.read("lock") == b"1" and mirror.read("nothing") is None
+
+
+@pytest.mark.parametrize(
+    ("url", "redacted"),
+    [
+        # S3 signature version 2, GCS and Azure signed URLs, a token, a user and password.
+        (
+            "https://b.s3.amazonaws.com/k.jsonl?AWSAccessKeyId=AKID&Expires=99&Signature=s%2Fig",
+            "https://b.s3.amazonaws.com/k.jsonl",
+        ),
+        (
+            "https://storage.googleapis.com/b/k?X-Goog-Algorithm=A&X-Goog-Credential=c&X-Goog-Signature=s",
+            "https://storage.googleapis.com/b/k",
+        ),
+        (
+            "https://a.blob.core.windows.net/c/k.gz?sv=2022-11-02&sig=S1G&sp=r",
+            "https://a.blob.core.windows.net/c/k.gz?sv=2022-11-02&sp=r",
+        ),
+        ("https://h/k?versionId=3&token=T0K&page=2", "https://h/k?versionId=3&page=2"),
+        ("https://user:pass@h:8080/k", "https://h:8080/k"),
+        ("/local/path?sig=1", "/local/path?sig=1"),
+    ],
+)
+def test_redact_removes_the_credentials_of_a_url(url: str, redacted: str) -> None:
+    assert storage.redact(url) == redacted
+    assert storage.redact(f"cannot read {url}: denied") == f"cannot read {redacted}: denied"  # inside a message
+
+
+def test_join_inside_refuses_paths_that_leave_the_root(tmp_path: Path) -> None:
+    assert storage.join_inside(tmp_path, "a/b.txt") == str(tmp_path / "a" / "b.txt")
+    assert storage.join_inside("s3://bucket/index", "rows/part-0.parquet") == "s3://bucket/index/rows/part-0.parquet"
+    for bad in ("../x", "a/../../x", "/etc/passwd", "~/x", "s3://other/x", ""):
+        with pytest.raises(TokenmillError, match="is not a relative path inside"):
+            storage.join_inside(tmp_path, bad)
+
+
+def test_records_are_written_without_the_credentials_of_the_urls_they_name(tmp_path: Path) -> None:
+    from tokenmill.infra import records
+
+    url = "https://h/k.jsonl?X-Amz-Credential=AKIDEXAMPLE&X-Amz-Signature=5ig"
+    records.write_record(tmp_path / "r.json", {"key": "k", "inputs": [url]})
+    assert records.read_record(tmp_path / "r.json", key="k") == {"key": "k", "inputs": ["https://h/k.jsonl"]}
+
+
+def test_a_mirror_refuses_keys_outside_its_url(bucket: str) -> None:
+    """What a work directory, a training run and a dedup index pull, push and remove by name."""
+    mirror = storage.Mirror(f"{bucket}/work", "workdirs")
+    storage.write_text(f"{bucket}/outside.txt", "not the mirror's")
+    (mirror.local.parent / "outside.txt").write_text("not the mirror's either")
+    for act in (mirror.pull, mirror.push):
+        with pytest.raises(TokenmillError, match=r"file '\.\./outside\.txt' is not a relative path inside"):
+            act(["../outside.txt"])
+    with pytest.raises(TokenmillError, match="is not a relative path inside"):
+        mirror.remove("../outside.txt")
+    assert storage.read_text(f"{bucket}/outside.txt") == "not the mirror's"
+    assert (mirror.local.parent / "outside.txt").read_text() == "not the mirror's either"

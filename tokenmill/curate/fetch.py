@@ -26,6 +26,7 @@ from typing import Any
 
 from tokenmill.curate.registry import Stage, option
 from tokenmill.errors import TokenmillError
+from tokenmill.infra import storage
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +120,14 @@ class _Fetcher:
             raise TokenmillError(f"{self.url(path)} has no Content-Length; it cannot be downloaded safely")
         return int(size)
 
+    @property
+    def listing(self) -> str:
+        """The crawl's list of paths, relative to the base URL."""
+        return f"crawl-data/{self.options.snapshot}/{self.options.kind}.paths.gz"
+
     def paths(self) -> list[str]:
-        snapshot, kind = self.options.snapshot, self.options.kind
-        listing = f"crawl-data/{snapshot}/{kind}.paths.gz"
+        snapshot = self.options.snapshot
+        listing = self.listing
         try:
             data = self.attempt(f"reading {self.url(listing)}", self.fs.cat_file, self.url(listing))
         except FileNotFoundError:
@@ -215,6 +221,9 @@ def fetch_cc(
     if len(chosen) < segments:
         log.warning("%s lists only %d %s files", snapshot, len(chosen), kind)
     root = Path(output)
+    # The list is data: none of its paths may place a file outside --output.
+    where = f"the path in {fetcher.url(fetcher.listing)}"
+    targets = [Path(storage.join_inside(root, path, where)) for path in chosen]
     sizes = []
     for path in chosen:
         try:
@@ -225,14 +234,14 @@ def fetch_cc(
             ) from None
     done: dict[str, int] = {"downloaded": 0, "resumed": 0, "skipped": 0}
     with progress_bar(total=sum(sizes), desc=f"fetch {snapshot}", unit="B", unit_scale=True, enabled=progress) as bar:
-        for path, size in zip(chosen, sizes):
-            done[fetcher.download(path, root / path, size, bar)] += 1
+        for path, target, size in zip(chosen, targets, sizes):
+            done[fetcher.download(path, target, size, bar)] += 1
     return {
         "snapshot": snapshot,
         "kind": kind,
         "base_url": base_url,
         "output": str(root),
-        "files": [str(root / p) for p in chosen],
+        "files": [str(target) for target in targets],
         "bytes": sum(sizes),
         **done,
         "retries": fetcher.retries,

@@ -335,7 +335,9 @@ class JsonlChunk:
             if self.start == 0 and at_end and records == 0:
                 # This chunk read the whole file and found no record: say so rather than `in 0`.
                 batch.reject(
-                    f"{self.prefix}:empty", "empty_file", f"{self.path}: no record (empty or blank lines only)"
+                    f"{self.prefix}:empty",
+                    "empty_file",
+                    f"{storage.redact(self.path)}: no record (empty or blank lines only)",
                 )
         yield batch.flush()
 
@@ -452,10 +454,10 @@ class TextChunk:
             kind = binary_kind(data)
             if kind is not None:
                 # A PDF or an image read as text would become a document of mojibake.
-                batch.reject(prefix, "binary", f"{path}: {kind}")
+                batch.reject(prefix, "binary", f"{storage.redact(path)}: {kind}")
                 continue
             if separator is not None and not data.strip():
-                batch.reject(f"{prefix}:empty", "empty_file", f"{path}: no text to split")
+                batch.reject(f"{prefix}:empty", "empty_file", f"{storage.redact(path)}: no text to split")
                 continue
             if separator is None:
                 pieces = [(prefix, data)]
@@ -499,7 +501,7 @@ class UnknownFile:
         batch.reject(
             self.prefix,
             "unknown_format",
-            f"{self.path}: no known extension ({', '.join(sorted(EXTENSIONS))}, optionally .gz/.zst); pass --format to read it",
+            f"{storage.redact(self.path)}: no known extension ({', '.join(sorted(EXTENSIONS))}, optionally .gz/.zst); pass --format to read it",
         )
         yield batch.flush()
 
@@ -551,7 +553,9 @@ def _file_tasks(path: str, prefix: str, source: str, fmt: str, options: IngestSt
     if fmt == "parquet":
         metadata = storage.parquet_file(path).metadata
         if metadata.num_rows == 0:
-            return [FileRejection(str(path), f"{prefix}:empty", source, "empty_file", f"{path}: no rows")]
+            return [
+                FileRejection(str(path), f"{prefix}:empty", source, "empty_file", f"{storage.redact(path)}: no rows")
+            ]
         tasks: list[Any] = []
         first_row = 0
         for index in range(metadata.num_row_groups):
@@ -575,7 +579,8 @@ def plan_tasks(paths: list[str | Path], options: IngestStage) -> list[Any]:
     def claim(prefix: str, path: str) -> None:
         if prefix in owners:
             raise TokenmillError(
-                f"{owners[prefix]} and {path} would give documents the same ids ({prefix}:...): "
+                f"{storage.redact(owners[prefix])} and {storage.redact(path)} would give documents the same ids"
+                f" ({prefix}:...): "
                 "rename one, or ingest them separately"
             )
         owners[prefix] = path
@@ -585,16 +590,16 @@ def plan_tasks(paths: list[str | Path], options: IngestStage) -> list[Any]:
     for raw_path in paths:
         # A local path or a URL (s3://, gs://, hf://, https://), named as given.
         path = storage.Location(raw_path).path
-        name = storage.basename(path)
+        name = storage.public_name(path)
         if not storage.exists(path):
-            raise TokenmillError(f"input not found: {path}")
+            raise TokenmillError(f"input not found: {storage.redact(path)}")
         # Named as typed in messages; read by Dask workers, whose working directory on a cluster
         # (--scheduler, DASK_SCHEDULER_ADDRESS) is not this one.
         where = storage.absolute(path)
         if storage.isdir(where):
             files = storage.list_files(where)
             if not files:
-                raise TokenmillError(f"input directory {path} holds no files")
+                raise TokenmillError(f"input directory {storage.redact(path)} holds no files")
             source = options.source or name
             pending_text: list[tuple[str, str]] = []
             pending_html: list[tuple[str, str]] = []
@@ -622,7 +627,8 @@ def plan_tasks(paths: list[str | Path], options: IngestStage) -> list[Any]:
         fmt = options.format or detect_format(Path(name))
         if fmt is None:
             raise TokenmillError(
-                f"cannot tell the format of {path} from its extension; pass --format ({', '.join(FORMATS)})"
+                f"cannot tell the format of {storage.redact(path)} from its extension; pass --format"
+                f" ({', '.join(FORMATS)})"
             )
         source = options.source or name
         prefix = f"{source}:{name}" if shared_source else source

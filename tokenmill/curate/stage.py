@@ -330,7 +330,7 @@ def _stage_manifest(
     return {
         "stage": stage_name,
         "config": config,
-        "inputs": inputs,
+        "inputs": [storage.redact(path) for path in inputs],  # a presigned URL's signature is never stored
         "upstream": {"stage": upstream.get("stage"), "counts": upstream.get("counts")} if upstream else None,
         "versions": versions,
         "timings": {

@@ -261,18 +261,18 @@ class WarcFile:
             # Damaged bytes (a gzip data error): the records before them were kept; nothing after
             # them is guessed at.
             batch.reject(
-                f"{self.source}:{storage.basename(self.path)}:corrupt",
+                f"{self.source}:{storage.public_name(self.path)}:corrupt",
                 "corrupt_file",
-                f"{self.path}: unreadable after record {number}: {error}",
+                f"{storage.redact(self.path)}: unreadable after record {number}: {error}",
                 {},
             )
         else:
             if number == 0 and storage.size(self.path) > 0:
                 # Bytes but not one record: not an archive (a misnamed file), said rather than skipped.
                 batch.reject(
-                    f"{self.source}:{storage.basename(self.path)}",
+                    f"{self.source}:{storage.public_name(self.path)}",
                     "corrupt_file",
-                    f"{self.path}: no {self.kind.upper()} record in its {storage.size(self.path)} bytes",
+                    f"{storage.redact(self.path)}: no {self.kind.upper()} record in its {storage.size(self.path)} bytes",
                     {},
                 )
         finally:
@@ -377,9 +377,9 @@ class WarcFile:
 
     def _truncated(self, record_id: str | None, number: int, detail: str, batch: DocumentBatcher) -> bool:
         batch.reject(
-            record_id or f"{self.source}:{storage.basename(self.path)}:truncated",
+            record_id or f"{self.source}:{storage.public_name(self.path)}:truncated",
             "truncated_archive",
-            f"{self.path}: record {number} is cut off ({detail}); it and anything after it were not read",
+            f"{storage.redact(self.path)}: record {number} is cut off ({detail}); it and anything after it were not read",
             {"warc_record_id": record_id},
         )
         return False

@@ -54,8 +54,9 @@ def write_record(
     indent: int | None = None,
     default: Callable[[Any], Any] = str,
 ) -> None:
-    """Write a record, after the output it speaks for, in one atomic step."""
-    storage.write_text(path, json.dumps(record, indent=indent, default=default) + "\n")
+    """Write a record, after the output it speaks for, in one atomic step (a URL in it without its
+    credentials: records are kept beside the output)."""
+    storage.write_text(path, storage.redact(json.dumps(record, indent=indent, default=default)) + "\n")
 
 
 def read_record(path: str | os.PathLike, *, key: str | None = None, field: str = "key") -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import posixpath
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -56,6 +57,44 @@ def is_url(path: str | os.PathLike | Any) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
+# Query parameters of a presigned or token URL that carry a credential or that each signature
+# changes (its date and expiry), by lower-cased name: S3 (SigV4 and V2), GCS, Azure's `sig`, and
+# bearer tokens. Removed, not masked, so that the same object signed again has the same name.
+_CREDENTIAL_PARAMETERS = frozenset({"signature", "awsaccesskeyid", "expires", "sig", "token", "access_token"})
+_CREDENTIAL_PREFIXES = ("x-amz-", "x-goog-")
+# A URL inside a message: up to a space or a quote, less the punctuation that ends a phrase.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*[^\s'\"<>:,.;)\]]")
+
+
+def redact(text: str | os.PathLike) -> str:
+    """``text`` (a URL, or a message naming URLs) with every URL's credentials removed: the
+    ``user:password@`` of its address and the query parameters of a signature or a token
+    (``X-Amz-Signature``, ``X-Amz-Credential``, ``X-Amz-Security-Token``, ``Signature``,
+    ``AWSAccessKeyId``, ``sig``, ``token``, ...). What is stored (manifests, ids, sources) or
+    printed (log lines, errors, reports) goes through it; what is read keeps the whole URL."""
+    return _URL_IN_TEXT.sub(lambda match: _redact_url(match.group(0)), str(text))
+
+
+def _redact_url(url: str) -> str:
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not a URL after all (an odd bracket in its address)
+        return url
+    netloc = parts.netloc.rpartition("@")[2]
+    kept = [
+        pair
+        for pair in parts.query.split("&")
+        if pair
+        and not (
+            (name := unquote(pair.split("=", 1)[0]).lower()) in _CREDENTIAL_PARAMETERS
+            or name.startswith(_CREDENTIAL_PREFIXES)
+        )
+    ]
+    return urlunsplit((parts.scheme, netloc, parts.path, "&".join(kept), parts.fragment))
+
+
 def local_path(path: str | os.PathLike) -> Path:
     """A local path as a `Path` (``file://`` stripped)."""
     text = str(path)
@@ -74,8 +113,25 @@ def join(base: str | os.PathLike, *parts: str) -> str:
     return str(local_path(base).joinpath(*parts))
 
 
+def join_inside(root: str | os.PathLike, relative: str, what: str = "path") -> str:
+    """``root/relative`` for a relative path that came from data (a crawl's path list, an index's
+    or a listing's keys, a recipe's name), refused in one line naming it (as ``what``) when it is
+    absolute, a URL, or climbs out of ``root`` with ``..``: data never decides where, outside
+    ``root``, a file is written."""
+    parts = relative.replace("\\", "/").split("/")
+    if not relative or relative.startswith(("/", "\\", "~")) or "://" in relative or ".." in parts:
+        raise TokenmillError(f"{what} {relative!r} is not a relative path inside {root}; refusing to use it")
+    return join(root, relative)
+
+
 def basename(path: str | os.PathLike) -> str:
     return posixpath.basename(str(path).rstrip("/")) if is_url(path) else local_path(path).name
+
+
+def public_name(path: str | os.PathLike) -> str:
+    """The file name that documents' ids and sources record: `basename` of the path without the
+    credentials of a presigned URL (see `redact`), so that it is the same however it was signed."""
+    return basename(redact(path))
 
 
 def parent(path: str | os.PathLike) -> str:
@@ -108,6 +164,7 @@ def filesystem(url: str) -> tuple[Any, str]:
 def storage_errors(url: str | os.PathLike, action: str = "access") -> Iterator[None]:
     """Turn the errors of object stores (missing bucket, no credentials, refused access) into
     one-line `TokenmillError`s naming the URL."""
+    url = redact(url)
     try:
         yield
     except TokenmillError:
@@ -129,7 +186,7 @@ def storage_errors(url: str | os.PathLike, action: str = "access") -> Iterator[N
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
+    text = redact(str(error)).strip().splitlines()
     return text[0] if text else type(error).__name__
 
 
@@ -167,14 +224,15 @@ def _version(info: dict[str, Any]) -> str:
 
 
 def fingerprint(path: str | os.PathLike) -> tuple[str, int, str]:
-    """(absolute path or URL, size, version): what resumable work keys its outputs on."""
+    """(absolute path or URL, without credentials, size, version): what resumable work keys its
+    outputs on (the same object under a fresh signature has the same key)."""
     if not is_url(path):
         stat = local_path(path).stat()
         return absolute(path), stat.st_size, str(stat.st_mtime_ns)
     fs, inner = filesystem(str(path))
     with storage_errors(path, "read"):
         info = fs.info(inner)
-    return absolute(path), int(info.get("size") or 0), _version(info)
+    return redact(absolute(path)), int(info.get("size") or 0), _version(info)
 
 
 def fingerprints(path: str | os.PathLike) -> list[tuple[str, int, str]]:
@@ -636,7 +694,7 @@ class Mirror:
 
     def _stamp(self, name: str, info: dict[str, Any]) -> list:
         """The object's version and size beside the local file's size and mtime."""
-        stat = (self.local / name).stat()
+        stat = self.local_file(name).stat()
         return [_version(info), int(info.get("size") or 0), stat.st_size, stat.st_mtime_ns]
 
     def _save_stamps(self) -> None:
@@ -650,13 +708,21 @@ class Mirror:
         """True when the local file holds the object's bytes: it was last downloaded from or
         uploaded as this very version of the object and has not changed since, or (an object
         this copy has no record of) its MD5 is the object's etag."""
-        local = self.local / name
+        local = self.local_file(name)
         if not local.is_file() or local.stat().st_size != int(info.get("size") or 0):
             return False
         return self._read_stamps().get(name) == self._stamp(name, info) or _md5_matches(local, info)
 
     def remote(self, name: str) -> str:
-        return f"{self._inner}/{name}" if name else self._inner
+        if not name:
+            return self._inner
+        join_inside(self.url, name, f"{self.url}: file")  # a listed or indexed key stays under the URL
+        return f"{self._inner}/{name}"
+
+    def local_file(self, name: str) -> Path:
+        """Where the remote file ``name`` (a key from a listing or an index) is kept locally,
+        never outside the local copy."""
+        return Path(join_inside(self.local, name, f"{self.url}: file"))
 
     def files(self, under: str = "") -> list[str]:
         """Names (relative to the URL) of the remote files under ``under``, hidden ones included."""
@@ -695,7 +761,7 @@ class Mirror:
                 return False
             if self._unchanged(name, info):
                 return True
-            target = self.local / name
+            target = self.local_file(name)
             target.parent.mkdir(parents=True, exist_ok=True)
             log.info("downloading %s/%s", self.url, name)
             with atomic_path(target) as tmp:
@@ -712,7 +778,7 @@ class Mirror:
         stamps = self._read_stamps()
         try:
             for name in [*names, *last]:
-                source = self.local / name
+                source = self.local_file(name)
                 with storage_errors(f"{self.url}/{name}", "write"):
                     try:
                         info = self._fs.info(self.remote(name))
@@ -741,7 +807,7 @@ class Mirror:
 
     def remove(self, name: str) -> None:
         """Remove a remote file or prefix (nothing there is not an error)."""
-        remove(f"{self.url}/{name}")
+        remove(join_inside(self.url, name, f"{self.url}: file"))
 
     def read(self, name: str) -> bytes | None:
         """The bytes of a remote file, or None when there is none."""

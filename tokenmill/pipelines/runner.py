@@ -159,7 +159,8 @@ def _lock_workdir(recipe: Recipe, workdir: Path, remote: RemoteWorkdir | None) -
     # The recipe as run, for the report and for whoever opens the directory later (atomic: a
     # full disk leaves the previous one).
     with _disk_full_is_an_error("recipe.json", workdir):
-        atomic_write_text(workdir / "recipe.json", recipe.model_dump_json(indent=2) + "\n")
+        # The recipe as run, its sources' URLs without credentials (a presigned URL's signature).
+        atomic_write_text(workdir / "recipe.json", storage.redact(recipe.model_dump_json(indent=2)) + "\n")
     if remote is not None:
         remote.push_files([workdir / "recipe.json"])
     return lock

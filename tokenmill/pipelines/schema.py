@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from tokenmill.errors import ConfigError, YamlSyntaxError
+from tokenmill.errors import ConfigError, TokenmillError, YamlSyntaxError
 from tokenmill.eval.suites import BUNDLED_SUITES
 from tokenmill.infra import storage
 from tokenmill.infra.slurm import SlurmSpec
@@ -184,6 +184,20 @@ class Recipe(_Strict):
     base_dir: Path = Field(default=Path("."), exclude=True)
     # Problems that do not stop a dry run (input paths of a template that do not exist here).
     _warnings: list[str] = PrivateAttr(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name_stays_in_the_directory(cls, value: str) -> str:
+        """The default work directory is ``NAME-work`` in the current directory: a name never moves
+        it elsewhere (``../x``, ``/tmp/x``)."""
+        try:
+            storage.join_inside(".", f"{value}-work", "the work directory")
+        except TokenmillError:
+            raise ValueError(
+                f"{value!r} would put the default work directory ({value}-work) outside the current directory;"
+                " give the recipe a name without '..' parts or a leading '/', or set workdir:"
+            ) from None
+        return value
 
     @property
     def warnings(self) -> list[str]:

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 
 from tokenmill.errors import DiskFullError, TokenmillError
 from tokenmill.infra import faults
@@ -55,6 +56,7 @@ from tokenmill.train.checkpoint_files import (
     read_meta,
     resolve_checkpoint,
 )
+from tokenmill.train.checkpoint_metadata import MetadataReader
 from tokenmill.train.faults import inject
 from tokenmill.train.model import GPT
 from tokenmill.train.model_config import ModelConfig
@@ -72,9 +74,13 @@ def _barrier() -> None:
 
 
 def rng_state() -> dict[str, Any]:
+    """The RNG states a resumed run restores: Python's and NumPy's as JSON (exactly; never a
+    pickle, which would run code when loaded), torch's as its bytes."""
+    version, internal, gauss_next = random.getstate()
+    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
     state = {
-        "python": base64.b64encode(_pickle(random.getstate())).decode(),
-        "numpy": base64.b64encode(_pickle(np.random.get_state())).decode(),
+        "python": [version, list(internal), gauss_next],
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached_gaussian)],
         "torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -82,24 +88,27 @@ def rng_state() -> dict[str, Any]:
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(_unpickle(base64.b64decode(state["python"])))
-    np.random.set_state(_unpickle(base64.b64decode(state["numpy"])))
+def set_rng_state(state: dict[str, Any], where: Path | str) -> None:
+    """Restore `rng_state`'s states. A checkpoint written before they were JSON holds Python's and
+    NumPy's as pickles, which are not loaded (a crafted one runs code): those two generators keep
+    their seeded state, with a warning naming the checkpoint ``where``."""
+    if isinstance(state["python"], str) or isinstance(state["numpy"], str):
+        log.warning(
+            "%s stores the Python and NumPy random states as pickles, which are never loaded (a pickle can run"
+            " code); both generators continue from their seeded state instead",
+            where,
+        )
+    else:
+        try:
+            version, internal, gauss_next = state["python"]
+            random.setstate((version, tuple(internal), gauss_next))
+            name, keys, pos, has_gauss, cached_gaussian = state["numpy"]
+            np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached_gaussian))
+        except (TypeError, ValueError, OverflowError) as error:  # what the generators say of a bad state
+            raise CheckpointError(f"{where}: its random states are not valid: {error}") from None
     torch.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["torch"])), dtype=torch.uint8))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["cuda"])), dtype=torch.uint8))
-
-
-def _pickle(obj: Any) -> bytes:
-    import pickle
-
-    return pickle.dumps(obj)
-
-
-def _unpickle(data: bytes) -> Any:
-    import pickle
-
-    return pickle.loads(data)  # noqa: S301 - our own RNG state, written by us
 
 
 def _file_table(directory: Path) -> dict[str, dict[str, Any]]:
@@ -249,11 +258,17 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def _dcp_load(state: dict[str, Any], ckpt: Path) -> None:
+    reader = MetadataReader(str(ckpt))
     try:
         with warnings.catch_warnings():  # torch's warning for a load without a process group, as intended
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.load(state, checkpoint_id=str(ckpt))
-    except Exception as error:  # DCP raises many types for bad files; name the checkpoint
+            dcp.load(state, storage_reader=reader)
+    except (Exception, CheckpointException) as error:  # DCP raises many types for bad files; name the checkpoint
+        if reader.refusal is not None:  # the reader's own line, which DCP folds into its messages
+            raise reader.refusal from None
+        failures = getattr(error, "failures", None)
+        if failures:  # a CheckpointException's text is every rank's traceback: name the first error
+            error = next(iter(failures.values()))[0]
         raise CheckpointError(
             f"checkpoint {ckpt} could not be read: {type(error).__name__}: {error}{previous_hint(ckpt)}"
         ) from error

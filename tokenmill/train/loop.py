@@ -276,7 +276,7 @@ def _resume(cfg: TrainConfig, prepared: Prepared, engine: Engine) -> tuple[int, 
     load_checkpoint(ckpt_path, state, verify=False)
     engine.load_state_dict_from_checkpoint(state)
     if "rng" in meta:
-        set_rng_state(meta["rng"])
+        set_rng_state(meta["rng"], ckpt_path / "meta.json")
     if engine.is_logging_rank:
         log.info(f"resuming from step {int(meta['step'])} ({checkpoint_location(cfg, ckpt_path)})")
     return int(meta["step"]), int(meta["consumed_samples"])

@@ -373,7 +373,9 @@ def check_index(config: DedupConfig) -> tuple[list[str], dict[str, Any] | None]:
         )
     if "files" in meta:
         # Only the files index.json names: rows a killed update left beside them are not part of it.
-        return [str(index / name) for name in meta["files"]], meta
+        return [
+            storage.join_inside(index, name, f"{index / 'index.json'} names the file") for name in meta["files"]
+        ], meta
     return parquet_files(index / config.index_rows_dir), meta
 
 
