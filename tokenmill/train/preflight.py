@@ -1,6 +1,7 @@
-"""The checks of a training run that need no process group and no torch, in the order a user
-fixes things: config, data, checkpoint, vocabulary, parallel layout; and what a run directory
-already holds (its latest checkpoint, whether there is anything left to do).
+"""The checks of a training run that need no process group and no torch (but for a CUDA
+device, whose GPUs torch counts), in the order a user fixes things: config, device, data,
+checkpoint, vocabulary, parallel layout; and what a run directory already holds (its latest
+checkpoint, whether there is anything left to do).
 
 The launcher of a multi-rank run calls `prepare` before starting any rank, and so reports every
 such mistake once, in one line, without loading torch; a rank (loop.py) calls it again.
@@ -9,6 +10,7 @@ such mistake once, in one line, without loading torch; a rank (loop.py) calls it
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,36 @@ from tokenmill.train.checkpoint_files import (
     resolve_checkpoint,
 )
 from tokenmill.train.config import TrainConfig, check_batch_layout, check_layout, resolve_vocab_size
+
+
+def check_device(cfg: TrainConfig) -> None:
+    """A CUDA device asked for (``parallel.device``, ``--device``) is there, one GPU for each
+    rank on this machine, before any rank starts: otherwise every rank would fail in its own
+    CUDA or NCCL error. torch is imported only for a CUDA device (the check needs it, and such
+    a run loads it anyway)."""
+    device = cfg.parallel.device
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"parallel.device is {device!r} but torch sees no GPU on this machine "
+            "(torch.cuda.is_available() is false); train on the CPU with --device cpu"
+        )
+    visible = torch.cuda.device_count()
+    # The ranks on this machine: torchrun says so (a Slurm job over nodes); the local launcher
+    # starts them all here.
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.world_size))
+    suffix = device.partition(":")[2]
+    index = int(suffix) if suffix.isdigit() else None
+    if index is not None and index >= visible:
+        raise ConfigError(f"parallel.device is {device!r} but torch sees {visible} GPU(s) on this machine")
+    if index is None and local_ranks > visible:
+        raise ConfigError(
+            f"{local_ranks} ranks on this machine (tp x pp x dp x cp) need a GPU each, but torch sees {visible} "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+        )
 
 
 def check_data(data: str | None) -> list[str]:
@@ -104,9 +136,10 @@ def resume_checkpoint(run_dir: Path, resume: bool | str | Path) -> Path | None:
 
 def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
     """Every check that needs no process group, in the order a user fixes things: config,
-    data, checkpoint, vocabulary, parallel layout. Sets model.vocab_size when the config
+    device, data, checkpoint, vocabulary, parallel layout. Sets model.vocab_size when the config
     takes it from the data. The launcher calls this before starting any worker."""
     cfg.validate()
+    check_device(cfg)
     prefixes = check_data(cfg.dataset.path)
     meta_data = data_metadata(prefixes)
     if cfg.out_is_url and resume is True:
