@@ -91,15 +91,42 @@ def data_metadata(prefixes: list[str]) -> dict[str, Any]:
     return {"vocab_size": vocab or None, "vocab_source": source, "tokenizer": tokenizer, "eod_id": eod}
 
 
-def empty_valid_split(cfg: TrainConfig, prefixes: list[str]) -> str | None:
-    """Why validation cannot run (a shard whose valid split has no documents), or None."""
+def split_tokens(prefix: str, ratios: str, split: str) -> tuple[int, int, int]:
+    """(documents in the shard, documents in one split of it, tokens in that split)."""
     from tokenmill.tokenize.gpt_dataset import split_document_range
     from tokenmill.tokenize.indexed import IndexedDataset
 
-    for prefix in prefixes:
-        documents = len(IndexedDataset(prefix))
-        bounds = split_document_range(documents, cfg.dataset.split, "valid")
+    indexed = IndexedDataset(prefix)
+    try:
+        bounds = split_document_range(len(indexed), ratios, split)
         if bounds is None or bounds[1] <= bounds[0]:
+            return len(indexed), 0, 0
+        tokens = int(indexed.sequence_lengths[bounds[0] : bounds[1]].sum(dtype="int64"))
+        return len(indexed), bounds[1] - bounds[0], tokens
+    finally:
+        indexed.close()
+
+
+def check_data_fills_a_sample(cfg: TrainConfig, prefixes: list[str]) -> None:
+    """Every shard's train split holds one sample at least (``seq_len + 1`` tokens). A shorter
+    one would be repeated over as many epochs as the run's samples need, and building that
+    index would keep the run busy for minutes before its first step."""
+    seq_len = cfg.sequence_length
+    for prefix in prefixes:
+        _, _, tokens = split_tokens(prefix, cfg.dataset.split, "train")
+        if tokens < seq_len + 1:
+            raise ConfigError(
+                f"dataset.seq_len is {seq_len} but the train split of {prefix} holds {tokens} tokens "
+                f"(split {cfg.dataset.split!r}), fewer than one sample of seq_len + 1; lower dataset.seq_len "
+                "(and model.max_seq_len) or train on more data"
+            )
+
+
+def empty_valid_split(cfg: TrainConfig, prefixes: list[str]) -> str | None:
+    """Why validation cannot run (a shard whose valid split has no documents), or None."""
+    for prefix in prefixes:
+        documents, in_split, _ = split_tokens(prefix, cfg.dataset.split, "valid")
+        if not in_split:
             return (
                 f"the valid split of {prefix} has no documents ({documents} documents, split "
                 f"{cfg.dataset.split!r}); give it more documents or a larger valid share in `dataset.split`"
@@ -136,7 +163,7 @@ def resume_checkpoint(run_dir: Path, resume: bool | str | Path) -> Path | None:
 
 def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
     """Every check that needs no process group, in the order a user fixes things: config,
-    device, data, checkpoint, vocabulary, parallel layout. Sets model.vocab_size when the config
+    device, data (and whether it fills a sample), checkpoint, vocabulary, parallel layout. Sets model.vocab_size when the config
     takes it from the data. The launcher calls this before starting any worker."""
     cfg.validate()
     check_device(cfg)
@@ -154,6 +181,7 @@ def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
             cfg.model = replace(cfg.model, vocab_size=saved)
             cfg.vocab_from_data = False
     resolve_vocab_size(cfg, meta_data["vocab_size"], meta_data["vocab_source"] or "the data")
+    check_data_fills_a_sample(cfg, prefixes)
     if cfg.world_size > 1:
         check_layout(cfg.parallel, cfg.model, cfg.sequence_length)
         check_batch_layout(cfg, cfg.parallel)
