@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from tokenmill.entry import said_by_parent
 from tokenmill.errors import ConfigError
 from tokenmill.infra.slurm_options import add_slurm_options, check_slurm_only_options
 
@@ -218,6 +219,10 @@ def run_train(args: argparse.Namespace) -> int:
             return run_launcher(args, cfg, config_path)
         return run_single(args, cfg)
     except KeyboardInterrupt:
+        from tokenmill.train.lifecycle import PIPELINE_PID_ENV, env_pid
+
+        if env_pid(PIPELINE_PID_ENV):  # the trainer of `tokenmill run`: the run says how it resumes
+            raise said_by_parent(KeyboardInterrupt()) from None
         # Ctrl-C: a rerun of the same command without --resume would be refused (the run
         # directory holds checkpoints) or start from step 0, so the hint names --resume.
         raise KeyboardInterrupt(_resume_hint(cfg)) from None
