@@ -36,6 +36,11 @@ def said_by_parent(error: BaseException) -> BaseException:
     return error
 
 
+def interrupted_line(hint: str = "") -> str:
+    """What Ctrl-C ends a command with: how to resume (`train`: with --resume), by default a rerun."""
+    return f"tokenmill: interrupted; {hint or 'rerun to resume'}"
+
+
 def take_debug_flag(argv: list[str]) -> tuple[bool, list[str]]:
     """Whether to show tracebacks (``--debug`` anywhere on the line, or ``TOKENMILL_DEBUG=1``),
     and ``argv`` without the flag. With it, the processes this one starts inherit it through the
@@ -84,6 +89,6 @@ def run_reported(command: Callable[[], int | None], what: str, debug: bool = Fal
             traceback.print_exc()
         # A command may say how to resume (`train`: with --resume); by default a rerun resumes.
         if not getattr(interrupt, SAID_BY_PARENT, False):
-            print(f"tokenmill: interrupted; {str(interrupt) or 'rerun to resume'}", file=sys.stderr)
+            print(interrupted_line(str(interrupt)), file=sys.stderr)
         return INTERRUPTED_EXIT
     return int(result or 0)

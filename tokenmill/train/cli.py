@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from tokenmill.entry import said_by_parent
+from tokenmill.entry import interrupted_line, said_by_parent
 from tokenmill.errors import ConfigError
 from tokenmill.infra.slurm_options import add_slurm_options, check_slurm_only_options
 
@@ -308,8 +308,18 @@ def run_single(args: argparse.Namespace, cfg: TrainConfig) -> int:
     if prepared is None:
         return 0
     from tokenmill.train.loop import train
+    from tokenmill.train.stop import prompt_interrupt
 
-    return _finish(cfg, train(cfg, resume=args.resume, prepared=prepared))
+    with prompt_interrupt(lambda: _interrupted_line(cfg)):
+        return _finish(cfg, train(cfg, resume=args.resume, prepared=prepared))
+
+
+def _interrupted_line(cfg: TrainConfig) -> str | None:
+    """The line Ctrl-C ends `tokenmill train` with (as run_train's handler gives it); None for
+    the trainer of `tokenmill run`, whose run says it."""
+    from tokenmill.train.lifecycle import PIPELINE_PID_ENV, env_pid
+
+    return None if env_pid(PIPELINE_PID_ENV) else interrupted_line(_resume_hint(cfg))
 
 
 def run_launcher(args: argparse.Namespace, cfg: TrainConfig, config_path: str | Path) -> int:
