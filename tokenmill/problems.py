@@ -56,6 +56,7 @@ class Problems:
         self.lines = lines
         self.items: list[str] = []
         self.warnings: list[str] = []
+        self._line_of: dict[str, int] = {}
 
     def warn(self, loc: tuple[Any, ...], message: str) -> None:
         self.add(loc, message)
@@ -69,6 +70,12 @@ class Problems:
                 break
         where = format_loc(loc) + (f" (line {line})" if line else "")
         self.items.append(f"{where}: {message}")
+        if line:
+            self._line_of[self.items[-1]] = line
+
+    def in_file_order(self) -> list[str]:
+        """The problems by line, as a user reads the file (those without a line last)."""
+        return sorted(self.items, key=lambda item: self._line_of.get(item, 1 << 62))
 
 
 def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:

@@ -107,7 +107,8 @@ def test_wrong_type_and_bad_value(tmp_path, corpus):
 
 
 def test_problems_of_every_section_are_reported_together_in_one_style(tmp_path, corpus):
-    # A schema problem (tokenize) no longer hides the checks of the sections that passed (curate, blend).
+    # A schema problem (tokenize) no longer hides the checks of the sections that passed (curate,
+    # blend); all are listed in the file's order.
     text = (
         GOOD.replace("vocab_size: 300", "vocab_sise: 300")
         .replace("min_score: 0.5", "min_scor: 0.5")
@@ -115,9 +116,9 @@ def test_problems_of_every_section_are_reported_together_in_one_style(tmp_path, 
     )
     assert problems_of(tmp_path, text).splitlines() == [
         f"{tmp_path / 'recipe.yaml'}: 3 problems in the recipe:",
-        "  - tokenize.vocab_sise (line 11): unknown key `vocab_sise` (did you mean `vocab_size`?)",
         "  - curate[1].options.min_scor (line 10): unknown option `min_scor` for stage langid "
         "(did you mean `min_score`?); options: languages, min_score, model",
+        "  - tokenize.vocab_sise (line 11): unknown key `vocab_sise` (did you mean `vocab_size`?)",
         "  - blend[1].source (line 14): no source named `bb` (did you mean `b`?)",
     ]
 

@@ -81,10 +81,10 @@ def parse_recipe(
         rest = _valid_sections(data, reported, base_dir)
         if rest is not None:
             check_recipe(rest, problems, check_paths=check_paths, reported=reported)
-        raise RecipeError(origin, problems.items) from None
+        raise RecipeError(origin, problems.in_file_order()) from None
     check_recipe(recipe, problems, check_paths=check_paths)
     if problems.items:
-        raise RecipeError(origin, problems.items)
+        raise RecipeError(origin, problems.in_file_order())
     recipe._warnings.extend(problems.warnings)
     return recipe
 
