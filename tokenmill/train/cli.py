@@ -219,9 +219,7 @@ def run_train(args: argparse.Namespace) -> int:
             return run_launcher(args, cfg, config_path)
         return run_single(args, cfg)
     except KeyboardInterrupt:
-        from tokenmill.train.lifecycle import PIPELINE_PID_ENV, env_pid
-
-        if env_pid(PIPELINE_PID_ENV):  # the trainer of `tokenmill run`: the run says how it resumes
+        if _trains_for_a_run():  # the run says how it resumes
             raise said_by_parent(KeyboardInterrupt()) from None
         # Ctrl-C: a rerun of the same command without --resume would be refused (the run
         # directory holds checkpoints) or start from step 0, so the hint names --resume.
@@ -314,12 +312,17 @@ def run_single(args: argparse.Namespace, cfg: TrainConfig) -> int:
         return _finish(cfg, train(cfg, resume=args.resume, prepared=prepared))
 
 
+def _trains_for_a_run() -> bool:
+    """Whether this process is the trainer of a `tokenmill run`."""
+    from tokenmill.train.lifecycle import PIPELINE_PID_ENV, env_pid
+
+    return bool(env_pid(PIPELINE_PID_ENV))
+
+
 def _interrupted_line(cfg: TrainConfig) -> str | None:
     """The line Ctrl-C ends `tokenmill train` with (as run_train's handler gives it); None for
     the trainer of `tokenmill run`, whose run says it."""
-    from tokenmill.train.lifecycle import PIPELINE_PID_ENV, env_pid
-
-    return None if env_pid(PIPELINE_PID_ENV) else interrupted_line(_resume_hint(cfg))
+    return None if _trains_for_a_run() else interrupted_line(_resume_hint(cfg))
 
 
 def run_launcher(args: argparse.Namespace, cfg: TrainConfig, config_path: str | Path) -> int:

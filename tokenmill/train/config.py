@@ -50,7 +50,6 @@ PP_SCHEDULES = ("1f1b", "gpipe", "interleaved")
 # Errors raised by the validators below carry their full message; pydantic's own are
 # formatted by `tokenmill.problems.pydantic_problems`.
 _OWN = "tokenmill"
-# How a config error suggests the closest valid name.
 
 
 def _fail(message: str) -> PydanticCustomError:

@@ -109,8 +109,8 @@ def split_tokens(prefix: str, ratios: str, split: str) -> tuple[int, int, int]:
 
 def check_data_fills_a_sample(cfg: TrainConfig, prefixes: list[str]) -> None:
     """Every shard's train split holds one sample at least (``seq_len + 1`` tokens). A shorter
-    one would be repeated over as many epochs as the run's samples need, and building that
-    index would keep the run busy for minutes before its first step."""
+    split would fill each sample with its own tokens over and over, and such a run started
+    without a word on a first step of minutes (seq_len 1000000 over 289,441 tokens)."""
     seq_len = cfg.sequence_length
     for prefix in prefixes:
         _, _, tokens = split_tokens(prefix, cfg.dataset.split, "train")
@@ -163,8 +163,9 @@ def resume_checkpoint(run_dir: Path, resume: bool | str | Path) -> Path | None:
 
 def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
     """Every check that needs no process group, in the order a user fixes things: config,
-    device, data (and whether it fills a sample), checkpoint, vocabulary, parallel layout. Sets model.vocab_size when the config
-    takes it from the data. The launcher calls this before starting any worker."""
+    device, data (and whether it fills a sample), checkpoint, vocabulary, parallel layout.
+    Sets model.vocab_size when the config takes it from the data. The launcher calls this
+    before starting any worker."""
     cfg.validate()
     check_device(cfg)
     prefixes = check_data(cfg.dataset.path)
