@@ -25,6 +25,23 @@ DEBUG_ENV = "TOKENMILL_DEBUG"
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
 
 
+SAID_BY_PARENT = "said_by_parent"
+
+
+def said_by_parent(error: BaseException) -> BaseException:
+    """``error`` marked as one the process that started this one says, in its own one line:
+    Ctrl-C in the trainer of `tokenmill run` (the run says how to resume), a rank's collective
+    that failed because another rank died (the launcher names that rank). This process ends
+    with the error's status and says nothing, so that the user reads one line, not one a process."""
+    setattr(error, SAID_BY_PARENT, True)
+    return error
+
+
+def interrupted_line(hint: str = "") -> str:
+    """What Ctrl-C ends a command with: how to resume (`train`: with --resume), by default a rerun."""
+    return f"tokenmill: interrupted; {hint or 'rerun to resume'}"
+
+
 def take_debug_flag(argv: list[str]) -> tuple[bool, list[str]]:
     """Whether to show tracebacks (``--debug`` anywhere on the line, or ``TOKENMILL_DEBUG=1``),
     and ``argv`` without the flag. With it, the processes this one starts inherit it through the
@@ -46,6 +63,9 @@ def run_reported(command: Callable[[], int | None], what: str, debug: bool = Fal
     - Ctrl-C: ``tokenmill: interrupted; ...`` (the interruption's own hint, or "rerun to
       resume") and 130.
 
+    An error marked `said_by_parent` ends the process with its status and no line (unless
+    ``debug``).
+
     Anything else is a bug and keeps its traceback. ``debug`` prints the traceback behind the
     line as well."""
     try:
@@ -53,7 +73,8 @@ def run_reported(command: Callable[[], int | None], what: str, debug: bool = Fal
     except TokenmillError as error:
         if debug:
             traceback.print_exc()
-        print(f"tokenmill: error: {redact(str(error))}", file=sys.stderr)
+        if debug or not getattr(error, SAID_BY_PARENT, False):
+            print(f"tokenmill: error: {redact(str(error))}", file=sys.stderr)
         return error.exit_status
     except Exception as error:
         # A full disk anywhere (a command's own writes, a library's, wrapped or not) is one
@@ -68,6 +89,7 @@ def run_reported(command: Callable[[], int | None], what: str, debug: bool = Fal
         if debug:
             traceback.print_exc()
         # A command may say how to resume (`train`: with --resume); by default a rerun resumes.
-        print(f"tokenmill: interrupted; {str(interrupt) or 'rerun to resume'}", file=sys.stderr)
+        if not getattr(interrupt, SAID_BY_PARENT, False):
+            print(interrupted_line(str(interrupt)), file=sys.stderr)
         return INTERRUPTED_EXIT
     return int(result or 0)

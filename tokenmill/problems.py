@@ -56,6 +56,7 @@ class Problems:
         self.lines = lines
         self.items: list[str] = []
         self.warnings: list[str] = []
+        self._line_of: dict[str, int] = {}
 
     def warn(self, loc: tuple[Any, ...], message: str) -> None:
         self.add(loc, message)
@@ -69,6 +70,12 @@ class Problems:
                 break
         where = format_loc(loc) + (f" (line {line})" if line else "")
         self.items.append(f"{where}: {message}")
+        if line:
+            self._line_of[self.items[-1]] = line
+
+    def in_file_order(self) -> list[str]:
+        """The problems by line, as a user reads the file (those without a line last)."""
+        return sorted(self.items, key=lambda item: self._line_of.get(item, 1 << 62))
 
 
 def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
@@ -102,6 +109,53 @@ def _inner_model(annotation: Any) -> Any:
     return None
 
 
+# pydantic's error types, said as tokenmill's own checks say them (train/config.py): what was
+# expected, then what was given.
+_EXPECTED = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "list_type": "a list",
+    "dict_type": "a mapping of key: value",
+    "model_type": "a mapping of key: value",
+    "model_attributes_type": "a mapping of key: value",
+}
+_BOUNDS = {
+    "greater_than_equal": "at least",
+    "greater_than": "above",
+    "less_than_equal": "at most",
+    "less_than": "below",
+}
+
+
+def pydantic_message(item: Any) -> str:
+    """One pydantic error (an item of `ValidationError.errors()`) in tokenmill's words:
+    "expected an integer, got 'x'", "must be at least 1, got 0"."""
+    kind, given, ctx = item["type"], item.get("input"), item.get("ctx") or {}
+    if kind in _EXPECTED:
+        return f"expected {_EXPECTED[kind]}, got {given!r}"
+    if kind in _BOUNDS:
+        bound = next(iter(ctx.values()), "?")
+        return f"must be {_BOUNDS[kind]} {bound}, got {given!r}"
+    if kind == "too_short":
+        return f"needs at least {ctx.get('min_length')} item(s), got {ctx.get('actual_length')}"
+    if kind == "string_pattern_mismatch":
+        return f"must match {ctx.get('pattern')}, got {given!r}"
+    if kind == "literal_error":
+        choices = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        hint = suggest(given, choices) if isinstance(given, str) else ""
+        return f"must be one of {', '.join(choices)}, got {given!r}{hint}"
+    if kind == "value_error":  # a validator's own words
+        return str(ctx.get("error") or item["msg"].removeprefix("Value error, "))
+    message = str(item["msg"])
+    return f"{message[:1].lower()}{message[1:]}, got {given!r}"
+
+
 def pydantic_problems(
     error: ValidationError, problems: Problems, model: type[BaseModel], prefix: tuple[Any, ...] = ()
 ) -> None:
@@ -120,8 +174,5 @@ def pydantic_problems(
             problems.add(loc, f"unknown key `{loc[-1]}`{suggest(loc[-1], valid)}")
         elif item["type"] == "missing":
             problems.add(loc, "required key is missing")
-        elif item["type"] == "literal_error" and isinstance(item.get("input"), str):
-            choices = re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", "")))
-            problems.add(loc, f"{item['msg']} (got {item['input']!r}){suggest(item['input'], choices)}")
         else:
-            problems.add(loc, f"{item['msg']} (got {item.get('input')!r})")
+            problems.add(loc, pydantic_message(item))

@@ -171,7 +171,7 @@ def test_a_row_missing_a_field_names_file_line_and_field(name: str, field: str, 
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     with pytest.raises(TokenmillError) as info:
         load_task_data(task, tmp_path)
-    assert str(info.value) == f"task {name}: {path}:2: no field {field!r} in {sorted(rows[1])}"
+    assert str(info.value) == f"task {name}: {path}:2: no field {field!r} (the row has {', '.join(sorted(rows[1]))})"
 
 
 def test_bad_rows_are_one_line_from_the_command_before_the_model_loads(exports: Path, tmp_path: Path, capsys) -> None:

@@ -306,3 +306,36 @@ def test_race_bad_answer_letter_names_the_member(tmp_path: Path) -> None:
         archive.addfile(info, io.BytesIO(data))
     with pytest.raises(TokenmillError, match=r"task race: .*RACE.tar.gz:RACE/test/high/5.txt: label 'E' is not 'A'"):
         load_task_data(get_task("race"), tmp_path)
+
+
+# (task, its file in the data directory and the fixture that has it, a field its prompts read)
+ROW_FIELDS = [
+    ("piqa", "piqa_valid.jsonl", "eval_dir", "sol1"),
+    ("winogrande", "winogrande_dev.jsonl", "eval_dir", "option1"),
+    ("boolq", "boolq_dev.jsonl", "eval_dir", "passage"),
+    ("lambada_openai", "lambada_openai_test.jsonl", "eval_dir", "text"),
+    ("hellaswag", "hellaswag_val.jsonl", "original_files", "ctx_b"),
+    ("anli_r2", "anli_v1.0/R2/test.jsonl", "original_files", "hypothesis"),
+    ("wic", "WiC/val.jsonl", "original_files", "sentence2"),
+]
+
+
+@pytest.mark.parametrize(("name", "file", "source", "field"), ROW_FIELDS, ids=[row[0] for row in ROW_FIELDS])
+def test_a_row_without_a_field_names_the_file_line_and_field(
+    request: pytest.FixtureRequest, tmp_path: Path, capsys, name: str, file: str, source: str, field: str
+) -> None:
+    from tokenmill.cli import main
+
+    source_dir: Path = request.getfixturevalue(source)
+    data = tmp_path / "data"
+    rows = [json.loads(line) for line in (source_dir / file).read_text().splitlines()[:2]]
+    rows[-1].pop(field)
+    path = write_jsonl(data / file, rows)
+    labels = source_dir / "piqa_valid-labels.lst"
+    if name == "piqa":
+        (data / labels.name).write_text("".join(labels.read_text().splitlines(keepends=True)[:2]))
+    # The data is read before the model is looked for: the error comes first.
+    assert main(["eval", "--model", str(tmp_path / "no-model"), "--tasks", name, "--data-dir", str(data)]) == 1
+    err = capsys.readouterr().err
+    line = f"tokenmill: error: task {name}: {path}:{len(rows)}: no field '{field}' (the row has "
+    assert err.startswith(line) and err.count("\n") == 1, err

@@ -99,9 +99,28 @@ def test_unknown_top_level_and_nested_keys(tmp_path, corpus):
 
 def test_wrong_type_and_bad_value(tmp_path, corpus):
     message = problems_of(tmp_path, GOOD.replace("vocab_size: 300", "vocab_size: lots"))
-    assert "tokenize.vocab_size (line 11)" in message and "valid integer" in message and "'lots'" in message
+    assert "tokenize.vocab_size (line 11): expected an integer, got 'lots'" in message
     message = problems_of(tmp_path, GOOD.replace("min_score: 0.5", "min_score: high"))
-    assert "curate[1].options.min_score (line 10)" in message and "'high'" in message
+    assert "curate[1].options.min_score (line 10): expected a number, got 'high'" in message
+    message = problems_of(tmp_path, GOOD.replace("vocab_size: 300", "vocab_size: 100"))
+    assert "tokenize.vocab_size (line 11): must be at least 260, got 100" in message
+
+
+def test_problems_of_every_section_are_reported_together_in_one_style(tmp_path, corpus):
+    # A schema problem (tokenize) no longer hides the checks of the sections that passed (curate,
+    # blend); all are listed in the file's order.
+    text = (
+        GOOD.replace("vocab_size: 300", "vocab_sise: 300")
+        .replace("min_score: 0.5", "min_scor: 0.5")
+        .replace("{source: b, epochs: 1.5}", "{source: bb, epochs: 1.5}")
+    )
+    assert problems_of(tmp_path, text).splitlines() == [
+        f"{tmp_path / 'recipe.yaml'}: 3 problems in the recipe:",
+        "  - curate[1].options.min_scor (line 10): unknown option `min_scor` for stage langid "
+        "(did you mean `min_score`?); options: languages, min_score, model",
+        "  - tokenize.vocab_sise (line 11): unknown key `vocab_sise` (did you mean `vocab_size`?)",
+        "  - blend[1].source (line 14): no source named `bb` (did you mean `b`?)",
+    ]
 
 
 def test_unknown_stage_and_source_names(tmp_path, corpus):

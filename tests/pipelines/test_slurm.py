@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -295,6 +296,35 @@ def test_a_training_step_stopped_at_a_checkpoint_ends_the_run_with_status_99_and
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resuming from the latest checkpoint" in done.stderr
     assert losses(work / "train" / "run") == pytest.approx(losses(local / "train" / "run"), rel=1e-6)
+
+
+def test_ctrl_c_in_the_training_step_is_one_line_for_the_run(local_run, tmp_path):
+    """Ctrl-C reaches `tokenmill run` and its trainer together (one process group): the trainer
+    used to say "rerun with --resume" (a flag `run` does not have) before the run's own line."""
+    psutil = pytest.importorskip("psutil")
+    recipe, local = local_run
+    work = tmp_path / "work"
+    shutil.copytree(local, work, ignore=shutil.ignore_patterns("train", "eval", "train.json", "eval*.json"))
+    argv = [sys.executable, "-m", "tokenmill.cli", "run", str(recipe), "--workdir", str(work), "--no-progress"]
+    # The trainer stops itself (SIGSTOP) after step 3: the Ctrl-C lands inside the training step.
+    run = subprocess.Popen(
+        argv, env={**_env(), "TOKENMILL_FAULT": "SIGSTOP@step=3"}, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    trainer = None
+    while trainer is None and run.poll() is None and time.monotonic() < deadline:
+        stopped = [p for p in psutil.Process(run.pid).children() if p.status() == psutil.STATUS_STOPPED]
+        trainer = stopped[0] if stopped else None
+        time.sleep(0.2)
+    assert trainer is not None, run.communicate()[1][-3000:]
+    os.killpg(run.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    trainer.resume()  # the trainer, stopped, takes its SIGINT now
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 130, stderr[-3000:]
+    said = [line for line in stderr.splitlines() if line.startswith("tokenmill:")]
+    assert said == ["tokenmill: interrupted; rerun to resume"], stderr[-3000:]
+    assert "Traceback" not in stderr
 
 
 # --------------------------------------------------------------------------------------------

@@ -110,6 +110,28 @@ def test_a_shard_with_swapped_lengths_is_refused_before_training(
     assert not (run / "checkpoints").exists()
 
 
+def test_a_sample_longer_than_the_data_is_refused_before_training(
+    shakespeare_shard: Path, tmp_path: Path, capsys
+) -> None:
+    """A seq_len beyond the train split's tokens used to start without a word and spend its
+    first step (minutes, deaf to Ctrl-C inside one huge forward) on the corpus repeated."""
+    from tokenmill.tokenize.indexed import IndexedDataset
+
+    config = tmp_path / "long.yaml"
+    config.write_text("model: {preset: tiny, max_seq_len: 1000000}\ndataset: {seq_len: 1000000}\n")
+    run = tmp_path / "run"
+    assert main("train", str(config), "--data", str(shakespeare_shard), "--out", str(run), "--device", "cpu") == 1
+    shard = IndexedDataset(shakespeare_shard)
+    train_documents = len(shard) * 969 // 1000  # the default split, 969,30,1
+    tokens = int(shard.sequence_lengths[:train_documents].sum())
+    assert capsys.readouterr().err == (
+        f"tokenmill: error: dataset.seq_len is 1000000 but the train split of {shakespeare_shard} holds {tokens} "
+        "tokens (split '969,30,1'), fewer than one sample of seq_len + 1; lower dataset.seq_len (and "
+        "model.max_seq_len) or train on more data\n"
+    )
+    assert not run.exists()
+
+
 @pytest.mark.slow
 def test_train_tiny_recipe_subprocess_under_a_minute(shakespeare_shard: Path, tmp_path: Path) -> None:
     """`tokenmill train tiny --data P --out R` as users type it, from a directory of their own;

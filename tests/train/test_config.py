@@ -38,10 +38,13 @@ def test_recipe_loads_with_overrides() -> None:
     "text, message",
     [
         ("schedule: {global_bach_size: 8}\n", "schedule.global_bach_size: unknown key"),
-        ("parallell: {tp: 2}\n", "unknown key 'parallell'; did you mean 'parallel'"),
-        ("model: {preset: tiny, n_layer: 3}\n", "unknown model key 'n_layer'; did you mean 'n_layers'"),
-        ("model: tinny\n", "unknown preset 'tinny'; did you mean 'tiny'"),
-        ("parallel: {precision: bf61}\n", "parallel.precision: 'bf61' is not one of fp32, bf16; did you mean 'bf16'"),
+        ("parallell: {tp: 2}\n", "parallell: unknown key `parallell` (did you mean `parallel`?)"),
+        ("model: {preset: tiny, n_layer: 3}\n", "unknown model key `n_layer` (did you mean `n_layers`?)"),
+        ("model: tinny\n", "unknown preset `tinny` (did you mean `tiny`?); presets: "),
+        (
+            "parallel: {precision: bf61}\n",
+            "parallel.precision: must be one of fp32, bf16, got 'bf61' (did you mean `bf16`?)",
+        ),
         ("schedule: {steps: many}\n", "schedule.steps: expected an integer, got 'many'"),
         ("optimizer: {lr: fast}\n", "optimizer.lr: expected a number"),
         ("schedule: {global_batch_size: 10, micro_batch_size: 4}\n", "schedule.global_batch_size: 10 is not divisible"),

@@ -82,25 +82,60 @@ def test_a_tokenmill_folder_in_the_cwd_does_not_shadow_the_package(shakespeare_s
 ODD_BATCH = "model: tiny\ndataset: {seq_len: 64}\nschedule: {steps: 4, global_batch_size: 18, micro_batch_size: 9}\n"
 
 
+NO_GPU = (
+    "parallel.device is 'cuda' but torch sees no GPU on this machine (torch.cuda.is_available() is false); "
+    "train on the CPU with --device cpu"
+)
+
+
 @pytest.mark.parametrize(
-    "config, flags, message",
+    "config, flags, message, gpus",
     [
-        ("tiny", ["--tp", "3"], "tp: 3 does not divide model.n_heads = 4"),
-        ("tiny", ["--pp", "5"], "pp: 5 pipeline stages (pp=5 x virtual_stages=1) but the model has only 2 layers"),
-        ("tiny", ["--zero", "4", "--dp", "2"], "zero: must be 0, 1, 2 or 3, got 4"),
+        ("tiny", ["--tp", "3"], "tp: 3 does not divide model.n_heads = 4", None),
+        (
+            "tiny",
+            ["--pp", "5"],
+            "pp: 5 pipeline stages (pp=5 x virtual_stages=1) but the model has only 2 layers",
+            None,
+        ),
+        ("tiny", ["--zero", "4", "--dp", "2"], "zero: must be 0, 1, 2 or 3, got 4", None),
         (
             ODD_BATCH,
             ["--pp", "2", "--dp", "2"],
             "micro_batch_size: local batch 9 gives 1 micro-batch(es) for 2 pipeline stages",
+            None,
         ),
+        # The device is checked before any rank starts (on a machine without a GPU every rank
+        # failed in NCCL's errors after seconds; one process, in a traceback).
+        ("tiny", ["--device", "cuda"], NO_GPU, 0),
+        ("tiny", ["--device", "cuda", "--cp", "2"], NO_GPU, 0),
+        (
+            "tiny",
+            ["--device", "cuda", "--dp", "2"],
+            "2 ranks on this machine (tp x pp x dp x cp) need a GPU each, but torch sees 1",
+            1,
+        ),
+        ("tiny", ["--device", "cuda:3"], "parallel.device is 'cuda:3' but torch sees 2 GPU(s) on this machine", 2),
     ],
-    ids=["tp3", "pp5", "zero4", "pp-batch"],
+    ids=["tp3", "pp5", "zero4", "pp-batch", "cuda-no-gpu", "cuda-cp2-no-gpu", "cuda-dp2-one-gpu", "cuda-index"],
 )
 def test_a_bad_layout_is_one_line_before_any_worker(
-    shakespeare_shard: Path, tmp_path: Path, config: str, flags: list[str], message: str, monkeypatch, capsys
+    shakespeare_shard: Path,
+    tmp_path: Path,
+    config: str,
+    flags: list[str],
+    message: str,
+    gpus: int | None,
+    monkeypatch,
+    capsys,
 ) -> None:
     from tokenmill.cli import main
 
+    if gpus is not None:  # the machine's GPUs as torch sees them
+        import torch
+
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     if config != "tiny":
         (tmp_path / "odd.yaml").write_text(config)
         config = "odd.yaml"

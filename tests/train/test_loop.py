@@ -210,8 +210,9 @@ def test_two_documents_train_without_validation(tmp_path: Path, shared_data: Pat
 
     from shard_files import text_documents, write_shard
 
-    docs = text_documents(shared_data / "corpus" / "tinyshakespeare.txt")[:2]
-    write_shard(tmp_path / "two", docs)
+    docs = text_documents(shared_data / "corpus" / "tinyshakespeare.txt")
+    # The first (training) document fills a 128-token sample: a shorter one is refused.
+    write_shard(tmp_path / "two", [b"\n\n".join(docs[:4]), docs[4]])
     done = subprocess.run(
         [
             str(Path(sys.executable).with_name("tokenmill")),

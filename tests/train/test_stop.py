@@ -134,3 +134,39 @@ def test_a_request_seen_by_one_rank_stops_every_rank(tmp_path, shakespeare_shard
     done = subprocess.run(argv, env=env(TOKENMILL_FAULT="SIGUSR1@step=3,rank=1"), capture_output=True, text=True)
     assert assert_stopped_at_a_checkpoint(done, out, "another rank's request") == 4
     assert_resumes_to_the_undisturbed_losses(argv, out, 4, undisturbed["dp2"])
+
+
+# One long native call, as the forward of a huge batch is: the interpreter looks at no signal
+# inside it (about 10 s on one loaded core).
+LONG_CALL = """
+import sys
+import torch
+from tokenmill.entry import interrupted_line, run_reported
+from tokenmill.train.stop import prompt_interrupt
+
+big = torch.ones(7000, 7000)
+
+def command():
+    with prompt_interrupt(lambda: interrupted_line("rerun with --resume to continue"), grace_s=1.0):
+        print("started", flush=True)
+        big @ big
+    return 0
+
+sys.exit(run_reported(command, "tokenmill train"))
+"""
+
+
+def test_ctrl_c_ends_a_long_native_call_within_the_grace_period() -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LONG_CALL], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "started\n"
+    time.sleep(0.5)  # inside the call
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    waited = time.monotonic() - sent
+    assert proc.returncode == 130
+    assert stderr == "tokenmill: interrupted; rerun with --resume to continue\n"
+    assert waited < 1.0 + 4, f"{waited:.1f} s after Ctrl-C"

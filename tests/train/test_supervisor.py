@@ -17,7 +17,8 @@ import pytest
 
 from tokenmill.logs import configure_logging
 from tokenmill.train.lifecycle import SUPERVISOR_PID_ENV
-from tokenmill.train.supervisor import FAILURES, RankKilled, supervise
+from tokenmill.train.supervisor import FAILURES, PeersLost, RankKilled, supervise
+from tokenmill.train.watchdog import PEER_FAILED_EXIT
 
 # A rank: records its environment, waits for the other ranks to start, then does what the plan says for its attempt and rank
 # ("exit:N", "signal:NAME", "later:SECONDS,N", "interrupt", "ignore-term"; default "exit:0";
@@ -124,26 +125,32 @@ def test_a_failed_rank_restarts_every_rank_with_a_fresh_store_until_the_job_ends
 
 
 @pytest.mark.parametrize(
-    ("plan", "status", "cause"),
+    ("plan", "status", "causes"),
     [
         # rank 0 sees its peer go (EX_TEMPFAIL): an effect, not the cause (1 s after the peer, also
         # on a busy machine)
-        ({"0": {"0": "later:1,75", "1": "signal:SIGKILL"}}, 137, (1, "SIGKILL")),
-        ({"0": {"1": "exit:1"}}, 1, (1, None)),  # the rank said its own line: its status
+        ({"0": {"0": "later:1,75", "1": "signal:SIGKILL"}}, 137, [(1, "SIGKILL")]),
+        ({"0": {"1": "exit:1"}}, 1, [(1, None)]),  # the rank said its own line: its status
+        # every rank lost its peers, none failed on its own: each left its line to the supervisor
+        ({"0": {"0": "exit:75", "1": "exit:75"}}, 75, [(0, None), (1, None)]),
     ],
-    ids=["killed", "error"],
+    ids=["killed", "error", "peers-lost"],
 )
 def test_without_restarts_the_job_ends_with_its_root_cause(
-    tmp_path: Path, plan: dict, status: int, cause: tuple
+    tmp_path: Path, plan: dict, status: int, causes: list[tuple]
 ) -> None:
-    if cause[1]:
+    if causes[0][1]:
         with pytest.raises(RankKilled, match=r"^training rank 1 was killed by SIGKILL$") as raised:
             run(tmp_path, plan)
         assert raised.value.exit_status == status
+    elif status == PEER_FAILED_EXIT:
+        with pytest.raises(PeersLost, match=r"^training rank 0: a collective failed because another rank") as lost:
+            run(tmp_path, plan)
+        assert lost.value.exit_status == status
     else:
         assert run(tmp_path, plan) == status
-    causes = [(f["rank"], f["signal"], f["action"]) for f in failures(tmp_path) if f["cause"]]
-    assert causes == [(*cause, "stop")]
+    recorded = [(f["rank"], f["signal"], f["action"]) for f in failures(tmp_path) if f["cause"]]
+    assert recorded == [(*cause, "stop") for cause in causes]
     assert sorted(seen(tmp_path)) == [(0, 0), (0, 1)]  # not restarted
     assert gone([env["pid"] for env in seen(tmp_path).values()])
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tokenmill.cli import main as tokenmill_main
+from tokenmill.entry import said_by_parent
 from tokenmill.errors import TEMPFAIL_EXIT, TokenmillError
 from tokenmill.train import worker
 from tokenmill.train.cli import register, worker_argv
@@ -69,11 +70,14 @@ def _full_disk() -> RuntimeError:
         (_PeerFailed("rank 1 went away"), TEMPFAIL_EXIT, "tokenmill: error: rank 1 went away"),
         (_full_disk(), 1, "tokenmill: error: tokenmill train: no space left on the device for /r/ck; free space and rerun"),
         (KeyboardInterrupt("rerun with --resume to continue"), 130, "tokenmill: interrupted; rerun with --resume to continue"),
+        # What the launcher (or `tokenmill run`) says in its own line: the status alone.
+        (said_by_parent(_PeerFailed("rank 0: collective all_reduce failed")), TEMPFAIL_EXIT, None),
+        (said_by_parent(KeyboardInterrupt()), 130, None),
     ],
-    ids=["stopped", "peer-failed", "disk-full", "ctrl-c"],
+    ids=["stopped", "peer-failed", "disk-full", "ctrl-c", "peer-failed-said-by-launcher", "ctrl-c-said-by-run"],
 )  # fmt: skip
 def test_what_ends_a_rank_is_one_line_and_its_exit_status(
-    raised: BaseException, status: int, line: str, monkeypatch, capsys
+    raised: BaseException, status: int, line: str | None, monkeypatch, capsys
 ) -> None:
     def train(args: argparse.Namespace) -> int:
         assert args.config == "c.yaml" and args.steps == 3
@@ -81,7 +85,7 @@ def test_what_ends_a_rank_is_one_line_and_its_exit_status(
 
     monkeypatch.setattr(worker, "run_train", train)
     assert worker.main(["c.yaml", "--steps", "3"]) == status
-    assert capsys.readouterr().err.splitlines() == [line]
+    assert capsys.readouterr().err.splitlines() == ([line] if line else [])
 
 
 def test_a_bug_keeps_its_traceback(monkeypatch) -> None:

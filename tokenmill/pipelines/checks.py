@@ -3,6 +3,7 @@ sources, stages that must exist, options that must fit the stage, paths that mus
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import ValidationError
@@ -11,7 +12,7 @@ from tokenmill.curate.registry import options_model, recipe_stages, renamed
 from tokenmill.errors import ConfigError, YamlSyntaxError, suggest
 from tokenmill.infra import storage
 from tokenmill.pipelines.schema import Recipe
-from tokenmill.problems import Problems
+from tokenmill.problems import Problems, pydantic_message
 
 
 def _check_path(recipe: Recipe, problems: Problems, loc: tuple[Any, ...], value: str, *, check: bool | str) -> None:
@@ -19,20 +20,24 @@ def _check_path(recipe: Recipe, problems: Problems, loc: tuple[Any, ...], value:
         (problems.warn if check == "warn" else problems.add)(loc, f"path not found: {recipe.resolve(value)}")
 
 
-def check_recipe(recipe: Recipe, problems: Problems, *, check_paths: bool | str = True) -> None:
+def check_recipe(
+    recipe: Recipe, problems: Problems, *, check_paths: bool | str = True, reported: Collection[str] = ()
+) -> None:
     """Every check across sections, in the recipe's order of sections, into `problems`.
-    `check_paths`: paths must exist (True), only warn (``"warn"``), or are not looked at."""
+    `check_paths`: paths must exist (True), only warn (``"warn"``), or are not looked at.
+    `reported`: sections left out of ``recipe`` because their own problems are listed already;
+    they are there in the file, so nothing is said about them here."""
     _check_sources(recipe, problems, check_paths)
     _check_classifiers(recipe, problems)
-    _check_curate(recipe, problems, check_paths)
+    _check_curate(recipe, problems, check_paths, reported)
     if recipe.tokenize is not None and recipe.tokenize.file:
         _check_path(recipe, problems, ("tokenize", "file"), recipe.tokenize.file, check=check_paths)
     if recipe.blend is not None:
-        _check_blend(recipe, problems)
+        _check_blend(recipe, problems, reported)
     if recipe.train is not None:
-        _check_train(recipe, problems, check_paths)
+        _check_train(recipe, problems, check_paths, reported)
     if recipe.eval is not None:
-        _check_eval(recipe, problems, check_paths)
+        _check_eval(recipe, problems, check_paths, reported)
 
 
 def _check_sources(recipe: Recipe, problems: Problems, check_paths: bool | str) -> None:
@@ -70,7 +75,7 @@ def _check_classifiers(recipe: Recipe, problems: Problems) -> None:
         )
 
 
-def _check_curate(recipe: Recipe, problems: Problems, check_paths: bool | str) -> None:
+def _check_curate(recipe: Recipe, problems: Problems, check_paths: bool | str, reported: Collection[str]) -> None:
     """Each curation step: a known stage, a unique step name, known sources, options that fit
     the stage, and the files its options name."""
     names = [s.name for s in recipe.sources]
@@ -92,7 +97,7 @@ def _check_curate(recipe: Recipe, problems: Problems, check_paths: bool | str) -
             if src not in names:
                 problems.add(("curate", i, "sources", j), f"no source named `{src}`{suggest(src, names)}")
         options = dict(step.options)
-        if step.stage == "classify":
+        if step.stage == "classify" and "classifiers" not in reported:
             _check_classify_model(recipe, problems, i, options)
         _check_options(problems, ("curate", i, "options"), f"stage {step.stage}", kind.options_model(), options)
         for option in kind.input_path_options:
@@ -119,10 +124,10 @@ def _check_classify_model(recipe: Recipe, problems: Problems, i: int, options: d
         problems.add(("curate", i, "options"), "give `model` or `classifier`, not both")
 
 
-def _check_blend(recipe: Recipe, problems: Problems) -> None:
+def _check_blend(recipe: Recipe, problems: Problems, reported: Collection[str]) -> None:
     assert recipe.blend is not None
     names = [s.name for s in recipe.sources]
-    if recipe.tokenize is None:
+    if recipe.tokenize is None and "tokenize" not in reported:
         problems.add(("blend",), "a blend needs a `tokenize:` section (the shards are made there)")
     blended: set[str] = set()
     for i, entry in enumerate(recipe.blend):
@@ -133,9 +138,9 @@ def _check_blend(recipe: Recipe, problems: Problems) -> None:
         blended.add(entry.source)
 
 
-def _check_train(recipe: Recipe, problems: Problems, check_paths: bool | str) -> None:
+def _check_train(recipe: Recipe, problems: Problems, check_paths: bool | str, reported: Collection[str]) -> None:
     assert recipe.train is not None
-    if recipe.blend is None:
+    if recipe.blend is None and "blend" not in reported:
         problems.add(("train",), "training needs a `blend:` section (which shards to train on)")
     config = recipe.train.config
     if isinstance(config, str) and not recipe.train_config_file().is_file():  # neither a file nor a bundled name
@@ -144,9 +149,9 @@ def _check_train(recipe: Recipe, problems: Problems, check_paths: bool | str) ->
         _check_train_config(recipe, problems)
 
 
-def _check_eval(recipe: Recipe, problems: Problems, check_paths: bool | str) -> None:
+def _check_eval(recipe: Recipe, problems: Problems, check_paths: bool | str, reported: Collection[str]) -> None:
     assert recipe.eval is not None
-    if recipe.train is None:
+    if recipe.train is None and "train" not in reported:
         problems.add(("eval",), "evaluation needs a `train:` section (the model to evaluate)")
     if recipe.eval.data_dir:
         _check_path(recipe, problems, ("eval", "data_dir"), recipe.eval.data_dir, check=check_paths)
@@ -171,7 +176,7 @@ def _check_options(problems: Problems, where: tuple[Any, ...], what: str, model:
             elif item["type"] == "missing":
                 problems.add(loc, f"{what} needs this option")
             else:
-                problems.add(loc, f"{item['msg']} (got {item.get('input')!r})")
+                problems.add(loc, pydantic_message(item))
 
 
 def _classifier_options_model() -> Any:

@@ -76,9 +76,23 @@ def parse_recipe(
         recipe = Recipe.model_validate({**data, "base_dir": base_dir})
     except ValidationError as error:
         pydantic_problems(error, problems, Recipe)
-        raise RecipeError(origin, problems.items) from None
+        # The sections that passed are checked too, so that every problem is listed at once.
+        reported = {item["loc"][0] for item in error.errors() if item["loc"]}
+        rest = _valid_sections(data, reported, base_dir)
+        if rest is not None:
+            check_recipe(rest, problems, check_paths=check_paths, reported=reported)
+        raise RecipeError(origin, problems.in_file_order()) from None
     check_recipe(recipe, problems, check_paths=check_paths)
     if problems.items:
-        raise RecipeError(origin, problems.items)
+        raise RecipeError(origin, problems.in_file_order())
     recipe._warnings.extend(problems.warnings)
     return recipe
+
+
+def _valid_sections(data: dict[str, Any], reported: set[str], base_dir: Path) -> Recipe | None:
+    """The recipe without the sections whose problems are reported; None where what is left is
+    no recipe (its sources are among them)."""
+    try:
+        return Recipe.model_validate({**{k: v for k, v in data.items() if k not in reported}, "base_dir": base_dir})
+    except ValidationError:
+        return None

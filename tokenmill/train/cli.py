@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from tokenmill.entry import interrupted_line, said_by_parent
 from tokenmill.errors import ConfigError
 from tokenmill.infra.cpu import set_torch_threads
 from tokenmill.infra.slurm_options import add_slurm_options, check_slurm_only_options
@@ -219,6 +220,8 @@ def run_train(args: argparse.Namespace) -> int:
             return run_launcher(args, cfg, config_path)
         return run_single(args, cfg)
     except KeyboardInterrupt:
+        if _trains_for_a_run():  # the run says how it resumes
+            raise said_by_parent(KeyboardInterrupt()) from None
         # Ctrl-C: a rerun of the same command without --resume would be refused (the run
         # directory holds checkpoints) or start from step 0, so the hint names --resume.
         raise KeyboardInterrupt(_resume_hint(cfg)) from None
@@ -304,6 +307,7 @@ def run_single(args: argparse.Namespace, cfg: TrainConfig) -> int:
     if prepared is None:
         return 0
     from tokenmill.train.loop import train
+    from tokenmill.train.stop import prompt_interrupt
 
     # torch's default of a thread per core of the machine spins on a busy one (several times
     # slower); the launcher gives each rank its share through OMP_NUM_THREADS instead.
@@ -311,7 +315,21 @@ def run_single(args: argparse.Namespace, cfg: TrainConfig) -> int:
     if threads is not None:
         log.debug(f"train: {threads} torch thread(s)")
 
-    return _finish(cfg, train(cfg, resume=args.resume, prepared=prepared))
+    with prompt_interrupt(lambda: _interrupted_line(cfg)):
+        return _finish(cfg, train(cfg, resume=args.resume, prepared=prepared))
+
+
+def _trains_for_a_run() -> bool:
+    """Whether this process is the trainer of a `tokenmill run`."""
+    from tokenmill.train.lifecycle import PIPELINE_PID_ENV, env_pid
+
+    return bool(env_pid(PIPELINE_PID_ENV))
+
+
+def _interrupted_line(cfg: TrainConfig) -> str | None:
+    """The line Ctrl-C ends `tokenmill train` with (as run_train's handler gives it); None for
+    the trainer of `tokenmill run`, whose run says it."""
+    return None if _trains_for_a_run() else interrupted_line(_resume_hint(cfg))
 
 
 def run_launcher(args: argparse.Namespace, cfg: TrainConfig, config_path: str | Path) -> int:

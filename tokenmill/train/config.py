@@ -50,8 +50,6 @@ PP_SCHEDULES = ("1f1b", "gpipe", "interleaved")
 # Errors raised by the validators below carry their full message; pydantic's own are
 # formatted by `tokenmill.problems.pydantic_problems`.
 _OWN = "tokenmill"
-# How a config error suggests the closest valid name.
-_DID_YOU_MEAN = "; did you mean {!r}?"
 
 
 def _fail(message: str) -> PydanticCustomError:
@@ -103,8 +101,7 @@ def _at_least(low: float) -> AfterValidator:
 def _choice(choices: tuple[str, ...]) -> AfterValidator:
     def check(value: str) -> str:
         if value not in choices:
-            extra = suggest(value, choices, form=_DID_YOU_MEAN)
-            raise _fail(f"{value!r} is not one of {', '.join(choices)}{extra}")
+            raise _fail(f"must be one of {', '.join(choices)}, got {value!r}{suggest(value, choices)}")
         return value
 
     return AfterValidator(check)
@@ -163,10 +160,8 @@ def _model(value: Any) -> ModelConfig:
     overrides = {}
     for key, raw in value.items():
         if key not in _MODEL_FIELDS:
-            extra = suggest(key, [*_MODEL_FIELDS, "preset"], 0.5, _DID_YOU_MEAN) or (
-                f"; valid keys: {', '.join(sorted(_MODEL_FIELDS))}"
-            )
-            raise _fail(f"unknown model key {key!r}{extra}")
+            extra = suggest(key, [*_MODEL_FIELDS, "preset"], 0.5) or f"; valid keys: {', '.join(sorted(_MODEL_FIELDS))}"
+            raise _fail(f"unknown model key `{key}`{extra}")
         kind = {"int": int, "float": float, "str": str, "bool": bool}[str(_MODEL_FIELDS[key].type).split(" |")[0]]
         try:
             overrides[key] = None if raw is None and "None" in str(_MODEL_FIELDS[key].type) else _MODEL_TYPES[kind](raw)
@@ -175,8 +170,7 @@ def _model(value: Any) -> ModelConfig:
     if name is None:
         return ModelConfig(**overrides)
     if name not in PRESETS:
-        extra = suggest(name, PRESETS, form=_DID_YOU_MEAN)
-        raise _fail(f"unknown preset {name!r}{extra} (presets: {', '.join(PRESETS)})")
+        raise _fail(f"unknown preset `{name}`{suggest(name, PRESETS)}; presets: {', '.join(PRESETS)}")
     return preset(name, **overrides)
 
 
@@ -656,8 +650,8 @@ def add_problems(data: Any, problems: Problems, prefix: tuple[Any, ...] = ()) ->
         if key in MOVED:
             problems.add((*prefix, key), f"moved; write {MOVED[key]}")
         elif key not in valid:
-            extra = suggest(key, valid, 0.5, _DID_YOU_MEAN) or f"; valid keys: {', '.join(sorted(valid))}"
-            problems.add((*prefix, key), f"unknown key {key!r}{extra}")
+            extra = suggest(key, valid, 0.5) or f"; valid keys: {', '.join(sorted(valid))}"
+            problems.add((*prefix, key), f"unknown key `{key}`{extra}")
     if problems.items:
         return None
     try:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import yaml
 
+from tokenmill.entry import said_by_parent
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.train.checkpoint import load_checkpoint, set_rng_state
 from tokenmill.train.checkpoint_files import read_meta
@@ -27,7 +28,7 @@ from tokenmill.train.config import TrainConfig
 from tokenmill.train.engine import Engine, SingleProcessEngine, pick_device
 from tokenmill.train.evaluation import Evaluation
 from tokenmill.train.hooks import Checkpoints, Faults, Hook, Report, StepEnd, Stop, Throughput, Validation, after_step
-from tokenmill.train.lifecycle import RunLock
+from tokenmill.train.lifecycle import SUPERVISOR_PID_ENV, RunLock
 from tokenmill.train.model import GPT
 from tokenmill.train.optim import Schedule, adamw_implementation
 from tokenmill.train.parallel.mesh import release_own_group
@@ -161,6 +162,8 @@ def train(
         failure = collective_failure(error, rank) if cfg.world_size > 1 else None
         if failure is None:
             raise
+        if os.environ.get(SUPERVISOR_PID_ENV):  # the launcher names the rank that failed first
+            said_by_parent(failure)
         raise failure from error
     finally:
         stop.uninstall()

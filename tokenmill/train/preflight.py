@@ -1,6 +1,7 @@
-"""The checks of a training run that need no process group and no torch, in the order a user
-fixes things: config, data, checkpoint, vocabulary, parallel layout; and what a run directory
-already holds (its latest checkpoint, whether there is anything left to do).
+"""The checks of a training run that need no process group and no torch (but for a CUDA
+device, whose GPUs torch counts), in the order a user fixes things: config, device, data,
+checkpoint, vocabulary, parallel layout; and what a run directory already holds (its latest
+checkpoint, whether there is anything left to do).
 
 The launcher of a multi-rank run calls `prepare` before starting any rank, and so reports every
 such mistake once, in one line, without loading torch; a rank (loop.py) calls it again.
@@ -9,6 +10,7 @@ such mistake once, in one line, without loading torch; a rank (loop.py) calls it
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,36 @@ from tokenmill.train.checkpoint_files import (
     resolve_checkpoint,
 )
 from tokenmill.train.config import TrainConfig, check_batch_layout, check_layout, resolve_vocab_size
+
+
+def check_device(cfg: TrainConfig) -> None:
+    """A CUDA device asked for (``parallel.device``, ``--device``) is there, one GPU for each
+    rank on this machine, before any rank starts: otherwise every rank would fail in its own
+    CUDA or NCCL error. torch is imported only for a CUDA device (the check needs it, and such
+    a run loads it anyway)."""
+    device = cfg.parallel.device
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"parallel.device is {device!r} but torch sees no GPU on this machine "
+            "(torch.cuda.is_available() is false); train on the CPU with --device cpu"
+        )
+    visible = torch.cuda.device_count()
+    # The ranks on this machine: torchrun says so (a Slurm job over nodes); the local launcher
+    # starts them all here.
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.world_size))
+    suffix = device.partition(":")[2]
+    index = int(suffix) if suffix.isdigit() else None
+    if index is not None and index >= visible:
+        raise ConfigError(f"parallel.device is {device!r} but torch sees {visible} GPU(s) on this machine")
+    if index is None and local_ranks > visible:
+        raise ConfigError(
+            f"{local_ranks} ranks on this machine (tp x pp x dp x cp) need a GPU each, but torch sees {visible} "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+        )
 
 
 def check_data(data: str | None) -> list[str]:
@@ -61,15 +93,42 @@ def data_metadata(prefixes: list[str]) -> dict[str, Any]:
     return {"vocab_size": vocab or None, "vocab_source": source, "tokenizer": tokenizer, "eod_id": eod}
 
 
-def empty_valid_split(cfg: TrainConfig, prefixes: list[str]) -> str | None:
-    """Why validation cannot run (a shard whose valid split has no documents), or None."""
+def split_tokens(prefix: str, ratios: str, split: str) -> tuple[int, int, int]:
+    """(documents in the shard, documents in one split of it, tokens in that split)."""
     from tokenmill.tokenize.gpt_dataset import split_document_range
     from tokenmill.tokenize.indexed import IndexedDataset
 
-    for prefix in prefixes:
-        documents = len(IndexedDataset(prefix))
-        bounds = split_document_range(documents, cfg.dataset.split, "valid")
+    indexed = IndexedDataset(prefix)
+    try:
+        bounds = split_document_range(len(indexed), ratios, split)
         if bounds is None or bounds[1] <= bounds[0]:
+            return len(indexed), 0, 0
+        tokens = int(indexed.sequence_lengths[bounds[0] : bounds[1]].sum(dtype="int64"))
+        return len(indexed), bounds[1] - bounds[0], tokens
+    finally:
+        indexed.close()
+
+
+def check_data_fills_a_sample(cfg: TrainConfig, prefixes: list[str]) -> None:
+    """Every shard's train split holds one sample at least (``seq_len + 1`` tokens). A shorter
+    split would fill each sample with its own tokens over and over, and such a run started
+    without a word on a first step of minutes (seq_len 1000000 over 289,441 tokens)."""
+    seq_len = cfg.sequence_length
+    for prefix in prefixes:
+        _, _, tokens = split_tokens(prefix, cfg.dataset.split, "train")
+        if tokens < seq_len + 1:
+            raise ConfigError(
+                f"dataset.seq_len is {seq_len} but the train split of {prefix} holds {tokens} tokens "
+                f"(split {cfg.dataset.split!r}), fewer than one sample of seq_len + 1; lower dataset.seq_len "
+                "(and model.max_seq_len) or train on more data"
+            )
+
+
+def empty_valid_split(cfg: TrainConfig, prefixes: list[str]) -> str | None:
+    """Why validation cannot run (a shard whose valid split has no documents), or None."""
+    for prefix in prefixes:
+        documents, in_split, _ = split_tokens(prefix, cfg.dataset.split, "valid")
+        if not in_split:
             return (
                 f"the valid split of {prefix} has no documents ({documents} documents, split "
                 f"{cfg.dataset.split!r}); give it more documents or a larger valid share in `dataset.split`"
@@ -146,9 +205,11 @@ def resume_checkpoint(run_dir: Path, resume: bool | str | Path) -> Path | None:
 
 def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
     """Every check that needs no process group, in the order a user fixes things: config,
-    data, checkpoint, vocabulary, parallel layout. Sets model.vocab_size when the config
-    takes it from the data. The launcher calls this before starting any worker."""
+    device, data (and whether it fills a sample), checkpoint, vocabulary, parallel layout.
+    Sets model.vocab_size when the config takes it from the data. The launcher calls this
+    before starting any worker."""
     cfg.validate()
+    check_device(cfg)
     prefixes = check_data(cfg.dataset.path)
     meta_data = data_metadata(prefixes)
     if cfg.out_is_url and resume is True:
@@ -163,6 +224,7 @@ def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
             cfg.model = replace(cfg.model, vocab_size=saved)
             cfg.vocab_from_data = False
     resolve_vocab_size(cfg, meta_data["vocab_size"], meta_data["vocab_source"] or "the data")
+    check_data_fills_a_sample(cfg, prefixes)
     if cfg.world_size > 1:
         check_layout(cfg.parallel, cfg.model, cfg.sequence_length)
         check_batch_layout(cfg, cfg.parallel)

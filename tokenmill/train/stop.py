@@ -21,10 +21,15 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from tokenmill.entry import INTERRUPTED_EXIT
 from tokenmill.errors import TokenmillError
 from tokenmill.train.lifecycle import SUPERVISOR_PID_ENV
 
@@ -106,3 +111,49 @@ class StopRequest:
     def clear_file(self) -> None:
         """The request is acted on: the next job of the run must not stop at its first step."""
         self.file.unlink(missing_ok=True)
+
+
+# How long Ctrl-C waits for the interpreter to stop the run itself before the process ends.
+INTERRUPT_GRACE_S = 3.0
+
+
+@contextmanager
+def prompt_interrupt(last_line: Callable[[], str | None], grace_s: float = INTERRUPT_GRACE_S) -> Iterator[None]:
+    """Ctrl-C ends this process within ``grace_s`` also while the main thread is inside one
+    long native call (the forward of a huge batch, minutes on the CPU), where Python raises
+    KeyboardInterrupt only once the call returns. The interpreter's C handler writes each
+    signal to a pipe (`signal.set_wakeup_fd`) at once; a thread reading it gives the main thread
+    ``grace_s`` to stop by itself, then prints ``last_line()`` (None: nothing) and ends the
+    process with status 130. Nothing is published half-way: checkpoints appear by rename."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            try:
+                received = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not received:
+                return
+            if signal.SIGINT in received and not done.wait(grace_s):
+                line = last_line()
+                if line:
+                    print(line, file=sys.stderr, flush=True)
+                os._exit(INTERRUPTED_EXIT)
+
+    watcher = threading.Thread(target=watch, name="tokenmill-interrupt", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        signal.set_wakeup_fd(previous)
+        os.close(write_fd)  # the watcher reads the end of the pipe and returns
+        watcher.join(timeout=grace_s + 1)
+        os.close(read_fd)

@@ -70,6 +70,19 @@ class RankKilled(TokenmillError):
         self.exit_status = status
 
 
+class PeersLost(TokenmillError):
+    """Every failed rank's collective failed because a peer did, and no rank failed on its own
+    (the connection between them went away)."""
+
+    exit_status = PEER_FAILED_EXIT
+
+    def __init__(self, rank: int) -> None:
+        super().__init__(
+            f"training rank {rank}: a collective failed because another rank or the connection to it went away "
+            "(rerun with --debug for each rank's error)"
+        )
+
+
 @dataclass(frozen=True)
 class RankExit:
     """How one rank ended: ``status`` as `RankProcess.returncode` (-N: killed by signal N)."""
@@ -343,4 +356,6 @@ def run_attempt(attempt: Attempt, max_restarts: int, run_dir: str | None, interr
     first = causes[0]
     if first.signal_name is not None:  # it could not say why, so say what happened
         raise RankKilled(first.rank, first.signal_name, 128 - first.status)
+    if first.status == PEER_FAILED_EXIT:  # its own line is left to this process (entry.said_by_parent)
+        raise PeersLost(first.rank)
     return first.status

@@ -19,11 +19,14 @@ import re
 import sys
 import threading
 import time
-from types import FrameType
+from collections.abc import Callable
+from types import CodeType, FrameType
+from typing import Any, TypeVar
 
 from tokenmill.errors import TEMPFAIL_EXIT, TokenmillError
 
 log = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
 
 HANG_EXIT = 124  # as timeout(1): the job did not finish in time
 PEER_FAILED_EXIT = TEMPFAIL_EXIT  # EX_TEMPFAIL: this rank is fine, a peer failed (the launcher looks past it)
@@ -31,6 +34,23 @@ POLL_SECONDS = 1.0
 _TORCH_DISTRIBUTED = os.sep + os.path.join("torch", "distributed") + os.sep
 _TOKENMILL = os.sep + "tokenmill" + os.sep
 _WRAPPERS = {"wrapper", "wait", "_wait", "__call__", "inner", "_fn"}
+
+
+# Functions of ours that block on other ranks outside torch.distributed's Python code (a Work's
+# wait), by code object, with the operation's name: seen as collectives (`waits_for_peers`).
+_PEER_WAITS: dict[CodeType, str] = {}
+
+
+def waits_for_peers(operation: str) -> Callable[[F], F]:
+    """Mark a function that waits on other ranks (``work.wait()`` of an asynchronous send or
+    receive) as the collective ``operation``: the watchdog times it, and its failure is said in
+    one line, as for torch.distributed's own calls."""
+
+    def mark(function: F) -> F:
+        _PEER_WAITS[function.__code__] = operation
+        return function
+
+    return mark
 
 
 def _qualified(frame: FrameType) -> str:
@@ -45,7 +65,10 @@ def collective_of(frame: FrameType | None) -> tuple[FrameType, str, str] | None:
     name = caller = ""
     while frame is not None:
         filename = frame.f_code.co_filename
-        if _TORCH_DISTRIBUTED in filename:
+        marked = _PEER_WAITS.get(frame.f_code)
+        if marked is not None:
+            inner, name = inner or frame, name or marked
+        elif _TORCH_DISTRIBUTED in filename:
             if inner is None:
                 inner = frame
             if not name and frame.f_code.co_name not in _WRAPPERS:

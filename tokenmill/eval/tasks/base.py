@@ -165,14 +165,23 @@ class Task:
         return rows
 
     def to_docs(self, rows: list[Row]) -> list[Doc]:
+        """Each row as the harness's document, checked as it is read: a bad label or a field the
+        task's prompts need and the row lacks is one error naming the row's place (file and line)."""
         docs = []
         for where, row in rows:
             try:
-                docs.append(self.process_doc(row))
+                doc = self.process_doc(row)
+                # The prompts read the fields that process_doc does not: rendered once here, a
+                # missing one is named now rather than as a KeyError in the middle of scoring.
+                self.doc_to_text(doc)
+                self.doc_to_target(doc)
+                self.doc_to_choice(doc)
             except RowError as error:
                 raise TokenmillError(f"task {self.name}: {where}: {error}") from error
             except KeyError as error:
-                raise TokenmillError(f"task {self.name}: {where}: no field {error} in {sorted(row)}") from error
+                fields = ", ".join(sorted(row))
+                raise TokenmillError(f"task {self.name}: {where}: no field {error} (the row has {fields})") from error
+            docs.append(doc)
         return docs
 
     # ----- splits -----

@@ -32,7 +32,9 @@ def read_with_labels(path: Path) -> list[Row]:
             raise TokenmillError(f"task piqa: {where}: {error}") from error
     if len(labels) != len(rows):
         raise TokenmillError(f"task piqa: {len(rows)} rows in {path} but {len(labels)} labels in {labels_path}")
-    return [(where, {**doc, "label": label}) for (_, doc), (where, label) in zip(rows, labels, strict=True)]
+    # Each row keeps its place in the .jsonl: a field it lacks is named there (a bad label was
+    # named at its own line above).
+    return [(where, {**doc, "label": label}) for (where, doc), (_, label) in zip(rows, labels, strict=True)]
 
 
 class Piqa(Task):

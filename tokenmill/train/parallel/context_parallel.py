@@ -35,6 +35,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tokenmill.train.watchdog import waits_for_peers
+
 _KV_TAG, _GRAD_TAG = 7301, 7302
 
 
@@ -75,6 +77,7 @@ class _Pending:
     def __init__(self, recv: torch.Tensor, works: list[Any]) -> None:
         self.recv, self.works = recv, works
 
+    @waits_for_peers("batch_isend_irecv (ring attention)")
     def wait(self) -> torch.Tensor:
         for work in self.works:
             work.wait()
