@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import logging
 import textwrap
+from contextlib import ExitStack
 from pathlib import Path
 
 from tokenmill.errors import TokenmillError
 from tokenmill.eval.tasks import TASKS
+from tokenmill.infra.outputs import OutputKind, claim_output
 
 log = logging.getLogger(__name__)
+
+# What --output may replace: earlier results, their Markdown table beside them.
+RESULTS_OUTPUT = OutputKind("eval results", layout="file", marker="{stem}.md")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -118,9 +123,6 @@ def run(args: argparse.Namespace) -> int:
     # that tasks without --data-dir load as the harness loads them.
     import torch
 
-    from tokenmill.eval.evaluator import evaluate
-    from tokenmill.eval.results import markdown_table, write_results
-
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="tokenmill eval: %(levelname)s: %(message)s")
     if args.threads is not None and args.threads < 1:
@@ -132,6 +134,17 @@ def run(args: argparse.Namespace) -> int:
     limit = args.limit
     if limit is not None and limit >= 1:
         limit = int(limit)
+    with ExitStack() as held:
+        if args.output:
+            # Before the evaluation: an --output that cannot be written ends it now, not after.
+            held.enter_context(claim_output(args.output, RESULTS_OUTPUT, flag="--output", inputs=[args.model]))
+        return _evaluate_and_write(args, limit)
+
+
+def _evaluate_and_write(args: argparse.Namespace, limit: float | None) -> int:
+    from tokenmill.eval.evaluator import evaluate
+    from tokenmill.eval.results import markdown_table, write_results
+
     rows = evaluate(
         args.model,
         args.tasks,
