@@ -55,7 +55,7 @@ def preprocess(text: str, lowercase: bool = True) -> str:
 
 
 # What train-classifier's output may replace: an earlier model, MODEL.json beside it.
-CLASSIFIER_OUTPUT = OutputKind("a classifier model", layout="file", marker="{stem}.json")
+CLASSIFIER_OUTPUT = OutputKind("a classifier model", ("{stem}.json",), layout="file")
 
 
 def metadata_path(model_path: str | Path) -> Path:
@@ -200,9 +200,6 @@ def train_classifier(
                 verbose=0,
                 loss="softmax",
             )
-        with atomic_path(output) as tmp_model:
-            model.save_model(str(tmp_model))
-
         metrics = _holdout_metrics(model, test_items)
         metadata = {
             "model": str(output.name),
@@ -234,7 +231,11 @@ def train_classifier(
             "versions": {"fasttext-numpy2": _fasttext_version()},
             "seconds": round(time.time() - started, 3),
         }
+        # The metadata first: the model beside it marks a finished one, and a run killed in
+        # between leaves no model without its MODEL.json (which a rerun would refuse to replace).
         atomic_write_text(metadata_path(output), json.dumps(metadata, indent=2) + "\n")
+        with atomic_path(output) as tmp_model:
+            model.save_model(str(tmp_model))
         return metadata
 
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # What `--output` of a curate stage may replace: an earlier stage directory (see `claim_output`).
-STAGE_OUTPUT = OutputKind("a stage directory", marker=MANIFEST_FILE)
+STAGE_OUTPUT = OutputKind("a stage directory", (MANIFEST_FILE,))
 
 # Rows per batch when a Parquet input file is large; bounds a worker's memory.
 PARQUET_BATCH_ROWS = 20_000

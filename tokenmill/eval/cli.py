@@ -15,7 +15,7 @@ from tokenmill.infra.outputs import OutputKind, claim_output
 log = logging.getLogger(__name__)
 
 # What --output may replace: earlier results, their Markdown table beside them.
-RESULTS_OUTPUT = OutputKind("eval results", layout="file", marker="{stem}.md")
+RESULTS_OUTPUT = OutputKind("eval results", ("{stem}.md",), layout="file")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

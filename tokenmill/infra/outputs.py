@@ -47,17 +47,15 @@ class OutputKind:
     """What one kind of output looks like.
 
     `layout`: "directory" (a stage directory, an index, a run), "file" (a tokenizer, a model
-    file) or "prefix" (``PREFIX`` + each of `suffixes`). `marker` names the file whose presence
-    says the output was written by this kind of command: a name inside a directory
-    ("manifest.json"), or a sibling of a file or prefix, formatted with the output's `name`
-    and `stem` ("{name}.meta.json", "{stem}.json"); `markers` are more names inside a
-    directory, any one of which is enough. `noun` is what the refusal calls it ("a stage
-    directory")."""
+    file) or "prefix" (``PREFIX`` + each of `suffixes`). `markers` name the files whose
+    presence says the output was written by this kind of command (any one is enough): names
+    inside a directory ("manifest.json"), or siblings of a file or prefix, formatted with the
+    output's `name` and `stem` ("{name}.meta.json", "{stem}.json"). `noun` is what the
+    refusal calls it ("a stage directory")."""
 
     noun: str
+    markers: tuple[str, ...]
     layout: str = "directory"
-    marker: str = ""
-    markers: tuple[str, ...] = ()
     suffixes: tuple[str, ...] = ()
 
     def exists(self, target: storage.Location) -> bool:
@@ -66,20 +64,19 @@ class OutputKind:
         return target.exists()
 
     def is_own(self, target: storage.Location) -> bool:
-        """Whether the output there is an earlier output of this kind (or nothing: an empty
-        directory is no one's)."""
-        if self.layout == "directory":
-            if not target.isdir():
-                return False
-            return any(target.exists(name) for name in (self.marker, *self.markers)) or _empty(target)
-        if self.layout == "file" and target.isdir():
+        """Whether what is there is an earlier output of this kind, or an empty directory."""
+        if target.isdir() != (self.layout == "directory") and self.layout != "prefix":
             return False
-        return storage.isfile(self.sibling_marker(target))
+        if any(storage.exists(path) for path in self.marker_paths(target)):
+            return True
+        return self.layout == "directory" and _empty(target)
 
-    def sibling_marker(self, target: storage.Location) -> str:
-        """The marker of a file or prefix output, beside it."""
-        name = self.marker.format(name=target.name, stem=Path(target.name).stem)
-        return storage.join(storage.parent(target.native()), name)
+    def marker_paths(self, target: storage.Location) -> list[str]:
+        if self.layout == "directory":
+            return [target.join(name).path for name in self.markers]
+        parent = storage.parent(target.native())
+        stem = Path(target.name).stem
+        return [storage.join(parent, name.format(name=target.name, stem=stem)) for name in self.markers]
 
 
 def _empty(directory: storage.Location) -> bool:
@@ -130,9 +127,10 @@ def _why_not_own(target: storage.Location, kind: OutputKind) -> str:
         return f"is a file, not {kind.noun}"
     if kind.layout != "directory" and target.isdir():
         return f"is a directory, not {kind.noun}"
+    marker = storage.basename(kind.marker_paths(target)[0])
     if kind.layout == "directory":
-        return f"exists and is not {kind.noun} (it has no {kind.marker})"
-    return f"exists and is not {kind.noun} (there is no {storage.basename(kind.sibling_marker(target))} beside it)"
+        return f"exists and is not {kind.noun} (it has no {marker})"
+    return f"exists and is not {kind.noun} (there is no {marker} beside it)"
 
 
 def lock_name(target: storage.Location) -> str:

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 # What --workdir may be: an earlier run's work directory (its .state/ and recipe.json), or
 # nothing yet.
-WORKDIR_OUTPUT = OutputKind("a recipe work directory", marker=STATE_DIR, markers=("recipe.json",))
+WORKDIR_OUTPUT = OutputKind("a recipe work directory", (STATE_DIR, "recipe.json"))
 
 
 class WorkdirLock(PidLock):
@@ -121,5 +121,6 @@ class RemoteWorkdir:
 
 
 def _published(path: Path) -> bool:
-    """Not the trainer's lock or a temporary sibling (``.NAME.tmp-*``) a writer leaves while it works."""
-    return path.name != ".lock" and not any(part.startswith(".") and ".tmp" in part for part in path.parts)
+    """Not a lock (the trainer's ``.lock``, an output's ``.NAME.lock``) or a temporary sibling
+    (``.NAME.tmp-*``) a writer leaves while it works."""
+    return not path.name.endswith(".lock") and not any(part.startswith(".") and ".tmp" in part for part in path.parts)

@@ -257,8 +257,11 @@ def _finished_partitions(partitions: list[EncodePartition], settings: EncodeSett
     return finished
 
 
-# What `--output-prefix` may replace: an earlier shard, PREFIX.json beside it.
-SHARD_OUTPUT = OutputKind("a token shard", layout="prefix", marker="{name}.json", suffixes=(".bin", ".idx", ".json"))
+# What `--output-prefix` may replace: an earlier shard, PREFIX.json beside it, or the files of
+# an encode killed while it published them (PREFIX.parts/ is still there).
+SHARD_OUTPUT = OutputKind(
+    "a token shard", ("{name}.json", "{name}.parts"), layout="prefix", suffixes=(".bin", ".idx", ".json")
+)
 
 
 def work_dir_for(prefix: Path) -> Path:

@@ -23,7 +23,7 @@ MIN_VOCAB_SIZE = 256 + 2
 
 # What `tokenize train-tokenizer --output` may replace: an earlier tokenizer, with its
 # TOKENIZER.meta.json beside it.
-TOKENIZER_OUTPUT = OutputKind("a tokenizer", layout="file", marker="{name}.meta.json")
+TOKENIZER_OUTPUT = OutputKind("a tokenizer", ("{name}.meta.json",), layout="file")
 
 log = logging.getLogger(__name__)
 

@@ -161,7 +161,7 @@ def _copy_tokenizer(tokenizer_path: str | None, outdir: Path, special: dict[str,
 
 
 # What export-hf may write over: an earlier export, or nothing yet.
-EXPORT_OUTPUT = OutputKind("a Hugging Face model directory", marker="model.safetensors", markers=("config.json",))
+EXPORT_OUTPUT = OutputKind("a Hugging Face model directory", ("model.safetensors", "config.json"))
 
 
 def export_hf(checkpoint: str | Path, outdir: str | Path) -> Path:

@@ -346,7 +346,7 @@ class ApplyDecisions:
 
 
 # What `--index` may be: an earlier index, or nothing yet.
-INDEX_OUTPUT = OutputKind("a dedup index", marker="index.json")
+INDEX_OUTPUT = OutputKind("a dedup index", ("index.json",))
 
 
 def _read_index_meta(index: Path) -> dict[str, Any] | None:
