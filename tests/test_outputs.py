@@ -117,6 +117,13 @@ def test_outputs_that_cannot_be_written_are_refused_before_the_work(tmp_path, st
     )
     assert tree(a_dir) == {"x": b"x"} and not list(tmp_path.glob("a-dir.meta.json"))
 
+    # train-classifier into a directory: refused before the documents are read.
+    argv = ["curate", "train-classifier", "--positive", str(stage_dir), "--negative", str(stage_dir)]
+    assert main([*argv, "--output", str(a_dir)]) == 1
+    assert one_error_line(capsys) == (
+        f"tokenmill: error: --output {a_dir} is a directory, not a classifier model; choose another --output or remove it"
+    )
+
     # encode under a file.
     argv = ["tokenize", "encode", "--input", str(stage_dir), "--tokenizer", str(a_file), "--output-prefix"]
     assert main([*argv, str(a_file / "shard")]) == 1
