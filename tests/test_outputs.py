@@ -198,7 +198,8 @@ def _env() -> dict[str, str]:
 
 def _together(*commands: list[str]) -> list[tuple[int, int, str]]:
     """Start the commands at once; (pid, status, stderr) each. Each takes its lock as it starts,
-    a second or more before it publishes (Dask's phases), so the two overlap."""
+    seconds before it publishes (a stage's own one-worker cluster starts first; dedup's phases
+    take seconds), so the two overlap."""
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "tokenmill", *argv, "--no-progress"],
@@ -232,7 +233,7 @@ def _documents_on_disk(stage: Path) -> dict[str, int]:
 
 def test_two_stages_started_together_on_one_output_one_wins_and_its_output_is_whole(tmp_path, stage_dir):
     out = tmp_path / "normalized"
-    argv = ["curate", "normalize", "--input", str(stage_dir), "--output", str(out)]
+    argv = ["curate", "normalize", "--input", str(stage_dir), "--output", str(out), "--workers", "1"]
     _one_winner(_together(argv, argv), "--output", out)
     counts = json.loads((out / "manifest.json").read_text())["counts"]
     on_disk = _documents_on_disk(out)
