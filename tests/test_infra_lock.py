@@ -54,3 +54,32 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
 def test_pid_alive_reads_what_a_lock_file_may_hold():
     assert pid_alive(os.getpid()) and pid_alive(str(os.getpid()))
     assert not pid_alive(None) and not pid_alive("unknown")
+
+
+def test_a_released_lock_leaves_no_file_and_a_writer_that_opened_the_old_one_locks_the_new_one(tmp_path, monkeypatch):
+    path = tmp_path / ".out.lock"
+    with lock(path):
+        assert path.read_text() == f"{os.getpid()}\n"
+    assert not path.exists()  # removed by its holder on release
+
+    # A writer that opened the file just before its holder removed it and let it go: the flock
+    # it then gets is on a file no longer at the path, so it starts again on the path's file.
+    import tokenmill.infra.lock as lock_module
+
+    real_open, opened = os.open, []
+
+    def open_then_released_by_its_holder(name, *args):
+        fd = real_open(name, *args)
+        if not opened:
+            os.unlink(name)
+        opened.append(fd)
+        return fd
+
+    path.write_text("1\n")
+    monkeypatch.setattr(lock_module.os, "open", open_then_released_by_its_holder)
+    held = lock(path).acquire()
+    monkeypatch.undo()
+    assert len(opened) == 2 and path.read_text() == f"{os.getpid()}\n"
+    with pytest.raises(TokenmillError, match=rf"^held by pid {os.getpid()}$"):
+        lock(path).acquire()
+    held.release()

@@ -168,7 +168,7 @@ def test_a_mirror_moves_only_what_changed(bucket, monkeypatch: pytest.MonkeyPatc
     mirror.push(["b/c.txt", "a.txt"], last=["d.txt"])
     assert storage.read_text(f"{url}/b/c.txt") == "c, changed here" and storage.read_text(f"{url}/d.txt") == "d"
 
-    assert mirror.create("lock", b"1") and not mirror.create("lock", b"2")
+    assert storage.create_exclusive(f"{url}/lock", b"1") and not storage.create_exclusive(f"{url}/lock", b"2")
     assert mirror.read("lock") == b"1" and mirror.read("nothing") is None
 
 

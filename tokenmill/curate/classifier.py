@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
-from tokenmill.curate.documents import read_documents, resolve_input_files
+from tokenmill.curate.documents import input_list, read_documents, resolve_input_files
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import Batch, StageOptions, reject
 from tokenmill.curate.text import single_line
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import storage
 from tokenmill.infra.atomic import atomic_path, atomic_write_text
+from tokenmill.infra.outputs import OutputKind, claim_output
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,6 +52,10 @@ def preprocess(text: str, lowercase: bool = True) -> str:
     """One line of text for fastText: whitespace runs (newlines included) become one space."""
     line = single_line(text)
     return line.lower() if lowercase else line
+
+
+# What train-classifier's output may replace: an earlier model, MODEL.json beside it.
+CLASSIFIER_OUTPUT = OutputKind("a classifier model", ("{stem}.json",), layout="file")
 
 
 def metadata_path(model_path: str | Path) -> Path:
@@ -165,76 +170,79 @@ def train_classifier(
         raise ConfigError(f"--holdout must be in [0, 1), got {holdout}")
     fasttext = _load_fasttext()
     started = time.time()
-    positive = positive if isinstance(positive, (list, tuple)) else [positive]
-    negative = negative if isinstance(negative, (list, tuple)) else [negative]
-    classes = {
-        label: _labelled_lines(label, inputs, holdout, max_docs, seed, lowercase)
-        for label, inputs in ((LABEL_HQ, positive), (LABEL_LQ, negative))
-    }
-    _warn_of_shared_texts(classes)
-    train_lines, test_items = _split(classes, seed)
+    positive, negative = input_list(positive), input_list(negative)
+    # Refused before the documents are read: an output that is not an earlier model, one
+    # among the inputs, or one another process is writing.
+    with claim_output(output, CLASSIFIER_OUTPUT, flag="--output", inputs=[*positive, *negative]):
+        classes = {
+            label: _labelled_lines(label, inputs, holdout, max_docs, seed, lowercase)
+            for label, inputs in ((LABEL_HQ, positive), (LABEL_LQ, negative))
+        }
+        _warn_of_shared_texts(classes)
+        train_lines, test_items = _split(classes, seed)
 
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    # fastText trains from a file: a scratch one, gone once the model is trained
-    with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as tmp:
-        train_file = Path(tmp) / "train.txt"
-        train_file.write_text("\n".join(train_lines) + "\n", encoding="utf-8")
-        model, lr_used = _train_supervised(
-            fasttext,
-            input=str(train_file),
-            epoch=epoch,
-            lr=lr,
-            wordNgrams=word_ngrams,
-            dim=dim,
-            minCount=min_count,
-            bucket=bucket,
-            seed=seed,
-            thread=threads,
-            verbose=0,
-            loss="softmax",
-        )
-    with atomic_path(output) as tmp_model:
-        model.save_model(str(tmp_model))
-
-    metrics = _holdout_metrics(model, test_items)
-    if metrics["n"] and metrics["accuracy"] <= metrics["majority_rate"]:
-        log.warning(
-            f"held-out accuracy {metrics['accuracy']:.4f} is not above the majority-class rate"
-            f" {metrics['majority_rate']:.4f}: the classifier does no better than always answering the larger class"
-        )
-    metadata = {
-        "model": str(output.name),
-        "labels": {"positive": LABEL_HQ, "negative": LABEL_LQ},
-        "positive": [str(p) for p in positive],
-        "negative": [str(p) for p in negative],
-        "counts": {
-            "positive": len(classes[LABEL_HQ][0]),
-            "negative": len(classes[LABEL_LQ][0]),
-            "train": len(train_lines),
-            "holdout": len(test_items),
-        },
-        "holdout": metrics,
-        "holdout_accuracy": metrics.get("accuracy"),
-        "preprocess": {"single_line": True, "lowercase": lowercase},
-        "config": {
-            "holdout": holdout,
-            "epoch": epoch,
-            "lr": lr_used,
-            "lr_requested": lr,
-            "word_ngrams": word_ngrams,
-            "dim": dim,
-            "min_count": min_count,
-            "bucket": bucket,
-            "seed": seed,
-            "max_docs": max_docs,
-            "threads": threads,
-        },
-        "versions": {"fasttext-numpy2": _fasttext_version()},
-        "seconds": round(time.time() - started, 3),
-    }
-    atomic_write_text(metadata_path(output), json.dumps(metadata, indent=2) + "\n")
-    return metadata
+        output = Path(output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        # fastText trains from a file: a scratch one, gone once the model is trained
+        with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as tmp:
+            train_file = Path(tmp) / "train.txt"
+            train_file.write_text("\n".join(train_lines) + "\n", encoding="utf-8")
+            model, lr_used = _train_supervised(
+                fasttext,
+                input=str(train_file),
+                epoch=epoch,
+                lr=lr,
+                wordNgrams=word_ngrams,
+                dim=dim,
+                minCount=min_count,
+                bucket=bucket,
+                seed=seed,
+                thread=threads,
+                verbose=0,
+                loss="softmax",
+            )
+        metrics = _holdout_metrics(model, test_items)
+        if metrics["n"] and metrics["accuracy"] <= metrics["majority_rate"]:
+            log.warning(
+                f"held-out accuracy {metrics['accuracy']:.4f} is not above the majority-class rate"
+                f" {metrics['majority_rate']:.4f}: the classifier does no better than always answering the larger class"
+            )
+        metadata = {
+            "model": str(output.name),
+            "labels": {"positive": LABEL_HQ, "negative": LABEL_LQ},
+            "positive": [str(p) for p in positive],
+            "negative": [str(p) for p in negative],
+            "counts": {
+                "positive": len(classes[LABEL_HQ][0]),
+                "negative": len(classes[LABEL_LQ][0]),
+                "train": len(train_lines),
+                "holdout": len(test_items),
+            },
+            "holdout": metrics,
+            "holdout_accuracy": metrics.get("accuracy"),
+            "preprocess": {"single_line": True, "lowercase": lowercase},
+            "config": {
+                "holdout": holdout,
+                "epoch": epoch,
+                "lr": lr_used,
+                "lr_requested": lr,
+                "word_ngrams": word_ngrams,
+                "dim": dim,
+                "min_count": min_count,
+                "bucket": bucket,
+                "seed": seed,
+                "max_docs": max_docs,
+                "threads": threads,
+            },
+            "versions": {"fasttext-numpy2": _fasttext_version()},
+            "seconds": round(time.time() - started, 3),
+        }
+        # The metadata first: the model beside it marks a finished one, and a run killed in
+        # between leaves no model without its MODEL.json (which a rerun would refuse to replace).
+        atomic_write_text(metadata_path(output), json.dumps(metadata, indent=2) + "\n")
+        with atomic_path(output) as tmp_model:
+            model.save_model(str(tmp_model))
+        return metadata
 
 
 def _labelled_lines(

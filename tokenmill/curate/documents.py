@@ -19,6 +19,7 @@ from tokenmill.infra.document_dirs import (  # noqa: F401  (the contract, re-exp
     REJECTED_DIR,
     REQUIRED_COLUMNS,
     check_document_columns,
+    input_list,
     read_manifest,
     resolve_input_files,
     upstream_manifest,

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill.curate import limits, webarchive
+from tokenmill.curate.documents import input_list
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import Batch, DocumentBatcher, StageOptions, run_stage
 from tokenmill.curate.text import decode_replacing
@@ -188,7 +189,7 @@ class IngestStage(StageOptions):
                 ) from None
 
     def partitions(self, input: str | Path | list[str | Path]) -> list[Any]:
-        return plan_tasks(list(input) if isinstance(input, (list, tuple)) else [input], self)
+        return plan_tasks(input_list(input), self)
 
     def upstream(self, input: Any) -> None:
         return None  # raw files: no stage wrote them

@@ -30,6 +30,7 @@ from tokenmill.curate.documents import (
     MANIFEST_FILE,
     REJECTED_DIR,
     check_document_columns,
+    input_list,
     read_documents,
     resolve_input_files,
     upstream_manifest,
@@ -38,11 +39,15 @@ from tokenmill.curate.documents import (
 from tokenmill.infra import faults, storage
 from tokenmill.infra.atomic import remove_leftovers_in, replace_dir
 from tokenmill.infra.cluster import client_or_new, external_scheduler, submit_and_collect
+from tokenmill.infra.outputs import OutputKind, claim_output
 
 if TYPE_CHECKING:
     import pandas as pd
 
 log = logging.getLogger(__name__)
+
+# What `--output` of a curate stage may replace: an earlier stage directory (see `claim_output`).
+STAGE_OUTPUT = OutputKind("a stage directory", (MANIFEST_FILE,))
 
 # Rows per batch when a Parquet input file is large; bounds a worker's memory.
 PARQUET_BATCH_ROWS = 20_000
@@ -447,19 +452,20 @@ def run_stage(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run a stage over its input (stage directories or Parquet files; raw files for ingest)
-    and publish `output`; returns the manifest."""
-    inputs = input if isinstance(input, (list, tuple)) else [input]
-    return run_tasks(
-        stage.name,
-        stage.manifest_config(),
-        stage.partitions(input),
-        output,
-        inputs=[storage.absolute(p) for p in inputs],
-        upstream=stage.upstream(input),
-        versions=stage.versions(),
-        client=client,
-        scheduler=scheduler,
-        workers=workers,
-        progress=progress,
-        finalize=stage.finalize,
-    )
+    and publish `output`, holding it for the whole run (`claim_output`); returns the manifest."""
+    inputs = input_list(input)
+    with claim_output(output, STAGE_OUTPUT, flag="--output", inputs=inputs):
+        return run_tasks(
+            stage.name,
+            stage.manifest_config(),
+            stage.partitions(input),
+            output,
+            inputs=[storage.absolute(p) for p in inputs],
+            upstream=stage.upstream(input),
+            versions=stage.versions(),
+            client=client,
+            scheduler=scheduler,
+            workers=workers,
+            progress=progress,
+            finalize=stage.finalize,
+        )

@@ -6,13 +6,18 @@ from __future__ import annotations
 import argparse
 import logging
 import textwrap
+from contextlib import ExitStack
 from pathlib import Path
 
 from tokenmill.errors import TokenmillError
 from tokenmill.eval.tasks import ALIASES, TASKS
 from tokenmill.infra.cpu import set_torch_threads
+from tokenmill.infra.outputs import OutputKind, claim_output
 
 log = logging.getLogger(__name__)
+
+# What --output may replace: earlier results, their Markdown table beside them.
+RESULTS_OUTPUT = OutputKind("eval results", ("{stem}.md",), layout="file")
 
 
 EXAMPLES = (
@@ -126,12 +131,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     # Models load from local directories only (local_files_only); the hub stays reachable so
     # that tasks without --data-dir load as the harness loads them.
-    from tokenmill.eval.bpb import bpb_rows, read_documents
-    from tokenmill.eval.evaluator import evaluate
-    from tokenmill.eval.models import load_model
-    from tokenmill.eval.results import markdown_table, write_results
-    from tokenmill.eval.suites import evaluate_suite, load_suite, load_suite_data
-
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="tokenmill eval: %(levelname)s: %(message)s")
     if not (args.tasks or args.suite or args.bpb):
@@ -146,6 +145,20 @@ def run(args: argparse.Namespace) -> int:
         limit = int(limit)
     if args.batch_size < 1:
         raise TokenmillError(f"--batch-size must be at least 1, got {args.batch_size}")
+    with ExitStack() as held:
+        if args.output:
+            # Before the evaluation: an --output that cannot be written ends it now, not after.
+            held.enter_context(claim_output(args.output, RESULTS_OUTPUT, flag="--output", inputs=[args.model]))
+        return _evaluate_and_write(args, limit)
+
+
+def _evaluate_and_write(args: argparse.Namespace, limit: float | None) -> int:
+    from tokenmill.eval.bpb import bpb_rows, read_documents
+    from tokenmill.eval.evaluator import evaluate
+    from tokenmill.eval.models import load_model
+    from tokenmill.eval.results import markdown_table, write_results
+    from tokenmill.eval.suites import evaluate_suite, load_suite, load_suite_data
+
     # Suite files and held-out text are read before the model loads: a bad file fails fast.
     suite_data = load_suite_data(load_suite(args.suite), args.data_dir) if args.suite else None
     documents = read_documents(args.bpb) if args.bpb else None

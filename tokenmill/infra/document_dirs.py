@@ -16,6 +16,11 @@ REJECTED_DIR = "rejected"
 MANIFEST_FILE = "manifest.json"
 
 
+def input_list(input: str | Path | list[str | Path] | tuple[str | Path, ...]) -> list[str | Path]:
+    """An input given as one path or URL, or several, as a list."""
+    return list(input) if isinstance(input, (list, tuple)) else [input]
+
+
 def resolve_input_files(path: str | Path | list[str | Path]) -> list[Path | str]:
     """Parquet files of a document input: a stage directory (its `kept/`), a directory of
     Parquet files, a single Parquet file, or a list of any of these. Sorted, so that partition

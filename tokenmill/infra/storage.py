@@ -379,6 +379,24 @@ def write_text(path: str | os.PathLike, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
+def create_exclusive(url: str, data: bytes) -> bool:
+    """Write an object only if none exists (a conditional PUT, ``If-None-Match: *``: of two
+    writers exactly one creates it); False when one does. Stores without conditional writes
+    are refused in one line."""
+    fs, inner = filesystem(url)
+    with storage_errors(url, "write"):
+        try:
+            fs.pipe_file(inner, data, mode="create")
+        except FileExistsError:
+            return False
+        except TypeError:  # this filesystem's pipe_file has no exclusive mode
+            raise TokenmillError(
+                f"{url}: {type(fs).__name__} cannot create an object only if it is absent, "
+                "so it cannot keep two writers apart"
+            ) from None
+    return True
+
+
 def upload(local: str | os.PathLike, url: str) -> None:
     """Copy a local file to `url` (one object, visible once complete)."""
     fs, inner = filesystem(url)
@@ -790,20 +808,6 @@ class Mirror:
                     stamps[name] = self._stamp(name, self._fs.info(self.remote(name)))
         finally:
             self._save_stamps()
-
-    def create(self, name: str, data: bytes) -> bool:
-        """Write a remote file only if none exists (a conditional PUT, ``If-None-Match: *``);
-        False when one does. Stores without conditional writes are refused."""
-        with storage_errors(f"{self.url}/{name}", "write"):
-            try:
-                self._fs.pipe_file(self.remote(name), data, mode="create")
-            except FileExistsError:
-                return False
-            except TypeError:  # this filesystem's pipe_file has no exclusive mode
-                raise TokenmillError(
-                    f"{self.url}: {type(self._fs).__name__} cannot create an object only if it is absent"
-                ) from None
-        return True
 
     def remove(self, name: str) -> None:
         """Remove a remote file or prefix (nothing there is not an error)."""

@@ -22,6 +22,7 @@ from tokenmill import __version__
 from tokenmill.errors import DiskFullError, TokenmillError
 from tokenmill.infra import faults, records, storage
 from tokenmill.infra.atomic import atomic_write_text, remove_leftovers
+from tokenmill.infra.outputs import check_output
 from tokenmill.pipelines.context import Context
 from tokenmill.pipelines.plan import (
     STATE_DIR,
@@ -36,7 +37,7 @@ from tokenmill.pipelines.plan import (
 )
 from tokenmill.pipelines.recipe import Recipe
 from tokenmill.pipelines.steps import RUNNERS, summarise
-from tokenmill.pipelines.workdir import RemoteWorkdir, WorkdirLock, default_workdir, resolve_workdir
+from tokenmill.pipelines.workdir import WORKDIR_OUTPUT, RemoteWorkdir, WorkdirLock, default_workdir, resolve_workdir
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ def run_recipe(
 def _open_workdir(workdir: str | Path) -> tuple[Path, RemoteWorkdir | None]:
     """The local work directory to run in and, for a URL, the remote one: its lock taken and
     its local copy brought up to date (the lock released again if that fails)."""
-    location = storage.Location(resolve_workdir(workdir))
+    location = check_output(resolve_workdir(workdir), WORKDIR_OUTPUT, flag="--workdir")
     if location.is_local:
         return location.local_path, None
     remote = RemoteWorkdir(location.path)

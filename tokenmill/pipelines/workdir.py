@@ -3,20 +3,22 @@ and a work directory on object storage run through a local copy (`RemoteWorkdir`
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import time
 from pathlib import Path
-from typing import Any
 
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
-from tokenmill.infra.lock import PidLock, pid_alive
+from tokenmill.infra.lock import PidLock
+from tokenmill.infra.outputs import OutputKind, RemoteLock
 from tokenmill.pipelines.plan import STATE_DIR, Step, state_path
 from tokenmill.pipelines.recipe import Recipe
 
 log = logging.getLogger(__name__)
+
+
+# What --workdir may be: an earlier run's work directory (its .state/ and recipe.json), or
+# nothing yet.
+WORKDIR_OUTPUT = OutputKind("a recipe work directory", (STATE_DIR, "recipe.json"))
 
 
 class WorkdirLock(PidLock):
@@ -57,32 +59,18 @@ class RemoteWorkdir:
     def __init__(self, url: str) -> None:
         self.mirror = storage.Mirror(url, "workdirs")
         self.url, self.local = self.mirror.url, self.mirror.local
-        self._held = False
-
-    def acquire(self) -> None:
-        import socket
-
-        holder = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
-        for _ in range(2):
-            if self.mirror.create(self.LOCK, json.dumps(holder).encode()):
-                self._held = True
-                return
-            other = _json_or_none(self.mirror.read(self.LOCK)) or {}
-            if other.get("host") != holder["host"] or pid_alive(other.get("pid")):
-                break
-            # Left by a run on this machine that no longer exists (killed): it is safe to take.
-            log.warning(f"removing {self.url}/{self.LOCK}, left by pid {other.get('pid')}, which has ended")
-            self.mirror.remove(self.LOCK)
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(other.get("started", 0)))
-        raise TokenmillError(
-            f"another tokenmill run (host {other.get('host', '?')}, pid {other.get('pid', '?')}, since {since}) is "
-            f"using {self.url}; wait for it or use another --workdir (if that run is gone, delete {self.url}/{self.LOCK})"
+        self._lock = RemoteLock(
+            f"{self.url}/{self.LOCK}",
+            lambda holder: TokenmillError(
+                f"another tokenmill run ({holder}) is using {self.url}; wait for it or use another --workdir"
+            ),
         )
 
+    def acquire(self) -> None:
+        self._lock.acquire()
+
     def release(self) -> None:
-        if self._held:
-            self.mirror.remove(self.LOCK)
-            self._held = False
+        self._lock.release()
 
     def pull(self) -> None:
         """Make the local copy hold what the URL holds. Local state files the URL lacks are removed:
@@ -133,12 +121,6 @@ class RemoteWorkdir:
 
 
 def _published(path: Path) -> bool:
-    """Not the trainer's lock or a temporary sibling (``.NAME.tmp-*``) a writer leaves while it works."""
-    return path.name != ".lock" and not any(part.startswith(".") and ".tmp" in part for part in path.parts)
-
-
-def _json_or_none(data: bytes | None) -> Any:
-    try:
-        return json.loads(data) if data else None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
+    """Not a lock (the trainer's ``.lock``, an output's ``.NAME.lock``) or a temporary sibling
+    (``.NAME.tmp-*``) a writer leaves while it works."""
+    return not path.name.endswith(".lock") and not any(part.startswith(".") and ".tmp" in part for part in path.parts)

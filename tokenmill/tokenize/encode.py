@@ -27,7 +27,8 @@ from tokenmill import __version__
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import faults, records, storage
 from tokenmill.infra.cluster import client_or_new, external_scheduler, submit_and_collect
-from tokenmill.infra.document_dirs import check_document_columns, resolve_input_files, upstream_manifest
+from tokenmill.infra.document_dirs import check_document_columns, input_list, resolve_input_files, upstream_manifest
+from tokenmill.infra.outputs import OutputKind, claim_output
 from tokenmill.tokenize.indexed import (
     CHECKSUM_ALGORITHM,
     IndexedDatasetWriter,
@@ -293,6 +294,13 @@ def _finished_partitions(partitions: list[EncodePartition], settings: EncodeSett
     return finished
 
 
+# What `--output-prefix` may replace: an earlier shard, PREFIX.json beside it, or the files of
+# an encode killed while it published them (PREFIX.parts/ is still there).
+SHARD_OUTPUT = OutputKind(
+    "a token shard", ("{name}.json", "{name}.parts"), layout="prefix", suffixes=(".bin", ".idx", ".json")
+)
+
+
 def work_dir_for(prefix: Path) -> Path:
     return Path(f"{prefix}.parts")
 
@@ -300,7 +308,7 @@ def work_dir_for(prefix: Path) -> Path:
 def _input_manifest(input: Any, files: list[Path]) -> dict[str, Any]:
     upstream = upstream_manifest(input)
     return {
-        "paths": [storage.absolute(p) for p in (input if isinstance(input, (list, tuple)) else [input])],
+        "paths": [storage.absolute(p) for p in input_list(input)],
         "files": [
             {"path": storage.absolute(p), "bytes": storage.size(p), "rows": storage.parquet_file(p).metadata.num_rows}
             for p in files
@@ -324,8 +332,35 @@ def encode_documents(
     """Encode documents (Parquet directory or stage directory) into `PREFIX.bin/.idx/.json`.
 
     Returns the metadata written to `PREFIX.json`. Re-running after an interruption reuses the
-    partitions already written under `PREFIX.parts/`.
+    partitions already written under `PREFIX.parts/`. The prefix is held for the whole run
+    (`claim_output`): files there that an earlier encode did not write are refused.
     """
+    with claim_output(output_prefix, SHARD_OUTPUT, flag="--output-prefix", inputs=input_list(input)):
+        return _encode_documents(
+            input,
+            tokenizer_path,
+            output_prefix,
+            client=client,
+            scheduler=scheduler,
+            workers=workers,
+            progress=progress,
+            eod_token=eod_token,
+            rows_per_partition=rows_per_partition,
+        )
+
+
+def _encode_documents(
+    input: str | Path | list,
+    tokenizer_path: str | Path,
+    output_prefix: str | Path,
+    *,
+    client,
+    scheduler: str | None,
+    workers: int | None,
+    progress: bool,
+    eod_token: str | None,
+    rows_per_partition: int,
+) -> dict[str, Any]:
     started = time.time()
     files = resolve_input_files(input)
     tokenizer_source = storage.absolute(tokenizer_path)

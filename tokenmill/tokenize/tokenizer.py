@@ -15,7 +15,8 @@ import xxhash
 
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
-from tokenmill.infra.document_dirs import check_document_columns, resolve_input_files
+from tokenmill.infra.document_dirs import check_document_columns, input_list, resolve_input_files
+from tokenmill.infra.outputs import OutputKind, claim_output
 from tokenmill.tokenize.special import EOD_TOKEN, PAD_TOKEN, eod_id, pad_id  # noqa: F401  (re-exported)
 
 # 256 byte symbols plus the two special tokens.
@@ -30,6 +31,10 @@ PIECE_CHARS = 1 << 20
 # text. Python's \S is narrower than the regex's (it also counts \x1c-\x1f as space), so every
 # point it finds is one.
 _PIECE_END = re.compile(r"(?<=\S)[ \n]")
+
+# What `tokenize train-tokenizer --output` may replace: an earlier tokenizer, with its
+# TOKENIZER.meta.json beside it.
+TOKENIZER_OUTPUT = OutputKind("a tokenizer", ("{name}.meta.json",), layout="file")
 
 log = logging.getLogger(__name__)
 
@@ -129,53 +134,56 @@ def train_tokenizer(
         )
     if sample_docs is not None and sample_docs < 1:
         raise TokenmillError(f"--sample-docs must be at least 1, got {sample_docs}")
-    files = resolve_input_files(input)
-    wanted = _sample_ids(files, sample_docs) if sample_docs else None
+    # Refused before training: an output that is not an earlier tokenizer (a directory, a
+    # user's file), one among the inputs, or one another process is writing.
+    with claim_output(output_path, TOKENIZER_OUTPUT, flag="--output", inputs=input_list(input)):
+        files = resolve_input_files(input)
+        wanted = _sample_ids(files, sample_docs) if sample_docs else None
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=[eod_token, pad_token],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=progress and sys.stdout.isatty() and sys.stderr.isatty(),
-    )
-    seen = 0
-
-    def texts() -> Iterator[list[str]]:
-        nonlocal seen
-        for batch in _iter_texts(files, wanted):
-            seen += len(batch)
-            # This tokenizer splits safely: the same words are counted, in bounded memory.
-            yield [piece for text in batch for piece in text_pieces(text)]
-
-    tokenizer.train_from_iterator(texts(), trainer=trainer)
-    if seen == 0:
-        raise TokenmillError(f"no non-empty text in {input}: nothing to train a tokenizer on")
-    learned = tokenizer.get_vocab_size(with_added_tokens=True)
-    if learned < vocab_size:
-        # BPE stops when no pair occurs `min_frequency` times: the text is too small for the size asked.
-        log.warning(
-            "the tokenizer has %d tokens, not the %d requested: %d documents hold no more pairs that occur at least"
-            " %d times; give it more text or ask for a smaller --vocab-size",
-            learned,
-            vocab_size,
-            seen,
-            min_frequency,
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        tokenizer.decoder = decoders.ByteLevel()
+        tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=[eod_token, pad_token],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=progress and sys.stdout.isatty() and sys.stderr.isatty(),
         )
-    # The config travels with the tokenizer so a run can say how it was made.
-    meta = {
-        **asdict(TokenizerTrainConfig(vocab_size, sample_docs, min_frequency, eod_token, pad_token)),
-        "documents": seen,
-    }
-    # The meta first: the tokenizer file beside it marks a finished one (on object storage, which
-    # has no rename, as on disk).
-    storage.write_text(f"{output_path}.meta.json", json.dumps(meta, indent=2) + "\n")
-    storage.write_text(output_path, tokenizer.to_str(pretty=True))
-    return output_path
+        seen = 0
+
+        def texts() -> Iterator[list[str]]:
+            nonlocal seen
+            for batch in _iter_texts(files, wanted):
+                seen += len(batch)
+                # This tokenizer splits safely: the same words are counted, in bounded memory.
+                yield [piece for text in batch for piece in text_pieces(text)]
+
+        tokenizer.train_from_iterator(texts(), trainer=trainer)
+        if seen == 0:
+            raise TokenmillError(f"no non-empty text in {input}: nothing to train a tokenizer on")
+        learned = tokenizer.get_vocab_size(with_added_tokens=True)
+        if learned < vocab_size:
+            # BPE stops when no pair occurs `min_frequency` times: the text is too small for the size asked.
+            log.warning(
+                "the tokenizer has %d tokens, not the %d requested: %d documents hold no more pairs that occur at least"
+                " %d times; give it more text or ask for a smaller --vocab-size",
+                learned,
+                vocab_size,
+                seen,
+                min_frequency,
+            )
+        # The config travels with the tokenizer so a run can say how it was made.
+        meta = {
+            **asdict(TokenizerTrainConfig(vocab_size, sample_docs, min_frequency, eod_token, pad_token)),
+            "documents": seen,
+        }
+        # The meta first: the tokenizer file beside it marks a finished one (on object storage, which
+        # has no rename, as on disk).
+        storage.write_text(f"{output_path}.meta.json", json.dumps(meta, indent=2) + "\n")
+        storage.write_text(output_path, tokenizer.to_str(pretty=True))
+        return output_path
 
 
 def local_tokenizer_path(path: str | Path) -> Path:

@@ -288,9 +288,12 @@ def submit_slurm_job(args: argparse.Namespace, cfg: TrainConfig, config_path: st
 def check_before_start(args: argparse.Namespace, cfg: TrainConfig) -> Prepared | None:
     """Every mistake that needs no process group, reported before torch loads (well under a
     second, not several); None, once said, when the run has nothing left to do."""
-    from tokenmill.train.lifecycle import check_run_unlocked
+    from tokenmill.infra.outputs import check_output
+    from tokenmill.train.lifecycle import RUN_OUTPUT, check_run_unlocked
     from tokenmill.train.preflight import nothing_to_do, prepare, refuse_fresh_start
 
+    # Before the data is read: a --out that is a file, or a folder that is no run directory.
+    check_output(cfg.out, RUN_OUTPUT, flag="--out")
     prepared = prepare(cfg, resume=args.resume)
     check_run_unlocked(cfg.run_dir)
     refuse_fresh_start(cfg, args.resume)

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 from tokenmill.errors import TokenmillError
+from tokenmill.infra.outputs import OutputKind, claim_output
 from tokenmill.tokenize.special import find_eod_id, pad_id
 from tokenmill.train.checkpoint import load_for_inference
 from tokenmill.train.model import GPT
@@ -165,8 +166,19 @@ def _copy_tokenizer(tokenizer_path: str | None, outdir: Path, special: dict[str,
     return True
 
 
+# What export-hf may write over: an earlier export, or nothing yet.
+EXPORT_OUTPUT = OutputKind("a Hugging Face model directory", ("model.safetensors", "config.json"))
+
+
 def export_hf(checkpoint: str | Path, outdir: str | Path) -> Path:
-    """Write ``model.safetensors`` + ``config.json`` (+ tokenizer files) to ``outdir``."""
+    """Write ``model.safetensors`` + ``config.json`` (+ tokenizer files) to ``outdir``, which
+    holds nothing else yet or an earlier export (refused in one line before the checkpoint
+    loads, as is an ``outdir`` inside the checkpoint)."""
+    with claim_output(outdir, EXPORT_OUTPUT, flag="export-hf OUTDIR", inputs=[checkpoint]):
+        return _export(checkpoint, Path(outdir))
+
+
+def _export(checkpoint: str | Path, outdir: Path) -> Path:
     model, cfg, meta = load_for_inference(checkpoint)
     if cfg.flavour == "gpt2":
         if cfg.n_kv_heads != cfg.n_heads:
@@ -176,7 +188,6 @@ def export_hf(checkpoint: str | Path, outdir: str | Path) -> Path:
         tensors, make_config = llama_state_dict(model), llama_config
     else:
         raise TokenmillError(f"export-hf: unknown flavour {cfg.flavour!r}")
-    outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     tokenizer = meta.get("tokenizer")
     special = _special_tokens(tokenizer, meta.get("eod_id"))

@@ -21,8 +21,11 @@ from pathlib import Path
 
 from tokenmill.errors import TokenmillError
 from tokenmill.infra.lock import PidLock
+from tokenmill.infra.outputs import OutputKind
 
 LOCK_NAME = ".lock"
+# What `--out` may be: a run directory (any of what a run writes first), or nothing yet.
+RUN_OUTPUT = OutputKind("a run directory", ("checkpoints", "metrics.jsonl", "config.yaml", "tensorboard", LOCK_NAME))
 # Set by the supervisor (supervisor.py) for its ranks: the process a rank must not outlive, and
 # the mark of a rank for whom SIGTERM means stop now (stop.py).
 SUPERVISOR_PID_ENV = "TOKENMILL_SUPERVISOR_PID"

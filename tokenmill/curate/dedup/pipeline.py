@@ -18,6 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,13 +39,14 @@ from tokenmill.curate.dedup.work import (
     write_parquet_atomic,
     write_partitions,
 )
-from tokenmill.curate.documents import check_document_columns, resolve_input_files, upstream_manifest
+from tokenmill.curate.documents import check_document_columns, input_list, resolve_input_files, upstream_manifest
 from tokenmill.curate.registry import phases_text
-from tokenmill.curate.stage import Batch, reject, run_tasks
+from tokenmill.curate.stage import STAGE_OUTPUT, Batch, reject, run_tasks
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import faults, records, storage
 from tokenmill.infra.atomic import atomic_write_text
 from tokenmill.infra.cluster import client_or_new, external_scheduler, submit_and_collect
+from tokenmill.infra.outputs import OutputKind, claim_output
 
 log = logging.getLogger(__name__)
 
@@ -343,6 +345,10 @@ class ApplyDecisions:
 # ----------------------------------------------------------------------------- index
 
 
+# What `--index` may be: an earlier index, or nothing yet.
+INDEX_OUTPUT = OutputKind("a dedup index", ("index.json",))
+
+
 def _read_index_meta(index: Path) -> dict[str, Any] | None:
     meta = index / "index.json"
     if not meta.exists():
@@ -547,6 +553,25 @@ def run_dedup(
     if any, takes the kept documents last.
     """
     config = config or DedupConfig()
+    with ExitStack() as held:
+        held.enter_context(claim_output(output, STAGE_OUTPUT, flag="--output", inputs=input_list(input)))
+        if config.index and config.update_index:
+            # Held from the read of index.json to the write of the new one: two runs that
+            # updated one index together would each write over the other's batch.
+            held.enter_context(claim_output(config.index, INDEX_OUTPUT, flag="--index", inputs=input_list(input)))
+        return _run_dedup(input, output, config, client=client, scheduler=scheduler, workers=workers, progress=progress)
+
+
+def _run_dedup(
+    input: str | Path | list,
+    output: str | Path,
+    config: DedupConfig,
+    *,
+    client,
+    scheduler: str | None,
+    workers: int | None,
+    progress: bool,
+) -> dict[str, Any]:
     files = resolve_input_files(input)
     mirror = index_mirror(config)
     if mirror is not None:
@@ -751,7 +776,7 @@ def _apply(
         asdict(config),
         tasks,
         output,
-        inputs=[storage.absolute(p) for p in (input if isinstance(input, (list, tuple)) else [input])],
+        inputs=[storage.absolute(p) for p in input_list(input)],
         upstream=upstream_manifest(input),
         versions=_versions(),
         client=run.dask,
