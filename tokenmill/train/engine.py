@@ -27,7 +27,7 @@ from torch.utils.checkpoint import checkpoint
 
 from tokenmill.errors import ConfigError
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.model import GPT, TransformerBlock
+from tokenmill.train.model import GPT, TransformerBlock, document_ids, document_positions
 from tokenmill.train.optim import build_optimizer
 from tokenmill.train.parallel.float8 import apply_float8
 
@@ -90,6 +90,23 @@ def loss_function(cfg: TrainConfig) -> Callable[[torch.Tensor, torch.Tensor], to
     return cross_entropy
 
 
+def row_documents(cfg: TrainConfig, inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The model's document arguments for input rows [B, T] (`GPT.forward`): each token's
+    document and, with dataset.document_positions, its position in it; none without
+    dataset.document_masking."""
+    data = cfg.dataset
+    if not data.document_masking:
+        return {}
+    if data.eod_id is None:
+        raise ConfigError("dataset.document_masking: set dataset.eod_id (the end-of-document token's id)")
+    ids = document_ids(inputs, data.eod_id)
+    return (
+        {"document_ids": ids, "positions": document_positions(ids)}
+        if data.document_positions
+        else {"document_ids": ids}
+    )
+
+
 class CheckpointedBlock(nn.Module):
     """A transformer block recomputed in the backward pass (torch.utils.checkpoint).
 
@@ -104,10 +121,10 @@ class CheckpointedBlock(nn.Module):
         self._parameters = block._parameters
         self._buffers = block._buffers
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None, documents: Any = None) -> torch.Tensor:
         if not torch.is_grad_enabled():
-            return self.block(x, rope)
-        return checkpoint(self.block, x, rope, use_reentrant=False)
+            return self.block(x, rope, documents)
+        return checkpoint(self.block, x, rope, documents, use_reentrant=False)
 
 
 def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
@@ -228,8 +245,9 @@ class SingleProcessEngine:
         return self.model.parameters()
 
     def _loss(self, tokens: torch.Tensor) -> torch.Tensor:
+        inputs = tokens[:, :-1]
         with autocast_context(self.cfg, self.device):
-            logits = self.model(tokens[:, :-1])
+            logits = self.model(inputs, **row_documents(self.cfg, inputs))
         return self.loss_fn(logits, tokens[:, 1:])
 
     def train_step(self, tokens: torch.Tensor, micro_batch_size: int) -> float:

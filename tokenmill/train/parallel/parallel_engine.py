@@ -46,6 +46,7 @@ from tokenmill.train.engine import (
     compute_dtype,
     cross_entropy,
     loss_function,
+    row_documents,
 )
 from tokenmill.train.model import GPT
 from tokenmill.train.model_config import ModelConfig
@@ -177,11 +178,16 @@ class ParallelEngine:
             value = value / self.replicas
         return value.item()
 
-    def _inputs_and_labels(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows [B, T+1] -> (inputs, labels) [B, T], or this cp rank's [B, T/cp] slice of them."""
+    def _inputs_and_labels(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Rows [B, T+1] -> (inputs, labels) [B, T], or this cp rank's [B, T/cp] slice of them,
+        and the model's document arguments: the whole rows' document ids (ring attention masks
+        every block with them) and this slice's positions."""
         x, y = tokens[:, :-1], tokens[:, 1:]
         cp, rank = self.dims.cp, self.cp_rank
-        return shard_sequence(x, cp, rank).contiguous(), shard_sequence(y, cp, rank).contiguous()
+        documents = row_documents(self.cfg, x)
+        if "positions" in documents:
+            documents["positions"] = shard_sequence(documents["positions"], cp, rank).contiguous()
+        return shard_sequence(x, cp, rank).contiguous(), shard_sequence(y, cp, rank).contiguous(), documents
 
     # ------------------------------------------------------------------ the protocol
 
@@ -192,18 +198,19 @@ class ParallelEngine:
         n_micro = tokens.shape[0] // micro_batch_size
         if n_micro * micro_batch_size != tokens.shape[0]:
             raise ValueError(f"local batch {tokens.shape[0]} is not a multiple of micro-batch {micro_batch_size}")
-        x, y = self._inputs_and_labels(tokens)
+        x, y, documents = self._inputs_and_labels(tokens)
         if self.dims.pp > 1:
-            # Micro-batches are the pipeline's: the schedule accumulates (and averages) them.
+            # Micro-batches are the pipeline's: the schedule accumulates (and averages) them,
+            # and splits the document arguments with the rows for every stage.
             schedule = self._schedule(self._pipeline_microbatches(tokens.shape[0], n_micro))
             losses: list[torch.Tensor] = []
             last = self.pp_rank == self.dims.pp - 1
             with self._context():
                 args = (x,) if self.pp_rank == 0 else ()
                 if last:
-                    schedule.step(*args, target=y, losses=losses)
+                    schedule.step(*args, target=y, losses=losses, **documents)
                 else:
-                    schedule.step(*args)
+                    schedule.step(*args, **documents)
             loss = (
                 torch.stack([local(part).detach().float() for part in losses]).mean()
                 if last
@@ -214,9 +221,10 @@ class ParallelEngine:
         else:
             (model,) = self.model_parts
             total = torch.zeros((), device=self.device)
-            for xm, ym in zip(x.split(micro_batch_size), y.split(micro_batch_size)):
+            for index, (xm, ym) in enumerate(zip(x.split(micro_batch_size), y.split(micro_batch_size))):
+                rows = slice(index * micro_batch_size, (index + 1) * micro_batch_size)
                 with self._context():
-                    loss_m = self.loss_fn(model(xm), ym)
+                    loss_m = self.loss_fn(model(xm, **{k: v[rows] for k, v in documents.items()}), ym)
                     (loss_m / n_micro).backward()
                 total += local(loss_m.detach()).float()
             loss = total / n_micro
@@ -288,12 +296,12 @@ class ParallelEngine:
         for part in self.model_parts:
             part.eval()
         tokens = tokens.to(self.device)
-        x, y = self._inputs_and_labels(tokens)
+        x, y, documents = self._inputs_and_labels(tokens)
         with self._context():
             if self.dims.pp == 1:
-                loss = local(self.loss_fn(self.model_parts[0](x), y)).float()
+                loss = local(self.loss_fn(self.model_parts[0](x, **documents), y)).float()
             else:
-                out = self._pipeline_forward(x)
+                out = self._pipeline_forward(x, documents)
                 loss = local(cross_entropy(out, y)).float() if out is not None else torch.zeros((), device=self.device)
         for part in self.model_parts:
             part.train()
@@ -336,9 +344,12 @@ class ParallelEngine:
             dist.broadcast(selected, src=dist.get_global_rank(self.pp_group, dims.pp - 1), group=self.pp_group)
         return selected
 
-    def _pipeline_forward(self, x: torch.Tensor) -> torch.Tensor | None:
+    def _pipeline_forward(
+        self, x: torch.Tensor, documents: dict[str, torch.Tensor] | None = None
+    ) -> torch.Tensor | None:
         """Forward only, stage after stage (validation and evaluation need no schedule): the
         last stage's output on the last pipeline rank, None on the others."""
+        documents = documents or {}
         dims, S = self.dims, self.dims.num_stages
         seq = x.shape[1] // dims.tp if (dims.tp > 1 and dims.sequence_parallel) else x.shape[1]
         out = None
@@ -351,7 +362,7 @@ class ParallelEngine:
             else:
                 inp = torch.empty(x.shape[0], seq, self.model_config.hidden, device=self.device)
                 dist.recv(inp, group=self.pp_group, group_src=(s - 1) % dims.pp)
-            out = part(inp)
+            out = part(inp, **documents)
             if s < S - 1:
                 dist.send(local(out).float().contiguous(), group=self.pp_group, group_dst=(s + 1) % dims.pp)
                 out = None
