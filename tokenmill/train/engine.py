@@ -45,14 +45,24 @@ class Engine(Protocol):
 
     def parameters(self) -> Iterator[nn.Parameter]: ...
 
-    def train_step(self, tokens: torch.Tensor, micro_batch_size: int) -> float:
+    def forward_backward(self, tokens: torch.Tensor, micro_batch_size: int) -> torch.Tensor:
         """tokens: LongTensor[local_batch, T+1]. Forward + backward over micro-batches
         (gradient accumulation); gradients are those of the mean loss over the global batch.
-        Returns that mean loss (same value on every rank)."""
+        Returns that mean loss (same value on every rank), a 0-dim tensor left on the device:
+        the host does not wait for the step."""
+        ...
+
+    def clip_gradients(self, max_norm: float) -> torch.Tensor:
+        """Clip by the true global norm (0: only measure); return the norm before clipping, a
+        0-dim tensor left on the device."""
+        ...
+
+    def train_step(self, tokens: torch.Tensor, micro_batch_size: int) -> float:
+        """`forward_backward`, its loss read by the host."""
         ...
 
     def clip_grad_norm(self, max_norm: float) -> float:
-        """Clip by the true global norm (0: only measure); return the norm before clipping."""
+        """`clip_gradients`, the norm read by the host."""
         ...
 
     def optimizer_step(self, lr: float) -> None:
@@ -251,10 +261,16 @@ class SingleProcessEngine:
         return self.loss_fn(logits, tokens[:, 1:])
 
     def train_step(self, tokens: torch.Tensor, micro_batch_size: int) -> float:
-        with attention_context(self.cfg.parallel.attention_backend):
-            return self._train_step(tokens, micro_batch_size)
+        return self.forward_backward(tokens, micro_batch_size).item()
 
-    def _train_step(self, tokens: torch.Tensor, micro_batch_size: int) -> float:
+    def clip_grad_norm(self, max_norm: float) -> float:
+        return self.clip_gradients(max_norm).item()
+
+    def forward_backward(self, tokens: torch.Tensor, micro_batch_size: int) -> torch.Tensor:
+        with attention_context(self.cfg.parallel.attention_backend):
+            return self._forward_backward(tokens, micro_batch_size)
+
+    def _forward_backward(self, tokens: torch.Tensor, micro_batch_size: int) -> torch.Tensor:
         self.model.train()
         tokens = tokens.to(self.device, non_blocking=True)
         n_micro = tokens.shape[0] // micro_batch_size
@@ -266,15 +282,13 @@ class SingleProcessEngine:
             # Equal-sized micro-batches: the mean of means is the mean over the batch.
             (loss / n_micro).backward()
             total += loss.detach()
-        return (total / n_micro).item()
+        return total / n_micro
 
-    def clip_grad_norm(self, max_norm: float) -> float:
+    def clip_gradients(self, max_norm: float) -> torch.Tensor:
         params = [p for p in self.model.parameters() if p.grad is not None]
         if max_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        else:
-            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
-        return norm.item()
+            return torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
 
     def optimizer_step(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

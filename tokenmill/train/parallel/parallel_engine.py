@@ -169,14 +169,15 @@ class ParallelEngine:
             )
         return self._schedules[n_micro]
 
-    def _mean_over(self, value: torch.Tensor) -> float:
-        """Loss known on the last pipeline stage -> the mean over dp x cp, on every rank."""
+    def _mean_over(self, value: torch.Tensor) -> torch.Tensor:
+        """Loss known on the last pipeline stage -> the mean over dp x cp, on every rank (on
+        the device)."""
         if self.dims.pp > 1:
             dist.broadcast(value, src=dist.get_global_rank(self.pp_group, self.dims.pp - 1), group=self.pp_group)
         if self.replicas > 1:
             dist.all_reduce(value, group=self.replica_group)
             value = value / self.replicas
-        return value.item()
+        return value
 
     def _inputs_and_labels(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Rows [B, T+1] -> (inputs, labels) [B, T], or this cp rank's [B, T/cp] slice of them,
@@ -192,6 +193,12 @@ class ParallelEngine:
     # ------------------------------------------------------------------ the protocol
 
     def train_step(self, tokens: torch.Tensor, micro_batch_size: int) -> float:
+        return self.forward_backward(tokens, micro_batch_size).item()
+
+    def clip_grad_norm(self, max_norm: float) -> float:
+        return self.clip_gradients(max_norm).item()
+
+    def forward_backward(self, tokens: torch.Tensor, micro_batch_size: int) -> torch.Tensor:
         for part in self.model_parts:
             part.train()
         tokens = tokens.to(self.device, non_blocking=True)
@@ -257,7 +264,7 @@ class ParallelEngine:
                 p.grad = g.redistribute(g.device_mesh, summed)
 
     @torch.no_grad()
-    def clip_grad_norm(self, max_norm: float) -> float:
+    def clip_gradients(self, max_norm: float) -> torch.Tensor:
         """The norm of the whole model's gradient: each rank sums the squares of what it holds,
         divided by how many ranks hold the same values, then one all-reduce over the world."""
         self._sum_partial_gradients()
@@ -281,7 +288,7 @@ class ParallelEngine:
             coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
             for g in grads:
                 local(g).mul_(coef.to(g.dtype))
-        return norm.item()
+        return norm
 
     def optimizer_step(self, lr: float) -> None:
         for opt in self.optimizers:
@@ -305,7 +312,7 @@ class ParallelEngine:
                 loss = local(cross_entropy(out, y)).float() if out is not None else torch.zeros((), device=self.device)
         for part in self.model_parts:
             part.train()
-        return self._mean_over(loss)
+        return self._mean_over(loss).item()
 
     @torch.no_grad()
     def eval_logits(self, inputs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
