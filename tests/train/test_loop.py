@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -273,3 +274,62 @@ def test_vocabulary_from_the_data_padded_as_megatron(shakespeare_shard: Path, tm
         r".*shakespeare.json\); set model.vocab_size >= 257, or leave it out",
     ):
         train(small.validate())
+
+
+HOST_READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__")
+
+
+def test_steps_between_logs_never_wait_for_the_device(shakespeare_shard: Path, tmp_path: Path, monkeypatch) -> None:
+    """Loss and gradient norm stay on the device: a step that logs nothing reads no tensor on
+    the host (each of the reads that wait for a GPU is counted, by step); the logging steps
+    read theirs and those of the steps before, and the losses are all there at the end."""
+    from tokenmill.train.engine import SingleProcessEngine
+
+    reads: list[str] = []
+    for name in HOST_READS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            # Not torch.optim reading its step count: a host tensor under the foreach AdamW
+            # (on the GPU too), which fused AdamW keeps on the device and never reads.
+            if "torch/optim/" not in sys._getframe(1).f_code.co_filename:
+                reads.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    per_step: list[int] = []  # host reads from the start of each step to the start of the next
+    forward_backward = SingleProcessEngine.forward_backward
+
+    def step_start(self, tokens, micro_batch_size):
+        per_step.append(len(reads))
+        return forward_backward(self, tokens, micro_batch_size)
+
+    monkeypatch.setattr(SingleProcessEngine, "forward_backward", step_start)
+    result = train(tiny_config(shakespeare_shard, tmp_path / "run", logging={"interval": 3}))
+    per_step.append(len(reads))
+    during = [b - a for a, b in zip(per_step, per_step[1:])]
+    assert [during[i] for i in (0, 1, 3, 4)] == [0, 0, 0, 0], during
+    assert during[2] > 0  # step 3 logs
+    assert sorted(result.losses) == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in read_metrics(tmp_path / "run")] == [3, 6]
+
+
+def test_a_non_finite_loss_ends_the_run_before_a_checkpoint_keeps_it(
+    shakespeare_shard: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """A NaN loss at step 2, read at step 3 (the checkpoint's step, no metrics row before it):
+    the run ends naming step 2 and no checkpoint holds the weights it stepped."""
+    from tokenmill.train.engine import SingleProcessEngine
+
+    forward_backward, calls = SingleProcessEngine.forward_backward, []
+
+    def nan_at_step_2(self, tokens, micro_batch_size):
+        calls.append(1)
+        loss = forward_backward(self, tokens, micro_batch_size)
+        return loss * float("nan") if len(calls) == 2 else loss
+
+    monkeypatch.setattr(SingleProcessEngine, "forward_backward", nan_at_step_2)
+    cfg = tiny_config(shakespeare_shard, tmp_path / "run", logging={"interval": 5}, checkpoint={"interval": 3})
+    with pytest.raises(TokenmillError, match="loss is nan at step 2; lower lr or enable clip_grad"):
+        train(cfg)
+    assert list_checkpoints(tmp_path / "run") == []

@@ -191,6 +191,12 @@ class DataConfig(_Section):
     # Megatron's --make-vocab-size-divisible-by: a vocabulary taken from the data is padded to
     # a multiple of this times tp (so every tensor-parallel shard of the head is equal and wide).
     make_vocab_size_divisible_by: Positive = 128
+    # Packed documents attend only within themselves (block-causal attention); documents end
+    # at the EOD token (eod_id; None: the data's PREFIX.json). document_positions: positions
+    # (RoPE, learned) restart at 0 in each document, as if each were trained alone.
+    document_masking: Bool = False
+    document_positions: Bool = True
+    eod_id: NonNegativeInt | None = None
 
 
 class OptimizerConfig(_Section):

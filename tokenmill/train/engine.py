@@ -27,7 +27,7 @@ from torch.utils.checkpoint import checkpoint
 
 from tokenmill.errors import ConfigError
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.model import GPT, TransformerBlock
+from tokenmill.train.model import GPT, TransformerBlock, document_ids, document_positions
 from tokenmill.train.optim import build_optimizer
 from tokenmill.train.parallel.float8 import apply_float8
 
@@ -45,14 +45,24 @@ class Engine(Protocol):
 
     def parameters(self) -> Iterator[nn.Parameter]: ...
 
-    def train_step(self, tokens: torch.Tensor, micro_batch_size: int) -> float:
+    def forward_backward(self, tokens: torch.Tensor, micro_batch_size: int) -> torch.Tensor:
         """tokens: LongTensor[local_batch, T+1]. Forward + backward over micro-batches
         (gradient accumulation); gradients are those of the mean loss over the global batch.
-        Returns that mean loss (same value on every rank)."""
+        Returns that mean loss (same value on every rank), a 0-dim tensor left on the device:
+        the host does not wait for the step."""
+        ...
+
+    def clip_gradients(self, max_norm: float) -> torch.Tensor:
+        """Clip by the true global norm (0: only measure); return the norm before clipping, a
+        0-dim tensor left on the device."""
+        ...
+
+    def train_step(self, tokens: torch.Tensor, micro_batch_size: int) -> float:
+        """`forward_backward`, its loss read by the host."""
         ...
 
     def clip_grad_norm(self, max_norm: float) -> float:
-        """Clip by the true global norm (0: only measure); return the norm before clipping."""
+        """`clip_gradients`, the norm read by the host."""
         ...
 
     def optimizer_step(self, lr: float) -> None:
@@ -90,6 +100,23 @@ def loss_function(cfg: TrainConfig) -> Callable[[torch.Tensor, torch.Tensor], to
     return cross_entropy
 
 
+def row_documents(cfg: TrainConfig, inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The model's document arguments for input rows [B, T] (`GPT.forward`): each token's
+    document and, with dataset.document_positions, its position in it; none without
+    dataset.document_masking."""
+    data = cfg.dataset
+    if not data.document_masking:
+        return {}
+    if data.eod_id is None:
+        raise ConfigError("dataset.document_masking: set dataset.eod_id (the end-of-document token's id)")
+    ids = document_ids(inputs, data.eod_id)
+    return (
+        {"document_ids": ids, "positions": document_positions(ids)}
+        if data.document_positions
+        else {"document_ids": ids}
+    )
+
+
 class CheckpointedBlock(nn.Module):
     """A transformer block recomputed in the backward pass (torch.utils.checkpoint).
 
@@ -104,10 +131,10 @@ class CheckpointedBlock(nn.Module):
         self._parameters = block._parameters
         self._buffers = block._buffers
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None, documents: Any = None) -> torch.Tensor:
         if not torch.is_grad_enabled():
-            return self.block(x, rope)
-        return checkpoint(self.block, x, rope, use_reentrant=False)
+            return self.block(x, rope, documents)
+        return checkpoint(self.block, x, rope, documents, use_reentrant=False)
 
 
 def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
@@ -228,15 +255,22 @@ class SingleProcessEngine:
         return self.model.parameters()
 
     def _loss(self, tokens: torch.Tensor) -> torch.Tensor:
+        inputs = tokens[:, :-1]
         with autocast_context(self.cfg, self.device):
-            logits = self.model(tokens[:, :-1])
+            logits = self.model(inputs, **row_documents(self.cfg, inputs))
         return self.loss_fn(logits, tokens[:, 1:])
 
     def train_step(self, tokens: torch.Tensor, micro_batch_size: int) -> float:
-        with attention_context(self.cfg.parallel.attention_backend):
-            return self._train_step(tokens, micro_batch_size)
+        return self.forward_backward(tokens, micro_batch_size).item()
 
-    def _train_step(self, tokens: torch.Tensor, micro_batch_size: int) -> float:
+    def clip_grad_norm(self, max_norm: float) -> float:
+        return self.clip_gradients(max_norm).item()
+
+    def forward_backward(self, tokens: torch.Tensor, micro_batch_size: int) -> torch.Tensor:
+        with attention_context(self.cfg.parallel.attention_backend):
+            return self._forward_backward(tokens, micro_batch_size)
+
+    def _forward_backward(self, tokens: torch.Tensor, micro_batch_size: int) -> torch.Tensor:
         self.model.train()
         tokens = tokens.to(self.device, non_blocking=True)
         n_micro = tokens.shape[0] // micro_batch_size
@@ -248,15 +282,13 @@ class SingleProcessEngine:
             # Equal-sized micro-batches: the mean of means is the mean over the batch.
             (loss / n_micro).backward()
             total += loss.detach()
-        return (total / n_micro).item()
+        return total / n_micro
 
-    def clip_grad_norm(self, max_norm: float) -> float:
+    def clip_gradients(self, max_norm: float) -> torch.Tensor:
         params = [p for p in self.model.parameters() if p.grad is not None]
         if max_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        else:
-            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
-        return norm.item()
+            return torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
 
     def optimizer_step(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

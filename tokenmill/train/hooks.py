@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from tokenmill.errors import TokenmillError
 from tokenmill.train.checkpoint import AsyncCheckpointer, rng_state, save_checkpoint
 from tokenmill.train.checkpoint_files import RemoteRun
 from tokenmill.train.config import TrainConfig
@@ -29,19 +30,56 @@ from tokenmill.train.metrics import MetricsLogger, format_record, peak_flops, pe
 from tokenmill.train.stop import StopRequest
 
 
+class StepValues:
+    """The steps' losses and gradient norms as the device computed them. The host reads them
+    only when something asks (a metrics row, a checkpoint, the run's end), every unread step's
+    at once, so a step between logs never waits for the device; a non-finite loss among them
+    ends the run, naming its step, before anything is written from those weights."""
+
+    def __init__(self) -> None:
+        self.losses: dict[int, float] = {}
+        self.norms: dict[int, float] = {}
+        self._unread: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+
+    def add(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        self._unread.append((step, loss.detach(), grad_norm.detach()))
+
+    def read(self) -> None:
+        """Read every unread step's values (one host synchronisation); raise TokenmillError
+        at the first non-finite loss."""
+        if not self._unread:
+            return
+        unread, self._unread = self._unread, []
+        values = torch.stack([torch.stack([loss.float(), norm.float()]) for _, loss, norm in unread]).tolist()
+        for (step, _, _), (loss, norm) in zip(unread, values, strict=True):
+            if not math.isfinite(loss):
+                raise TokenmillError(f"loss is {loss} at step {step}; lower lr or enable clip_grad")
+            self.losses[step], self.norms[step] = loss, norm
+
+
 @dataclass
 class StepEnd:
-    """What one optimizer step did, as the hooks see it."""
+    """What one optimizer step did, as the hooks see it. Its loss and gradient norm are read
+    from the device when a hook first asks for them (`StepValues`)."""
 
     step: int  # the step just taken, counted from 1
-    loss: float
+    values: StepValues
     lr: float
-    grad_norm: float
     batch_size: int
     consumed: int  # samples consumed, this step's included
     last: bool  # the run's last step (schedule.steps)
     record: dict[str, Any] | None = None  # the metrics row logged for this step, if any
     stop: str | None = None  # why the run stops after this step (a stop request), if it does
+
+    @property
+    def loss(self) -> float:
+        self.values.read()
+        return self.values.losses[self.step]
+
+    @property
+    def grad_norm(self) -> float:
+        self.values.read()
+        return self.values.norms[self.step]
 
 
 class Hook:
@@ -183,6 +221,7 @@ class Checkpoints(Hook):
     def after_step(self, end: StepEnd) -> None:
         interval = self.cfg.checkpoint.interval
         if interval and end.step % interval == 0 and not end.last:
+            end.values.read()  # never a checkpoint of weights a non-finite loss has stepped
             self.latest, self.saved_at = self.save(end.step, end.consumed), end.step
         if self.background is not None:
             self.background.poll()  # a failed background write stops the run here

@@ -9,7 +9,6 @@ stopped (bitwise on the CPU in fp32; tested).
 from __future__ import annotations
 
 import logging
-import math
 import os
 import random
 from dataclasses import dataclass, field
@@ -27,7 +26,18 @@ from tokenmill.train.checkpoint_files import read_meta
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.engine import Engine, SingleProcessEngine, pick_device
 from tokenmill.train.evaluation import Evaluation
-from tokenmill.train.hooks import Checkpoints, Faults, Hook, Report, StepEnd, Stop, Throughput, Validation, after_step
+from tokenmill.train.hooks import (
+    Checkpoints,
+    Faults,
+    Hook,
+    Report,
+    StepEnd,
+    StepValues,
+    Stop,
+    Throughput,
+    Validation,
+    after_step,
+)
 from tokenmill.train.lifecycle import SUPERVISOR_PID_ENV, RunLock
 from tokenmill.train.model import GPT
 from tokenmill.train.optim import Schedule, adamw_implementation
@@ -198,23 +208,23 @@ def _train_steps(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, st
             cfg, engine, prepared.evaluation, _tokenizer(cfg, prepared), prepared.data.get("eod_id")
         )
         hooks.insert(2, evaluation)  # scored before the row is written
-    step, losses = start, {}
+    step, values = start, StepValues()
     try:
         while step < cfg.schedule.steps:
             batch_size, lr = schedule.batch_size(consumed), schedule.lr(consumed)
             tokens = stream.next_global_batch(batch_size)
             if step == start:
                 _check_tokens(tokens, cfg)  # the first batch this process reads
-            loss = engine.train_step(tokens, cfg.local_micro_batch_size)  # forward and backward
-            grad_norm = engine.clip_grad_norm(cfg.optimizer.clip_grad)
+            # Loss and norm stay on the device: the host reads them when a hook needs them.
+            loss = engine.forward_backward(tokens, cfg.local_micro_batch_size)
+            grad_norm = engine.clip_gradients(cfg.optimizer.clip_grad)
             engine.optimizer_step(lr)
             step, consumed = step + 1, consumed + batch_size
-            losses[step] = loss
-            if not math.isfinite(loss):
-                raise TokenmillError(f"loss is {loss} at step {step}; lower lr or enable clip_grad")
-            end = StepEnd(step, loss, lr, grad_norm, batch_size, consumed, last=step == cfg.schedule.steps)
+            values.add(step, loss, grad_norm)
+            end = StepEnd(step, values, lr, batch_size, consumed, last=step == cfg.schedule.steps)
             if after_step(hooks, end).stop is not None:
                 break
+        values.read()  # the run's last losses, checked before its last checkpoint
         for hook in hooks:
             hook.finish(step, consumed)
     finally:
@@ -224,7 +234,7 @@ def _train_steps(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, st
         run_dir=cfg.run_dir,
         step=step,
         consumed_samples=consumed,
-        losses=losses,
+        losses=values.losses,
         val_losses=validation.losses,
         eval_scores=evaluation.scores if evaluation is not None else {},
         checkpoint=checkpoints.latest,

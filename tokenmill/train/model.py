@@ -13,16 +13,22 @@ layout of this file is part of the contract:
 - Attention reshapes with ``.view(B, T, -1, head_dim)`` so a tensor-parallel shard holding a
   subset of the heads runs the same code.
 - Context parallelism sets two hooks: ``Attention.core`` (causal attention of q on k, v in
-  [B, heads, T, head_dim]; None: ``scaled_dot_product_attention``) and ``GPT.positions``
-  (the global positions of the tokens of this process's slice of each sequence; None:
-  0..T-1), which RoPE and the learned position embeddings use.
+  [B, heads, T, head_dim], given the rows' document ids or None; None: ``scaled_dot_product_attention``)
+  and ``GPT.positions`` (the global positions of the tokens of this process's slice of each
+  sequence; None: 0..T-1), which RoPE and the learned position embeddings use.
+- Document masking (packed rows, block-causal): ``forward(tokens, document_ids, positions)``
+  takes each token's document index in its whole row ([B, T_row]; under context parallelism
+  the row is longer than this process's slice) and, optionally, each token's position
+  ([B, T]: restarting at 0 in every document), so a token attends only within its document.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -54,12 +60,65 @@ def rope_cache(head_dim: int, max_seq_len: int, theta: float, device=None) -> to
 
 
 def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-    """x: [B, T, heads, head_dim]; rope: [2, >=T, head_dim]."""
+    """x: [B, T, heads, head_dim]; rope: [2, >=T, head_dim], or [2, B, T, head_dim] (each row
+    its own positions)."""
     T = x.shape[1]
-    cos = rope[0, :T].to(x.dtype)[None, :, None, :]
-    sin = rope[1, :T].to(x.dtype)[None, :, None, :]
+    if rope.dim() == 4:
+        cos, sin = rope[0].to(x.dtype)[:, :, None, :], rope[1].to(x.dtype)[:, :, None, :]
+    else:
+        cos = rope[0, :T].to(x.dtype)[None, :, None, :]
+        sin = rope[1, :T].to(x.dtype)[None, :, None, :]
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def document_ids(tokens: torch.Tensor, eod_id: int) -> torch.Tensor:
+    """[B, T] index of each token's document in its row of packed documents: a document ends
+    with its EOD token, so the token after an EOD starts the next one."""
+    eod = (tokens == eod_id).long()
+    return eod.cumsum(1) - eod
+
+
+def document_positions(ids: torch.Tensor) -> torch.Tensor:
+    """[B, T] position of each token in its document (0 at each document's first token)."""
+    index = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+    starts = torch.ones_like(ids, dtype=torch.bool)
+    starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    return index - torch.where(starts, index, 0).cummax(1).values
+
+
+def block_causal_mask(ids: torch.Tensor) -> torch.Tensor:
+    """[B, 1, T, T] True where query t may attend to key s: s <= t, in the same document."""
+    T = ids.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=ids.device).tril()
+    return ((ids[:, :, None] == ids[:, None, :]) & causal)[:, None]
+
+
+def flex_block_mask(ids: torch.Tensor) -> Any:
+    """The block-causal mask of `ids` as flex attention's BlockMask (blocks wholly outside a
+    document are skipped, not computed and masked)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def same_document_causal(b, h, q, k):
+        return (ids[b, q] == ids[b, k]) & (q >= k)
+
+    B, T = ids.shape
+    return create_block_mask(same_document_causal, B, None, T, T, device=ids.device)
+
+
+@functools.cache
+def _flex_attention(device_type: str) -> Callable[..., torch.Tensor]:
+    """Flex attention, compiled on the GPU (its fused kernels); eager elsewhere (an unfused
+    reference, as exact, which the CPU tests use)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention) if device_type == "cuda" else flex_attention
+
+
+def attention_mask(ids: torch.Tensor, flex: bool) -> Any:
+    """What `Attention` takes for rows of documents `ids`: flex attention's BlockMask (`flex`:
+    fused kernels on the GPU), else SDPA's boolean mask (the same semantics, for the CPU)."""
+    return flex_block_mask(ids) if flex else block_causal_mask(ids)
 
 
 class Attention(nn.Module):
@@ -77,9 +136,11 @@ class Attention(nn.Module):
         self.wk = nn.Linear(cfg.hidden, cfg.n_kv_heads * cfg.head_dim, bias=False)
         self.wv = nn.Linear(cfg.hidden, cfg.n_kv_heads * cfg.head_dim, bias=bias)
         self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.hidden, bias=bias)
-        self.core: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+        self.core: Callable[..., torch.Tensor] | None = None
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None, documents: Any = None) -> torch.Tensor:
+        """`documents`: None (causal over the whole row); with a `core`, the rows' document ids;
+        without, the mask `attention_mask` made of them."""
         B, T, _ = x.shape
         # -1 heads: a tensor-parallel shard holds only its own heads.
         q = self.wq(x).view(B, T, -1, self.head_dim)
@@ -89,13 +150,16 @@ class Attention(nn.Module):
             assert rope is not None
             q, k = apply_rope(q, rope), apply_rope(k, rope)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, heads, T, head_dim]
+        gqa = q.shape[1] != k.shape[1]
+        dropout = self.dropout if self.training else 0.0
         if self.core is not None:
-            out = self.core(q, k, v)
+            out = self.core(q, k, v, documents)
+        elif documents is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, enable_gqa=gqa)
+        elif isinstance(documents, torch.Tensor):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=documents, dropout_p=dropout, enable_gqa=gqa)
         else:
-            gqa = q.shape[1] != k.shape[1]
-            out = F.scaled_dot_product_attention(
-                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0, enable_gqa=gqa
-            )
+            out = _flex_attention(q.device.type)(q, k, v, block_mask=documents, enable_gqa=gqa)
         return self.wo(out.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -129,8 +193,8 @@ class TransformerBlock(nn.Module):
         self.feed_forward = FeedForward(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
-        x = x + self.dropout(self.attention(self.attention_norm(x), rope))
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None, documents: Any = None) -> torch.Tensor:
+        x = x + self.dropout(self.attention(self.attention_norm(x), rope, documents))
         return x + self.dropout(self.feed_forward(self.ffn_norm(x)))
 
 
@@ -205,9 +269,14 @@ class GPT(nn.Module):
         generator = torch.Generator(device=tensor.device).manual_seed(_parameter_seed(self.init_seed, name))
         return tensor.normal_(0.0, std, generator=generator)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens [B, T] -> logits [B, T, vocab]; hidden states in/out on middle stages."""
-        T, positions = tokens.shape[1], self.positions
+    def forward(
+        self, tokens: torch.Tensor, document_ids: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """tokens [B, T] -> logits [B, T, vocab]; hidden states in/out on middle stages.
+        `document_ids` [B, T_row]: attend only within documents; `positions` [B, T]: each
+        token's position (None: the `positions` hook, or 0..T-1)."""
+        T = tokens.shape[1]
+        positions = self.positions if positions is None else positions
         if self.tok_embeddings is not None:
             h = self.tok_embeddings(tokens)
             if self.pos_embeddings is not None:
@@ -216,8 +285,14 @@ class GPT(nn.Module):
         else:
             h = tokens
         rope = self.rope if self.rope is None or positions is None else self.rope[:, positions]
+        if document_ids is None or any(layer.attention.core is not None for layer in self.layers.values()):
+            documents: Any = document_ids  # a core (ring attention) masks each block itself
+        else:
+            # Flex attention has no dropout: with dropout, SDPA's mask on the GPU too.
+            flex = h.device.type == "cuda" and not (self.training and self.config.dropout > 0)
+            documents = attention_mask(document_ids, flex)
         for layer in self.layers.values():
-            h = layer(h, rope)
+            h = layer(h, rope, documents)
         if self.norm is not None:
             h = self.norm(h)
         if self.output is not None:

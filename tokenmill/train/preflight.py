@@ -225,6 +225,12 @@ def prepare(cfg: TrainConfig, resume: bool | str | Path = False) -> Prepared:
             cfg.vocab_from_data = False
     resolve_vocab_size(cfg, meta_data["vocab_size"], meta_data["vocab_source"] or "the data")
     check_data_fills_a_sample(cfg, prefixes)
+    if cfg.dataset.document_masking and cfg.dataset.eod_id is None:
+        if meta_data["eod_id"] is None:
+            raise ConfigError(
+                "dataset.document_masking: the data names no EOD token (PREFIX.json eod_id); set dataset.eod_id"
+            )
+        cfg.dataset.eod_id = int(meta_data["eod_id"])
     if cfg.world_size > 1:
         check_layout(cfg.parallel, cfg.model, cfg.sequence_length)
         check_batch_layout(cfg, cfg.parallel)

@@ -25,6 +25,12 @@ after cp steps each accumulator arrives back at its owner. The block kernels are
 hold a T x T score matrix); on other devices a plain-PyTorch block of the same math.
 Grouped-query attention rotates the un-repeated key/value heads and sums the repeated heads'
 gradients locally.
+
+Document masking: every cp rank holds the whole rows' document ids, so each block's mask (the
+queries' and the block's keys' documents equal, and causal on the diagonal block) is computed
+where it is used, with nothing more sent around the ring. A query may see none of a block's
+keys (an earlier document's block): its partial result counts for nothing in the merge
+(log-sum-exp -inf).
 """
 
 from __future__ import annotations
@@ -97,17 +103,37 @@ def _sum_heads(t: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 def _block_forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, plain: bool = False
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    plain: bool = False,
+    allowed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(output, log-sum-exp [B, H, Tq] in fp32) of attention of q on one key/value block: SDPA's
     CPU flash kernel, or (other devices, or `plain`) the same math in plain PyTorch, which
-    holds the block's scores."""
+    holds the block's scores. `allowed` [B, 1, Tq, Tk]: which keys each query may see (in
+    place of `causal`); a query that may see none gets output 0 and log-sum-exp -inf."""
+    causal = causal and allowed is None
     if q.device.type == "cpu" and not plain:
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal)
-        return out, lse.float()
-    scores = _scores(q, k, causal)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, causal, attn_mask=_additive(allowed, q.dtype)
+        )
+        lse = lse.float()
+        if allowed is not None:  # the kernel reports 0 for a query that sees no key
+            lse = lse.masked_fill(~allowed.any(-1), float("-inf"))
+        return out, lse
+    scores = _scores(q, k, causal, allowed)
     lse = scores.logsumexp(-1)
-    return (torch.exp(scores - lse.unsqueeze(-1)) @ v.float()).to(q.dtype), lse
+    finite = lse.masked_fill(lse == float("-inf"), 0.0)  # exp(-inf - 0) = 0 for unseen rows
+    return (torch.exp(scores - finite.unsqueeze(-1)) @ v.float()).to(q.dtype), lse
+
+
+def _additive(allowed: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """A boolean mask as the flash kernel's additive one (0 where allowed, -inf elsewhere)."""
+    if allowed is None:
+        return None
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, float("-inf"))
 
 
 def _block_backward(
@@ -119,33 +145,54 @@ def _block_backward(
     lse: torch.Tensor,
     causal: bool,
     plain: bool = False,
+    allowed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of one block, given the final (merged) output and log-sum-exp: with those
     the block's probabilities and the softmax's correction term are the global ones. The CPU
     flash kernel's backward, or FlashAttention's backward equations in fp32 PyTorch."""
+    causal = causal and allowed is None
     if q.device.type == "cpu" and not plain:
         grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            dout, q, k, v, out, lse, 0.0, causal
+            dout, q, k, v, out, lse, 0.0, causal, attn_mask=_additive(allowed, q.dtype)
         )
         return grads[0], grads[1], grads[2]
     scale = q.shape[-1] ** -0.5
     qf, kf, vf, df = q.float(), k.float(), v.float(), dout.float()
-    p = torch.exp(_scores(q, k, causal) - lse.unsqueeze(-1))
+    p = torch.exp(_scores(q, k, causal, allowed) - lse.unsqueeze(-1))
     dp = df @ vf.transpose(-1, -2)
     ds = p * (dp - (df * out.float()).sum(-1, keepdim=True))
     return (ds @ kf) * scale, (ds.transpose(-1, -2) @ qf) * scale, p.transpose(-1, -2) @ df
 
 
-def _scores(q: torch.Tensor, k: torch.Tensor, causal: bool) -> torch.Tensor:
-    """Scaled fp32 attention scores of a block, the future masked on the diagonal block."""
+def _scores(q: torch.Tensor, k: torch.Tensor, causal: bool, allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """Scaled fp32 attention scores of a block, the future masked on the diagonal block (or
+    what `allowed` does not allow)."""
     scores = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
-    if causal:
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    elif causal:
         scores = scores.masked_fill(_future(q, k), float("-inf"))
     return scores
 
 
 def _future(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+
+
+def _allowed(
+    ids: torch.Tensor | None, ring: _Ring, source: int, queries: slice, keys: slice, causal: bool
+) -> torch.Tensor | None:
+    """[B, 1, Tq, Tk] which of the block of `source` (its `keys`) this rank's `queries` may
+    see: the same document, and on the diagonal block (`causal`) no later token; None
+    without document ids (the whole rows' [B, T])."""
+    if ids is None:
+        return None
+    q_ids = shard_sequence(ids, ring.size, ring.rank)[:, queries]
+    k_ids = shard_sequence(ids, ring.size, source)[:, keys]
+    allowed = q_ids[:, :, None] == k_ids[:, None, :]
+    if causal:
+        allowed &= torch.ones(allowed.shape[-2:], dtype=torch.bool, device=ids.device).tril()
+    return allowed[:, None]
 
 
 def _merge(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor, block_lse: torch.Tensor) -> None:
@@ -159,8 +206,11 @@ class RingAttentionFunction(torch.autograd.Function):
     """Causal attention of this rank's queries on every rank's keys/values (see the module)."""
 
     @staticmethod
-    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ring: _Ring) -> torch.Tensor:
+    def forward(
+        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ring: _Ring, ids: torch.Tensor | None
+    ) -> torch.Tensor:
         groups, half = q.shape[1] // k.shape[1], q.shape[2] // 2
+        every, first, second = slice(None), slice(None, half), slice(half, None)
         kv = torch.stack([k, v]).contiguous()
         out = lse = None
         for step in range(ring.size):
@@ -168,26 +218,32 @@ class RingAttentionFunction(torch.autograd.Function):
             source = (ring.rank - step) % ring.size
             kk, vv = _repeat_heads(kv[0], groups), _repeat_heads(kv[1], groups)
             if step == 0:
-                block_out, lse = _block_forward(q, kk, vv, causal=True)
+                allowed = _allowed(ids, ring, source, every, every, causal=True)
+                block_out, lse = _block_forward(q, kk, vv, causal=True, allowed=allowed)
                 out = block_out.float()
             elif source < ring.rank:
-                _merge(out, lse, *_block_forward(q, kk[:, :, :half], vv[:, :, :half], causal=False))
+                allowed = _allowed(ids, ring, source, every, first, causal=False)
+                _merge(out, lse, *_block_forward(q, kk[:, :, first], vv[:, :, first], causal=False, allowed=allowed))
             else:
-                _merge(out[:, :, half:], lse[:, :, half:], *_block_forward(q[:, :, half:], kk, vv, causal=False))
+                allowed = _allowed(ids, ring, source, second, every, causal=False)
+                block = _block_forward(q[:, :, second], kk, vv, causal=False, allowed=allowed)
+                _merge(out[:, :, second], lse[:, :, second], *block)
             if pending is not None:
                 kv = pending.wait()
         assert out is not None and lse is not None
         out = out.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.ring = ring
+        ctx.ring, ctx.ids = ring, ids
         return out
 
     @staticmethod
-    def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+    def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None, None]:
         q, k, v, out, lse = ctx.saved_tensors
         ring: _Ring = ctx.ring
+        ids: torch.Tensor | None = ctx.ids
         dout = dout.contiguous()
         groups, half = q.shape[1] // k.shape[1], q.shape[2] // 2
+        every, first = slice(None), slice(None, half)
         kv = torch.stack([k, v]).contiguous()
         dq = torch.zeros_like(q, dtype=torch.float32)
         pending_grad: _Pending | None = None
@@ -197,19 +253,24 @@ class RingAttentionFunction(torch.autograd.Function):
             kk, vv = _repeat_heads(kv[0], groups), _repeat_heads(kv[1], groups)
             dkv = torch.zeros(kv.shape, dtype=torch.float32, device=kv.device)
             if step == 0:
-                dqb, dkb, dvb = _block_backward(dout, q, kk, vv, out, lse, causal=True)
+                allowed = _allowed(ids, ring, source, every, every, causal=True)
+                dqb, dkb, dvb = _block_backward(dout, q, kk, vv, out, lse, causal=True, allowed=allowed)
                 dq += dqb
                 dkv[0] += _sum_heads(dkb, groups)
                 dkv[1] += _sum_heads(dvb, groups)
             elif source < ring.rank:
-                dqb, dkb, dvb = _block_backward(dout, q, kk[:, :, :half], vv[:, :, :half], out, lse, causal=False)
+                allowed = _allowed(ids, ring, source, every, first, causal=False)
+                dqb, dkb, dvb = _block_backward(
+                    dout, q, kk[:, :, first], vv[:, :, first], out, lse, causal=False, allowed=allowed
+                )
                 dq += dqb
                 dkv[0, :, :, :half] += _sum_heads(dkb, groups)
                 dkv[1, :, :, :half] += _sum_heads(dvb, groups)
             else:
                 s = slice(half, None)
+                allowed = _allowed(ids, ring, source, s, every, causal=False)
                 dqb, dkb, dvb = _block_backward(
-                    dout[:, :, s], q[:, :, s], kk, vv, out[:, :, s], lse[:, :, s], causal=False
+                    dout[:, :, s], q[:, :, s], kk, vv, out[:, :, s], lse[:, :, s], causal=False, allowed=allowed
                 )
                 dq[:, :, s] += dqb
                 dkv[0] += _sum_heads(dkb, groups)
@@ -223,19 +284,22 @@ class RingAttentionFunction(torch.autograd.Function):
                 kv = pending_kv.wait()
         assert pending_grad is not None
         dkv = pending_grad.wait()  # this rank's own block's accumulator, back from its tour
-        return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None
+        return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None
 
 
 class RingAttention:
     """The attention core of `model.Attention` under context parallelism: q [B, H, T/cp, D],
-    k, v [B, H_kv, T/cp, D] -> [B, H, T/cp, D], causal over the global positions."""
+    k, v [B, H_kv, T/cp, D] -> [B, H, T/cp, D], causal over the global positions (and within
+    documents, given the whole rows' document ids [B, T])."""
 
     def __init__(self, group: dist.ProcessGroup) -> None:
         self.ring = _Ring(group)
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, document_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         # No copies: the flash kernels take the [B, T, H, D] -> [B, H, T, D] views as they are.
-        return RingAttentionFunction.apply(q, k, v, self.ring)
+        return RingAttentionFunction.apply(q, k, v, self.ring, document_ids)
 
 
 def apply_context_parallel(part: nn.Module, cp_group: dist.ProcessGroup, seq_len: int, device: torch.device) -> None:

@@ -46,6 +46,7 @@ from tokenmill.train.engine import (
     compute_dtype,
     cross_entropy,
     loss_function,
+    row_documents,
 )
 from tokenmill.train.model import GPT
 from tokenmill.train.model_config import ModelConfig
@@ -168,42 +169,55 @@ class ParallelEngine:
             )
         return self._schedules[n_micro]
 
-    def _mean_over(self, value: torch.Tensor) -> float:
-        """Loss known on the last pipeline stage -> the mean over dp x cp, on every rank."""
+    def _mean_over(self, value: torch.Tensor) -> torch.Tensor:
+        """Loss known on the last pipeline stage -> the mean over dp x cp, on every rank (on
+        the device)."""
         if self.dims.pp > 1:
             dist.broadcast(value, src=dist.get_global_rank(self.pp_group, self.dims.pp - 1), group=self.pp_group)
         if self.replicas > 1:
             dist.all_reduce(value, group=self.replica_group)
             value = value / self.replicas
-        return value.item()
+        return value
 
-    def _inputs_and_labels(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows [B, T+1] -> (inputs, labels) [B, T], or this cp rank's [B, T/cp] slice of them."""
+    def _inputs_and_labels(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Rows [B, T+1] -> (inputs, labels) [B, T], or this cp rank's [B, T/cp] slice of them,
+        and the model's document arguments: the whole rows' document ids (ring attention masks
+        every block with them) and this slice's positions."""
         x, y = tokens[:, :-1], tokens[:, 1:]
         cp, rank = self.dims.cp, self.cp_rank
-        return shard_sequence(x, cp, rank).contiguous(), shard_sequence(y, cp, rank).contiguous()
+        documents = row_documents(self.cfg, x)
+        if "positions" in documents:
+            documents["positions"] = shard_sequence(documents["positions"], cp, rank).contiguous()
+        return shard_sequence(x, cp, rank).contiguous(), shard_sequence(y, cp, rank).contiguous(), documents
 
     # ------------------------------------------------------------------ the protocol
 
     def train_step(self, tokens: torch.Tensor, micro_batch_size: int) -> float:
+        return self.forward_backward(tokens, micro_batch_size).item()
+
+    def clip_grad_norm(self, max_norm: float) -> float:
+        return self.clip_gradients(max_norm).item()
+
+    def forward_backward(self, tokens: torch.Tensor, micro_batch_size: int) -> torch.Tensor:
         for part in self.model_parts:
             part.train()
         tokens = tokens.to(self.device, non_blocking=True)
         n_micro = tokens.shape[0] // micro_batch_size
         if n_micro * micro_batch_size != tokens.shape[0]:
             raise ValueError(f"local batch {tokens.shape[0]} is not a multiple of micro-batch {micro_batch_size}")
-        x, y = self._inputs_and_labels(tokens)
+        x, y, documents = self._inputs_and_labels(tokens)
         if self.dims.pp > 1:
-            # Micro-batches are the pipeline's: the schedule accumulates (and averages) them.
+            # Micro-batches are the pipeline's: the schedule accumulates (and averages) them,
+            # and splits the document arguments with the rows for every stage.
             schedule = self._schedule(self._pipeline_microbatches(tokens.shape[0], n_micro))
             losses: list[torch.Tensor] = []
             last = self.pp_rank == self.dims.pp - 1
             with self._context():
                 args = (x,) if self.pp_rank == 0 else ()
                 if last:
-                    schedule.step(*args, target=y, losses=losses)
+                    schedule.step(*args, target=y, losses=losses, **documents)
                 else:
-                    schedule.step(*args)
+                    schedule.step(*args, **documents)
             loss = (
                 torch.stack([local(part).detach().float() for part in losses]).mean()
                 if last
@@ -214,9 +228,10 @@ class ParallelEngine:
         else:
             (model,) = self.model_parts
             total = torch.zeros((), device=self.device)
-            for xm, ym in zip(x.split(micro_batch_size), y.split(micro_batch_size)):
+            for index, (xm, ym) in enumerate(zip(x.split(micro_batch_size), y.split(micro_batch_size))):
+                rows = slice(index * micro_batch_size, (index + 1) * micro_batch_size)
                 with self._context():
-                    loss_m = self.loss_fn(model(xm), ym)
+                    loss_m = self.loss_fn(model(xm, **{k: v[rows] for k, v in documents.items()}), ym)
                     (loss_m / n_micro).backward()
                 total += local(loss_m.detach()).float()
             loss = total / n_micro
@@ -249,7 +264,7 @@ class ParallelEngine:
                 p.grad = g.redistribute(g.device_mesh, summed)
 
     @torch.no_grad()
-    def clip_grad_norm(self, max_norm: float) -> float:
+    def clip_gradients(self, max_norm: float) -> torch.Tensor:
         """The norm of the whole model's gradient: each rank sums the squares of what it holds,
         divided by how many ranks hold the same values, then one all-reduce over the world."""
         self._sum_partial_gradients()
@@ -273,7 +288,7 @@ class ParallelEngine:
             coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
             for g in grads:
                 local(g).mul_(coef.to(g.dtype))
-        return norm.item()
+        return norm
 
     def optimizer_step(self, lr: float) -> None:
         for opt in self.optimizers:
@@ -288,16 +303,16 @@ class ParallelEngine:
         for part in self.model_parts:
             part.eval()
         tokens = tokens.to(self.device)
-        x, y = self._inputs_and_labels(tokens)
+        x, y, documents = self._inputs_and_labels(tokens)
         with self._context():
             if self.dims.pp == 1:
-                loss = local(self.loss_fn(self.model_parts[0](x), y)).float()
+                loss = local(self.loss_fn(self.model_parts[0](x, **documents), y)).float()
             else:
-                out = self._pipeline_forward(x)
+                out = self._pipeline_forward(x, documents)
                 loss = local(cross_entropy(out, y)).float() if out is not None else torch.zeros((), device=self.device)
         for part in self.model_parts:
             part.train()
-        return self._mean_over(loss)
+        return self._mean_over(loss).item()
 
     @torch.no_grad()
     def eval_logits(self, inputs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -336,9 +351,12 @@ class ParallelEngine:
             dist.broadcast(selected, src=dist.get_global_rank(self.pp_group, dims.pp - 1), group=self.pp_group)
         return selected
 
-    def _pipeline_forward(self, x: torch.Tensor) -> torch.Tensor | None:
+    def _pipeline_forward(
+        self, x: torch.Tensor, documents: dict[str, torch.Tensor] | None = None
+    ) -> torch.Tensor | None:
         """Forward only, stage after stage (validation and evaluation need no schedule): the
         last stage's output on the last pipeline rank, None on the others."""
+        documents = documents or {}
         dims, S = self.dims, self.dims.num_stages
         seq = x.shape[1] // dims.tp if (dims.tp > 1 and dims.sequence_parallel) else x.shape[1]
         out = None
@@ -351,7 +369,7 @@ class ParallelEngine:
             else:
                 inp = torch.empty(x.shape[0], seq, self.model_config.hidden, device=self.device)
                 dist.recv(inp, group=self.pp_group, group_src=(s - 1) % dims.pp)
-            out = part(inp)
+            out = part(inp, **documents)
             if s < S - 1:
                 dist.send(local(out).float().contiguous(), group=self.pp_group, group_dst=(s + 1) % dims.pp)
                 out = None

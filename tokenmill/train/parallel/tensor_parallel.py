@@ -54,9 +54,9 @@ def apply_tensor_parallel(part: GPT, tp_mesh: DeviceMesh, sequence_parallel: boo
                 {
                     "attention_norm": SequenceParallel(),
                     "ffn_norm": SequenceParallel(),
-                    # (x, rope): gather the sequence before the column-parallel projections.
+                    # (x, rope, documents): gather the sequence before the column-parallel projections.
                     "attention": PrepareModuleInput(
-                        input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)
+                        input_layouts=(Shard(1), None, None), desired_input_layouts=(Replicate(), None, None)
                     ),
                     "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
                 }
@@ -68,7 +68,9 @@ def apply_tensor_parallel(part: GPT, tp_mesh: DeviceMesh, sequence_parallel: boo
                 block,
                 tp_mesh,
                 PrepareModuleInput(
-                    input_layouts=(Replicate(), None), desired_input_layouts=(Shard(1), None), use_local_output=True
+                    input_layouts=(Replicate(), None, None),
+                    desired_input_layouts=(Shard(1), None, None),
+                    use_local_output=True,
                 ),
             )
     head_plan: dict[str, object] = {}
