@@ -4,10 +4,11 @@ Every input record ends up either kept (id, text, source) or rejected with a rea
 it exists, the raw line: `invalid_utf8` (`invalid_encoding` with another `--encoding`),
 `invalid_json`, `not_an_object`, `missing_text`, `non_string_text`, `empty_text`, `missing_id`,
 `corrupt_file`, `too_large` for a record over `--max-record-bytes` (skipped unread, see
-`tokenmill.curate.limits`), `empty_file` for a file that holds no record at all (one rejection per file, so
-that an empty input never passes as `in 0`), `binary` for a file read as text that is binary (a
-PDF, an image, an executable), and `unknown_format` for a file in an input directory whose
-extension names no format.
+`tokenmill.curate.limits`), `empty_file` for a file that holds no record at all (one rejection
+per file, so that an empty input never passes as `in 0`), `binary` for a file read as text that
+is binary (a PDF, an image, an executable; a separator-split piece holding a NUL byte past the
+first chunk), and `unknown_format` for a file in an input directory whose extension names no
+format.
 
 Each file is read by its extension (`.jsonl`/`.json`/`.ndjson`, `.parquet`, `.txt`/`.text`/`.md`,
 each of the line formats optionally `.gz` / `.zst` compressed; web archives `.warc`, `.wet`
@@ -201,7 +202,8 @@ REASONS = {
     "missing_id": "no {id_field!r} field (see --id-field)",
     "corrupt_file": "a truncated or corrupt file: the records before the damage were kept",
     "empty_file": "a file that holds no record (empty, only blank lines, or a Parquet file without rows)",
-    "binary": "a file read as text that is binary: NUL bytes, control characters, or a PDF/image/archive signature"
+    "binary": "a file read as text that is binary: NUL bytes, control characters, or a PDF/image/archive signature;"
+    " or a separator-split piece past the file's first 8 MiB that holds a NUL byte"
     " (a UTF-16 text file has NUL bytes: convert it to UTF-8 first, e.g. with iconv)",
     "unknown_format": "a file in an input directory whose extension names no format (use --format to read it)",
     **limits.REASONS,
