@@ -8,7 +8,9 @@ and encode of one JSONL file, beside a whole-file read of the same file with pan
 `--hostile-mb N` measures hostile inputs instead: a `.warc.gz` whose one record expands to N MB,
 a `.jsonl.gz` holding N MB without a newline, one JSONL line of N / 2 MB (all ingested with the
 default --max-record-bytes, so each is a counted `too_large`), and a `--document-mb` document
-through `tokenize train-tokenizer` (in the command's process) and `tokenize encode`.
+through `tokenize train-tokenizer` (in the command's process) and `tokenize encode`; also a
+text file of N MB of real paragraphs split by `--separator '\n\n'`, which ingest reads a chunk
+at a time (`--ingest-only`: the ingest rows alone).
 
 The input is one generated JSONL file per size: documents of 3-8 real paragraphs (WikiText-2 and
 Shakespeare from ../shared/data/corpus) in a seeded random order, 5% of them repeated, so
@@ -159,6 +161,7 @@ def write_hostile_inputs(work: Path, hostile_mb: int) -> dict[str, Path]:
             ("warc.gz bomb", "bomb.warc.gz"),
             ("jsonl.gz bomb", "bomb.jsonl.gz"),
             ("huge JSONL line", "line.jsonl"),
+            ("separator-split text file", "book.txt"),
         )
     }
     for path in inputs.values():
@@ -186,40 +189,22 @@ def write_hostile_inputs(work: Path, hostile_mb: int) -> dict[str, Path]:
         for _ in range(hostile_mb // 2):
             handle.write(b"x" * mb)
         handle.write(b'"}\n' + good)
+    # Real paragraphs, one document each, split by --separator '\n\n' (SEPARATOR below).
+    text = "\n\n".join(paragraphs()).encode() + b"\n\n"
+    with inputs["separator-split text file"].open("wb") as handle:
+        for _ in range(hostile_mb * mb // len(text)):
+            handle.write(text)
+        handle.write(text[: hostile_mb * mb % len(text)])
     return inputs
 
 
-def run_hostile(args: argparse.Namespace, scratch: Path) -> list[str]:
-    """Peak memory per worker on hostile inputs, beside the bound (the worker's memory limit)."""
-    from distributed import Client, LocalCluster
+# How each hostile input is ingested beyond the defaults.
+HOSTILE_OPTIONS = {"separator-split text file": ["--separator", "\n\n"]}
 
-    from tokenmill.cli import main as tokenmill
 
-    def on_workers(argv: list[str]) -> tuple[list[float], float]:
-        with (
-            LocalCluster(
-                n_workers=args.workers, threads_per_worker=1, memory_limit=f"{args.limit_mb}MiB", dashboard_address=":0"
-            ) as cluster,
-            Client(cluster) as client,
-        ):
-            started = time.time()
-            if tokenmill([*argv, "--scheduler", cluster.scheduler_address, "--no-progress"]) != 0:
-                raise SystemExit(f"{' '.join(argv[:2])} failed")
-            return worker_peaks(client), time.time() - started
-
+def document_rows(args: argparse.Namespace, scratch: Path, on_workers) -> list[tuple]:
+    """train-tokenizer (in its own process) and encode on one `--document-mb` document."""
     rows = []
-    for name, path in write_hostile_inputs(scratch, args.hostile_mb).items():
-        output = path.parent / "out"
-        peaks, seconds = on_workers(["curate", "ingest", "--input", str(path), "--output", str(output)])
-        counts = json.loads((output / "manifest.json").read_text())["counts"]
-        rows.append(
-            (
-                f"ingest {name} ({args.hostile_mb if 'bomb' in name else args.hostile_mb // 2} MB)",
-                peaks,
-                seconds,
-                counts,
-            )
-        )
     docs = scratch / "document" / "docs"
     docs.mkdir(parents=True)
     pool = paragraphs()
@@ -255,6 +240,44 @@ def run_hostile(args: argparse.Namespace, scratch: Path) -> list[str]:
     argv = ["tokenize", "encode", "--input", str(docs), "--tokenizer", str(tokenizer), "--output-prefix"]
     peaks, seconds = on_workers([*argv, str(scratch / "document" / "shard")])
     rows.append((f"encode, one {args.document_mb} MB document", peaks, seconds, None))
+    return rows
+
+
+def run_hostile(args: argparse.Namespace, scratch: Path) -> list[str]:
+    """Peak memory per worker on hostile inputs, beside the bound (the worker's memory limit)."""
+    from distributed import Client, LocalCluster
+
+    from tokenmill.cli import main as tokenmill
+
+    def on_workers(argv: list[str]) -> tuple[list[float], float]:
+        with (
+            LocalCluster(
+                n_workers=args.workers, threads_per_worker=1, memory_limit=f"{args.limit_mb}MiB", dashboard_address=":0"
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            started = time.time()
+            if tokenmill([*argv, "--scheduler", cluster.scheduler_address, "--no-progress"]) != 0:
+                raise SystemExit(f"{' '.join(argv[:2])} failed")
+            return worker_peaks(client), time.time() - started
+
+    rows = []
+    for name, path in write_hostile_inputs(scratch, args.hostile_mb).items():
+        output = path.parent / "out"
+        argv = ["curate", "ingest", "--input", str(path), "--output", str(output), *HOSTILE_OPTIONS.get(name, [])]
+        peaks, seconds = on_workers(argv)
+        counts = json.loads((output / "manifest.json").read_text())["counts"]
+        path.unlink()  # the disk they take, before the next input is read
+        rows.append(
+            (
+                f"ingest {name} ({args.hostile_mb // 2 if 'line' in name else args.hostile_mb} MB)",
+                peaks,
+                seconds,
+                counts,
+            )
+        )
+    if not args.ingest_only:
+        rows += document_rows(args, scratch, on_workers)
 
     lines = [
         f"hostile inputs: peak RSS per process (MiB; {args.workers} single-threaded workers, memory limit"
@@ -281,6 +304,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--hostile-mb", type=int, default=None, help="measure the hostile inputs of this size instead")
     parser.add_argument("--document-mb", type=int, default=50, help="the long document's size (with --hostile-mb)")
+    parser.add_argument(
+        "--ingest-only", action="store_true", help="with --hostile-mb: only the ingest rows, not the long document's"
+    )
     args = parser.parse_args()
     machine_load = check_load()
     if args.hostile_mb is not None:

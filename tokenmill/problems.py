@@ -57,12 +57,18 @@ class Problems:
         self.items: list[str] = []
         self.warnings: list[str] = []
         self._line_of: dict[str, int] = {}
+        # Per list section whose bad items were left out of later checks: each checked item's
+        # index in the file, so that a problem found there names the item as the file has it.
+        self.item_places: dict[str, list[int]] = {}
 
     def warn(self, loc: tuple[Any, ...], message: str) -> None:
         self.add(loc, message)
         self.warnings.append(self.items.pop())
 
     def add(self, loc: tuple[Any, ...], message: str) -> None:
+        places = self.item_places.get(loc[0]) if len(loc) > 1 and isinstance(loc[1], int) else None
+        if places is not None:
+            loc = (loc[0], places[loc[1]], *loc[2:])
         line = None
         for n in range(len(loc), -1, -1):  # the nearest located ancestor
             line = self.lines.get(tuple(loc[:n]))

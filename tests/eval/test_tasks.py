@@ -339,3 +339,36 @@ def test_a_row_without_a_field_names_the_file_line_and_field(
     err = capsys.readouterr().err
     line = f"tokenmill: error: task {name}: {path}:{len(rows)}: no field '{field}' (the row has "
     assert err.startswith(line) and err.count("\n") == 1, err
+
+
+def test_a_race_hub_row_without_an_article_and_a_winogrande_row_without_a_blank_are_one_line(
+    tmp_path: Path, capsys, eval_dir: Path
+) -> None:
+    from tokenmill.cli import main
+
+    def error_of(data: Path, task: str) -> str:
+        assert main(["eval", "--model", str(tmp_path / "no-model"), "--tasks", task, "--data-dir", str(data)]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        return err
+
+    # The hub's per-question rows (ehovy/race's layout): `datasets` gives the row lacking its
+    # article the column anyway, as None.
+    raw = json.loads(_race_article("An article.", ["A", "B"], "1.txt"))
+    rows = [
+        {"example_id": raw["id"], "article": raw["article"], "answer": a, "question": q, "options": o}
+        for q, a, o in zip(raw["questions"], raw["answers"], raw["options"])
+    ]
+    del rows[1]["article"]
+    hub = write_jsonl(tmp_path / "hub" / "EleutherAI" / "race" / "high" / "test.jsonl", rows)
+    assert error_of(tmp_path / "hub", "race") == (
+        f"tokenmill: error: task race: {hub} row 1: no field 'article' (the row has answer, example_id, options,"
+        " question)\n"
+    )
+
+    wino = [json.loads(line) for line in (eval_dir / "winogrande_dev.jsonl").read_text().splitlines()[:2]]
+    wino[-1]["sentence"] = wino[-1]["sentence"].replace("_", wino[-1]["option1"])
+    path = write_jsonl(tmp_path / "wino" / "winogrande_dev.jsonl", wino)
+    assert error_of(tmp_path / "wino", "winogrande") == (
+        f"tokenmill: error: task winogrande: {path}:2: the sentence has no blank '_' for the options to fill\n"
+    )

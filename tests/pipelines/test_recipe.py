@@ -123,6 +123,26 @@ def test_problems_of_every_section_are_reported_together_in_one_style(tmp_path, 
     ]
 
 
+def test_a_bad_item_of_a_list_section_leaves_the_other_items_checked(tmp_path, corpus):
+    # curate[0] and blend[0] fail the schema; the checks of curate[1] and blend[1] against the
+    # other sections still run, each problem named by the item's place in the file.
+    text = (
+        GOOD.replace("  - stage: normalize", "  - stage: normalize\n    optionz: {}")
+        .replace("sources: [a]", "sources: [c]")
+        .replace("min_score: 0.5", "min_scor: 0.5")
+        .replace("{source: a, weight: 2}", "{source: a, weight: 2, epochs: 1}")
+        .replace("{source: b, epochs: 1.5}", "{source: bb, epochs: 1.5}")
+    )
+    assert problems_of(tmp_path, text).splitlines()[1:] == [
+        "  - curate[0].optionz (line 8): unknown key `optionz` (did you mean `options`?)",
+        "  - curate[1].sources[0] (line 10): no source named `c`",
+        "  - curate[1].options.min_scor (line 11): unknown option `min_scor` for stage langid "
+        "(did you mean `min_score`?); options: languages, min_score, model",
+        "  - blend[0] (line 14): give exactly one of `weight` or `epochs`",
+        "  - blend[1].source (line 15): no source named `bb` (did you mean `b`?)",
+    ]
+
+
 def test_unknown_stage_and_source_names(tmp_path, corpus):
     text = (
         GOOD.replace("stage: normalize", "stage: normalise")

@@ -4,10 +4,11 @@ Every input record ends up either kept (id, text, source) or rejected with a rea
 it exists, the raw line: `invalid_utf8` (`invalid_encoding` with another `--encoding`),
 `invalid_json`, `not_an_object`, `missing_text`, `non_string_text`, `empty_text`, `missing_id`,
 `corrupt_file`, `too_large` for a record over `--max-record-bytes` (skipped unread, see
-`tokenmill.curate.limits`), `empty_file` for a file that holds no record at all (one rejection per file, so
-that an empty input never passes as `in 0`), `binary` for a file read as text that is binary (a
-PDF, an image, an executable), and `unknown_format` for a file in an input directory whose
-extension names no format.
+`tokenmill.curate.limits`), `empty_file` for a file that holds no record at all (one rejection
+per file, so that an empty input never passes as `in 0`), `binary` for a file read as text that
+is binary (a PDF, an image, an executable; a separator-split piece holding a NUL byte past the
+first chunk), and `unknown_format` for a file in an input directory whose extension names no
+format.
 
 Each file is read by its extension (`.jsonl`/`.json`/`.ndjson`, `.parquet`, `.txt`/`.text`/`.md`,
 each of the line formats optionally `.gz` / `.zst` compressed; web archives `.warc`, `.wet`
@@ -32,7 +33,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from tokenmill.curate import limits, webarchive
 from tokenmill.curate.documents import input_list
@@ -90,10 +91,18 @@ _CONTROL_BYTES = bytes([*range(0x00, 0x07), *range(0x0E, 0x1B), *range(0x1C, 0x2
 # Share of such bytes in a file's first BINARY_SAMPLE bytes above which it is binary.
 BINARY_CONTROL_SHARE = 0.05
 BINARY_SAMPLE = 64 * 1024
+# A text file split by --separator is read this many (decompressed) bytes at a time.
+SPLIT_CHUNK_BYTES = 8 * 1024 * 1024
+# A separator match, with the text its pattern looks at before and after it (`^`, lookbehinds,
+# lookaheads), is assumed to span less than this: a match is final once it ends this far before
+# the end of the bytes read so far (or at the end of the file), and this much text is kept
+# before the point where the search resumes.
+SEPARATOR_MARGIN_BYTES = 64 * 1024
 
 
 def binary_kind(data: bytes) -> str | None:
-    """Why `data` (a whole file) is binary rather than text, or None for text.
+    """Why `data` (a whole file, or the first chunk of one split by a separator) is binary rather
+    than text, or None for text.
 
     A NUL byte anywhere (no ASCII-compatible text encoding has one, as grep and git judge), a
     known file signature, or more than 5% control bytes in the first 64 KiB.
@@ -101,14 +110,84 @@ def binary_kind(data: bytes) -> str | None:
     for signature in BINARY_SIGNATURES:
         if data.startswith(signature):
             return f"starts with the signature {signature!r}"
-    nul = data.find(b"\x00")
-    if nul >= 0:
-        return f"holds NUL bytes (the first at byte {nul})"
+    nul = nul_kind(data)
+    if nul is not None:
+        return nul
     sample = data[:BINARY_SAMPLE]
     controls = len(sample) - len(sample.translate(None, _CONTROL_BYTES))
     if sample and controls / len(sample) > BINARY_CONTROL_SHARE:
         return f"{controls / len(sample):.0%} of its first {len(sample)} bytes are control characters"
     return None
+
+
+def nul_kind(data: bytes, offset: int = 0) -> str | None:
+    """Why `data`, found at byte `offset` of its file, is binary for holding a NUL byte, or None."""
+    nul = data.find(b"\x00")
+    return None if nul < 0 else f"holds NUL bytes (the first at byte {offset + nul})"
+
+
+@dataclass
+class Piece:
+    """A separator-split piece of a text file: its byte offset and size, and its bytes (only the
+    first `limits.HEAD_BYTES` when it is over the limit: such a piece is never held whole)."""
+
+    offset: int
+    size: int
+    data: bytes
+
+
+def _text_follows(handle: IO[bytes]) -> bool:
+    """Whether the rest of the stream holds a byte other than whitespace (read a chunk at a time)."""
+    while chunk := handle.read(SPLIT_CHUNK_BYTES):
+        if chunk.strip():
+            return True
+    return False
+
+
+def split_stream(handle: IO[bytes], first: bytes, separator: re.Pattern[bytes], limit: int) -> Iterator[Piece]:
+    """The pieces between `separator`'s matches in a stream whose first bytes, already read, are
+    `first`: those of `separator.finditer` over the whole text, a zero-width match at a piece's
+    start splitting nothing, read `SPLIT_CHUNK_BYTES` at a time.
+
+    The buffer holds the current piece (or, once it is over `limit`, only what the search still
+    needs) and `SEPARATOR_MARGIN_BYTES` before it, so a worker holds at most about limit + chunk
+    + twice the margin, however large the file.
+    """
+    margin = SEPARATOR_MARGIN_BYTES
+    buffer, buffer_start = first, 0  # buffer holds the file's bytes from buffer_start on
+    position = 0  # where the current piece starts
+    resume = 0  # where the search resumes: no separator starts in [position, resume)
+    head: bytes | None = None  # the first bytes of a piece over the limit, once it is known to be
+    at_end = False
+    while True:
+        if not at_end:
+            chunk = handle.read(SPLIT_CHUNK_BYTES)
+            at_end = not chunk
+            buffer += chunk
+        final_end = len(buffer) if at_end else len(buffer) - margin  # a match ending here is final
+        unsure = len(buffer)  # where the first match that is not final starts
+        for match in separator.finditer(buffer, resume - buffer_start):
+            if match.end() > final_end:
+                unsure = match.start()
+                break
+            start, end = buffer_start + match.start(), buffer_start + match.end()
+            if start == end == position:
+                continue  # a zero-width split at the start of a piece
+            data = buffer[position - buffer_start : match.start()] if head is None else head[: start - position]
+            yield Piece(position, start - position, data)
+            position = resume = end
+            head = None
+        if at_end:
+            data = buffer[position - buffer_start :] if head is None else head
+            yield Piece(position, buffer_start + len(buffer) - position, data)
+            return
+        # More text cannot move a match that starts before the margin to any place before this.
+        resume = max(resume, buffer_start + min(unsure, final_end))
+        if head is None and resume - position > limit:
+            head = buffer[position - buffer_start : position - buffer_start + limits.HEAD_BYTES]  # too large
+        keep_from = max(0, (resume if head is not None else position) - margin)
+        if keep_from > buffer_start:
+            buffer, buffer_start = buffer[keep_from - buffer_start :], keep_from
 
 
 # What each rejection reason means (`tokenmill inspect` prints these; `{...}` is the stage config).
@@ -123,7 +202,8 @@ REASONS = {
     "missing_id": "no {id_field!r} field (see --id-field)",
     "corrupt_file": "a truncated or corrupt file: the records before the damage were kept",
     "empty_file": "a file that holds no record (empty, only blank lines, or a Parquet file without rows)",
-    "binary": "a file read as text that is binary: NUL bytes, control characters, or a PDF/image/archive signature"
+    "binary": "a file read as text that is binary: NUL bytes, control characters, or a PDF/image/archive signature;"
+    " or a separator-split piece past the file's first 8 MiB that holds a NUL byte"
     " (a UTF-16 text file has NUL bytes: convert it to UTF-8 first, e.g. with iconv)",
     "unknown_format": "a file in an input directory whose extension names no format (use --format to read it)",
     **limits.REASONS,
@@ -436,57 +516,69 @@ class TextChunk:
             if self.options.separator
             else None
         )
-        limit = self.options.max_record_bytes
         for path, prefix in self.files:
             try:
-                with storage.open_decompressed(path) as handle:
-                    if separator is None:
-                        data, size = limits.read_limited(handle, limit)
-                    else:
-                        # Split into documents, each checked against the limit below.
-                        data = handle.read()
-                        size = len(data)
+                yield from self._read(batch, path, prefix, separator, undecodable)
             except (OSError, EOFError) as error:
                 batch.reject(f"{prefix}:corrupt", "corrupt_file", f"{type(error).__name__}: {error}")
-                continue
-            if size > limit and separator is None:
-                limits.reject_too_large(batch, prefix, size, limit, data)
-                continue
-            kind = binary_kind(data)
+        yield batch.flush()
+
+    def _read(
+        self, batch: DocumentBatcher, path: str, prefix: str, separator: re.Pattern[bytes] | None, undecodable: str
+    ) -> Iterator[Batch]:
+        """Add one file's documents to `batch`, yielding it whenever it is full."""
+        limit = self.options.max_record_bytes
+        with storage.open_decompressed(path) as handle:
+            if separator is None:
+                first, size = limits.read_limited(handle, limit)
+                if size > limit:
+                    limits.reject_too_large(batch, prefix, size, limit, first)
+                    return
+            else:
+                first = handle.read(SPLIT_CHUNK_BYTES)  # what judges the file binary, or empty
+            kind = binary_kind(first)
             if kind is not None:
                 # A PDF or an image read as text would become a document of mojibake.
                 batch.reject(prefix, "binary", f"{storage.redact(path)}: {kind}")
-                continue
-            if separator is not None and not data.strip():
-                batch.reject(f"{prefix}:empty", "empty_file", f"{storage.redact(path)}: no text to split")
-                continue
+                return
             if separator is None:
-                pieces = [(prefix, data)]
+                self._add(batch, prefix, Piece(0, size, first), path, undecodable, split=False)
+                return
+            if first.strip():
+                pieces = split_stream(handle, first, separator, limit)
+            elif _text_follows(handle):
+                # Text only after a chunk of whitespace, which the split needs: from the start again.
+                handle.close()
+                handle = storage.open_decompressed(path)
+                pieces = split_stream(handle, b"", separator, limit)
             else:
-                pieces = []
-                position = 0
-                for match in separator.finditer(data):
-                    if match.start() == match.end() == position:
-                        continue  # a zero-width split at the start of a piece
-                    pieces.append((f"{prefix}:{position}", data[position : match.start()]))
-                    position = match.end()
-                pieces.append((f"{prefix}:{position}", data[position:]))
-            for doc_id, piece in pieces:
-                if len(piece) > limit:
-                    limits.reject_too_large(batch, doc_id, len(piece), limit, piece)
-                    continue
-                text = _decode(piece, self.options, batch)
-                if text is None:
-                    batch.reject(doc_id, undecodable, piece)
-                elif not text.strip():
-                    if separator is not None and not piece:
-                        continue  # two adjacent separators: no document between them
-                    batch.reject(doc_id, "empty_text", piece, text=text)
-                else:
-                    batch.keep(doc_id, text)
-                if len(batch) >= BATCH_RECORDS:
-                    yield batch.flush()
-        yield batch.flush()
+                batch.reject(f"{prefix}:empty", "empty_file", f"{storage.redact(path)}: no text to split")
+                return
+            with handle:
+                for piece in pieces:
+                    self._add(batch, f"{prefix}:{piece.offset}", piece, path, undecodable, split=True)
+                    if len(batch) >= BATCH_RECORDS:
+                        yield batch.flush()
+
+    def _add(self, batch: DocumentBatcher, doc_id: str, piece: Piece, path: str, undecodable: str, split: bool) -> None:
+        """Keep one piece (a whole file when not `split`), or reject it with the reason."""
+        limit = self.options.max_record_bytes
+        if piece.size > limit:
+            limits.reject_too_large(batch, doc_id, piece.size, limit, piece.data)
+            return
+        kind = nul_kind(piece.data, piece.offset) if split else None
+        if kind is not None:  # a NUL past the first chunk, which decided that the file is text
+            batch.reject(doc_id, "binary", f"{storage.redact(path)}: {kind}")
+            return
+        text = _decode(piece.data, self.options, batch)
+        if text is None:
+            batch.reject(doc_id, undecodable, piece.data)
+        elif not text.strip():
+            if split and not piece.data:
+                return  # two adjacent separators: no document between them
+            batch.reject(doc_id, "empty_text", piece.data, text=text)
+        else:
+            batch.keep(doc_id, text)
 
 
 @dataclass

@@ -76,9 +76,8 @@ def parse_recipe(
         recipe = Recipe.model_validate({**data, "base_dir": base_dir})
     except ValidationError as error:
         pydantic_problems(error, problems, Recipe)
-        # The sections that passed are checked too, so that every problem is listed at once.
-        reported = {item["loc"][0] for item in error.errors() if item["loc"]}
-        rest = _valid_sections(data, reported, base_dir)
+        # The sections and items that passed are checked too, so that every problem is listed at once.
+        rest, reported = _valid_parts(data, [item["loc"] for item in error.errors()], base_dir, problems)
         if rest is not None:
             check_recipe(rest, problems, check_paths=check_paths, reported=reported)
         raise RecipeError(origin, problems.in_file_order()) from None
@@ -89,10 +88,35 @@ def parse_recipe(
     return recipe
 
 
-def _valid_sections(data: dict[str, Any], reported: set[str], base_dir: Path) -> Recipe | None:
-    """The recipe without the sections whose problems are reported; None where what is left is
-    no recipe (its sources are among them)."""
+# List sections that no other section names an item of: a bad item is left out of the checks
+# alone. (A source or classifier left out would make every mention of its name look unknown.)
+ITEM_SECTIONS = ("curate", "blend")
+
+
+def _valid_parts(
+    data: dict[str, Any], error_locs: list[tuple[Any, ...]], base_dir: Path, problems: Problems
+) -> tuple[Recipe | None, set[str]]:
+    """(the recipe without the sections and list items whose problems are reported, or None where
+    what is left is no recipe (its sources are among them); the sections left out whole).
+
+    Where items of a list section are left out, `problems` is told each kept item's place in
+    the file, so that a later check still names `curate[2]` as the file has it."""
+    bad_items: dict[str, set[int]] = {}
+    whole: set[str] = set()
+    for loc in error_locs:
+        if not loc:
+            continue
+        if loc[0] in ITEM_SECTIONS and len(loc) > 1 and isinstance(loc[1], int) and isinstance(data[loc[0]], list):
+            bad_items.setdefault(loc[0], set()).add(loc[1])
+        else:
+            whole.add(loc[0])
+    kept = {key: value for key, value in data.items() if key not in whole}
+    for key, bad in bad_items.items():
+        if key in kept:
+            places = [i for i in range(len(data[key])) if i not in bad]
+            kept[key] = [data[key][i] for i in places]
+            problems.item_places[key] = places
     try:
-        return Recipe.model_validate({**{k: v for k, v in data.items() if k not in reported}, "base_dir": base_dir})
+        return Recipe.model_validate({**kept, "base_dir": base_dir}), whole
     except ValidationError:
-        return None
+        return None, whole

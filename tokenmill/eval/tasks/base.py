@@ -86,11 +86,12 @@ class SplitFiles:
 
 def require_fields(doc: Doc, *paths: str) -> None:
     """Raise KeyError naming the first of `paths` ("choices.text": a field inside a field) that
-    `doc` lacks, so that a bad row stops the run as it is read, not mid-evaluation."""
+    `doc` lacks, so that a bad row stops the run as it is read, not mid-evaluation. A None counts
+    as lacking: `datasets` gives a row the columns of the others, None where it had none."""
     for path in paths:
         value: Any = doc
         for key in path.split("."):
-            if not isinstance(value, dict) or key not in value:
+            if not isinstance(value, dict) or value.get(key) is None:
                 raise KeyError(path)
             value = value[key]
 
@@ -176,13 +177,17 @@ class Task:
                 self.doc_to_text(doc)
                 self.doc_to_target(doc)
                 self.doc_to_choice(doc)
-            except RowError as error:
-                raise TokenmillError(f"task {self.name}: {where}: {error}") from error
-            except KeyError as error:
-                fields = ", ".join(sorted(row))
-                raise TokenmillError(f"task {self.name}: {where}: no field {error} (the row has {fields})") from error
+            except (RowError, KeyError) as error:
+                raise self.row_error(where, row, error) from error
             docs.append(doc)
         return docs
+
+    def row_error(self, where: str, row: Doc, error: RowError | KeyError) -> TokenmillError:
+        """One line naming the row's place and its problem: a bad value, or a field it lacks."""
+        if isinstance(error, KeyError):
+            fields = ", ".join(sorted(key for key, value in row.items() if value is not None))
+            return TokenmillError(f"task {self.name}: {where}: no field {error} (the row has {fields})")
+        return TokenmillError(f"task {self.name}: {where}: {error}")
 
     # ----- splits -----
     @property

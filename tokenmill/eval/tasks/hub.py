@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,4 +141,6 @@ def _import_datasets() -> Any:
         import datasets
     except ImportError as error:  # pragma: no cover - datasets is a dependency of tokenmill
         raise TokenmillError("reading the harness's datasets needs `pip install datasets`") from error
+    if not sys.stderr.isatty():
+        datasets.disable_progress_bars()  # as tokenmill's own bars: a pipe or log gets no redraws
     return datasets

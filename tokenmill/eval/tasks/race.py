@@ -26,7 +26,16 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tokenmill.errors import TokenmillError
-from tokenmill.eval.tasks.base import Doc, LabelError, Row, SplitFiles, Task, parse_label, read_jsonl
+from tokenmill.eval.tasks.base import (
+    Doc,
+    LabelError,
+    Row,
+    SplitFiles,
+    Task,
+    parse_label,
+    read_jsonl,
+    require_fields,
+)
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +136,16 @@ class RaceHigh(Task):
     def group_hub_rows(self, rows: list[Row]) -> list[Row]:
         # EleutherAI/race holds grouped documents; `ehovy/race` saved in its place holds questions.
         if rows and "problems" not in rows[0][1]:
+            for where, row in rows:  # grouping reads them: a row without one is named first
+                try:
+                    require_fields(row, "article", "question", "answer", "options")
+                except KeyError as error:
+                    raise self.row_error(where, row, error) from error
             return group_by_article(rows)
         return rows
 
     def process_doc(self, doc: Doc) -> Doc:
+        require_fields(doc, "article", "problems")
         for problem in problems(doc):
             parse_label(problem["answer"], 4, LETTERS, indexes=False)  # a letter outside A-D names no option
             if len(problem["options"]) != 4:

@@ -9,7 +9,7 @@ the sentence up to `_` with each option substituted; the shared continuation is 
 
 from __future__ import annotations
 
-from tokenmill.eval.tasks.base import Doc, SplitFiles, Task, parse_label
+from tokenmill.eval.tasks.base import Doc, RowError, SplitFiles, Task, parse_label, require_fields
 
 # The harness draws few-shot examples from train_xl; locally the largest size present is used.
 _TRAIN_SIZES = ("xl", "l", "m", "s", "xs")
@@ -31,6 +31,9 @@ class WinoGrande(Task):
     source = "https://github.com/allenai/winogrande (winogrande_1.1.zip: dev.jsonl, train_xl.jsonl)"
 
     def process_doc(self, doc: Doc) -> Doc:
+        require_fields(doc, "sentence", "option1", "option2")
+        if "_" not in doc["sentence"]:
+            raise RowError("the sentence has no blank '_' for the options to fill")
         # `answer` names option 1 or 2 ("1"/"2", as the harness's dataset stores it).
         return {**doc, "answer": str(parse_label(doc["answer"], 2, ("1", "2"), indexes=False) + 1)}
 
