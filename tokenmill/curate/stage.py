@@ -46,8 +46,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
+def _publication_interrupted(target: storage.Location) -> bool:
+    """Whether `target` is a stage output on object storage whose publication was cut short:
+    its files are copied into place one by one, the manifest last, and the stage's partial
+    prefix beside it is removed only after that."""
+    return not target.is_local and bool(storage.glob(storage.parent(target.native()), f".{target.name}.partial-*"))
+
+
 # What `--output` of a curate stage may replace: an earlier stage directory (see `claim_output`).
-STAGE_OUTPUT = OutputKind("a stage directory", (MANIFEST_FILE,))
+STAGE_OUTPUT = OutputKind("a stage directory", (MANIFEST_FILE,), leftover=_publication_interrupted)
 
 # Rows per batch when a Parquet input file is large; bounds a worker's memory.
 PARQUET_BATCH_ROWS = 20_000

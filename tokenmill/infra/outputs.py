@@ -57,6 +57,9 @@ class OutputKind:
     markers: tuple[str, ...]
     layout: str = "directory"
     suffixes: tuple[str, ...] = ()
+    # What else marks an earlier output of this kind that no marker beside it shows (a shard
+    # bound for object storage keeps its unfinished parts in a local working copy).
+    leftover: Callable[[storage.Location], bool] | None = None
 
     def exists(self, target: storage.Location) -> bool:
         if self.layout == "prefix":
@@ -68,6 +71,8 @@ class OutputKind:
         if target.isdir() != (self.layout == "directory") and self.layout != "prefix":
             return False
         if any(storage.exists(path) for path in self.marker_paths(target)):
+            return True
+        if self.leftover is not None and self.leftover(target):
             return True
         return self.layout == "directory" and _empty(target)
 

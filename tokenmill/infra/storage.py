@@ -303,7 +303,9 @@ def open_decompressed(path: str) -> IO[bytes]:
     """A raw input file for reading, decompressed as its suffix says (`.gz`, `.zst`)."""
     compression = compression_suffix(path)
     if is_url(path):
-        return open_input(path, COMPRESSIONS.get(compression or ""))
+        # fsspec's files take no size in readline(): a buffered reader over them does, so a
+        # line is read up to a limit, never whole (a record limit holds over a URL as on disk).
+        return io.BufferedReader(open_input(path, COMPRESSIONS.get(compression or "")))
     if compression == ".gz":
         return gzip.open(path, "rb")
     if compression == ".zst":

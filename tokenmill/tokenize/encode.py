@@ -294,15 +294,21 @@ def _finished_partitions(partitions: list[EncodePartition], settings: EncodeSett
     return finished
 
 
+def work_dir_for(prefix: Path) -> Path:
+    return Path(f"{prefix}.parts")
+
+
+def _parts_kept(target: storage.Location) -> bool:
+    """Whether an encode killed while it published `target` left its parts (on object storage
+    they are kept in the local working copy the shard is built in)."""
+    return work_dir_for(_output_prefix(target.path)[1]).is_dir()
+
+
 # What `--output-prefix` may replace: an earlier shard, PREFIX.json beside it, or the files of
 # an encode killed while it published them (PREFIX.parts/ is still there).
 SHARD_OUTPUT = OutputKind(
-    "a token shard", ("{name}.json", "{name}.parts"), layout="prefix", suffixes=(".bin", ".idx", ".json")
+    "a token shard", ("{name}.json",), layout="prefix", suffixes=(".bin", ".idx", ".json"), leftover=_parts_kept
 )
-
-
-def work_dir_for(prefix: Path) -> Path:
-    return Path(f"{prefix}.parts")
 
 
 def _input_manifest(input: Any, files: list[Path]) -> dict[str, Any]:
