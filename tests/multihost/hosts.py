@@ -31,9 +31,12 @@ def _ip(*argv: str) -> None:
 class Hosts:
     """``count`` hosts on one bridge; `exec_argv` runs a command on one of them."""
 
+    made = 0  # sets of hosts made by this process, for their unique names
+
     def __init__(self, count: int, prefix: str | None = None) -> None:
         # Unique per test process: several test runs on one machine make hosts of their own.
-        self.prefix = prefix or f"tm{os.getpid()}"
+        Hosts.made += 1
+        self.prefix = prefix or f"tm{os.getpid()}n{Hosts.made}"
         self.switch = f"{self.prefix}sw"
         self.names = [f"{self.prefix}h{i}" for i in range(1, count + 1)]
         self.processes: list[subprocess.Popen] = []
@@ -82,18 +85,6 @@ class Hosts:
         """Run ``argv`` on ``host`` to its end (killed after ``timeout`` s)."""
         return subprocess.run(self.exec_argv(host, argv), capture_output=True, text=True, timeout=timeout, env=env)
 
-    def reaches(self, source: int, target: int, port: int, timeout: float = 2.0) -> bool:
-        """Whether a TCP connection from ``source`` to ``target``'s ``port`` is answered (by a
-        listener or a refusal): what ping would say, with Python's sockets."""
-        code = (
-            "import socket,sys\n"
-            f"s=socket.socket(); s.settimeout({timeout})\n"
-            f"try: s.connect(({self.address(target)!r},{port}))\n"
-            "except ConnectionRefusedError: pass\n"
-            "except OSError: sys.exit(1)\n"
-        )
-        return self.run(source, ["python3", "-c", code], timeout=timeout + 10).returncode == 0
-
     def cut(self, host: int) -> None:
         """Take ``host``'s link to the bridge down: its packets go nowhere, its connections hang."""
         _ip("-n", self.switch, "link", "set", f"h{host}", "down")
@@ -138,7 +129,8 @@ def hosts_or_skip(count: int) -> Hosts:
 
 
 def wait_listening(hosts: Hosts, source: int, target: int, port: int, timeout: float = 60.0) -> None:
-    """Wait until ``target`` accepts connections on ``port`` from ``source``."""
+    """Wait until ``target`` accepts connections on ``port`` from ``source`` (Python's sockets:
+    there is no ping here)."""
     code = (
         "import socket,sys,time\n"
         f"end=time.time()+{timeout}\n"
@@ -150,3 +142,13 @@ def wait_listening(hosts: Hosts, source: int, target: int, port: int, timeout: f
     )
     if hosts.run(source, ["python3", "-c", code], timeout=timeout + 10).returncode != 0:
         raise RuntimeError(f"nothing listens at {hosts.address(target)}:{port} after {timeout} s")
+
+
+def listening_addresses(hosts: Hosts, host: int, pids: list[int] | None = None) -> set[str]:
+    """The addresses TCP sockets listen on in ``host`` (those of ``pids`` alone, when given)."""
+    table = hosts.run(host, ["ss", "-ltnpH"], timeout=30).stdout
+    return {
+        line.split()[3].rsplit(":", 1)[0]
+        for line in table.splitlines()
+        if pids is None or any(f"pid={pid}," in line for pid in pids)
+    }

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 from curate.dask_processes import DASK, REPO_ROOT, assert_same_stage, tokenmill
-from hosts import Hosts, hosts_or_skip, wait_listening
+from hosts import Hosts, hosts_or_skip, listening_addresses, wait_listening
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
 SCHEDULER_PORT = 8786
 STAGE_TIMEOUT_S = 120
+LOCAL_HTTP = ["--dashboard-address", "127.0.0.1:0"]  # without it Dask serves HTTP on 0.0.0.0
 
 
 def dask_env() -> dict[str, str]:
@@ -34,13 +35,14 @@ def dask_env() -> dict[str, str]:
 
 
 def start_cluster(hosts: Hosts, directory: Path) -> str:
-    """`dask scheduler` on host 1, `dask worker` on hosts 2 and 3, each on its host's address."""
+    """`dask scheduler` on host 1, `dask worker` on hosts 2 and 3, each on its host's address
+    and its HTTP server (health, dashboard) on the host's loopback, as a Slurm job starts them."""
     directory.mkdir(parents=True, exist_ok=True)
     env = dask_env()
     scheduler = hosts.address(1)
     hosts.start(
         1,
-        [str(DASK), "scheduler", "--host", scheduler, "--port", str(SCHEDULER_PORT), "--no-dashboard"],
+        [str(DASK), "scheduler", "--host", scheduler, "--port", str(SCHEDULER_PORT), *LOCAL_HTTP],
         directory / "scheduler.log",
         env,
     )
@@ -51,7 +53,7 @@ def start_cluster(hosts: Hosts, directory: Path) -> str:
         hosts.start(
             host,
             [str(DASK), "worker", address, "--host", hosts.address(host), "--name", name]
-            + ["--nthreads", "1", "--no-nanny", "--no-dashboard", "--memory-limit", "0"]
+            + ["--nthreads", "1", "--no-nanny", *LOCAL_HTTP, "--memory-limit", "0"]
             + ["--local-directory", str(directory / name)],
             directory / f"{name}.log",
             env,
@@ -59,6 +61,8 @@ def start_cluster(hosts: Hosts, directory: Path) -> str:
     wait_code = f"from distributed import Client\nwith Client({address!r}, timeout='30s') as c: c.wait_for_workers(2, timeout=90)\n"
     result = hosts.run(1, [sys.executable, "-c", wait_code], timeout=120, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
+    for host in (1, 2, 3):  # the scheduler and each worker: on its own host's address, and loopback
+        assert listening_addresses(hosts, host) == {hosts.address(host), "127.0.0.1"}
     return address
 
 

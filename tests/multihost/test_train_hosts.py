@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from curate.dask_processes import REPO_ROOT, tokenmill
+from hosts import listening_addresses
 from train.shard_files import text_documents, write_shard
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
@@ -103,16 +104,6 @@ def rank_pids(hosts, host: int) -> list[int]:
         if b"tokenmill.train.worker" in command and b"torch.distributed.run" not in command:
             ranks.append(int(pid))
     return ranks
-
-
-def listening_addresses(hosts, host: int, pids: list[int]) -> set[str]:
-    """The addresses the processes ``pids`` on ``host`` listen on (TCP)."""
-    table = hosts.run(host, ["ss", "-ltnpH"], timeout=30).stdout
-    addresses = set()
-    for line in table.splitlines():
-        if any(f"pid={pid}," in line for pid in pids):
-            addresses.add(line.split()[3].rsplit(":", 1)[0])
-    return addresses
 
 
 def wait_for_step(out: Path, step: int, nodes: list[subprocess.Popen]) -> None:
