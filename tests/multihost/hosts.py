@@ -5,7 +5,10 @@ where they are missing.
 
 Host i (from 1) is the namespace ``{prefix}h{i}`` with address ``10.77.0.{i}`` on its
 interface ``eth0``, whose other end is ``h{i}`` on the bridge; `cut` takes that end down, as a
-pulled cable would. Every namespace is deleted on `close`, and the processes in it killed."""
+pulled cable would. Its name is ``node{i}``: every host resolves every ``nodeN`` through its
+own /etc/hosts (``/etc/netns/NAMESPACE/hosts``, which ``ip netns exec`` mounts over
+/etc/hosts), and a daemon started by `start_node` also has that hostname. Every namespace is
+deleted on `close`, with its /etc/netns directory, and the processes in it killed."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import pytest
 SUBNET = "10.77.0"
 INTERFACE = "eth0"  # each host's interface towards the others
 IP = shutil.which("ip") or "/usr/sbin/ip"
+NETNS_ETC = Path("/etc/netns")
 
 
 def _ip(*argv: str) -> None:
@@ -61,9 +65,16 @@ class Hosts:
             _ip("-n", self.switch, "link", "set", port, "up")
             _ip("-n", name, "addr", "add", f"{self.address(i)}/24", "dev", INTERFACE)
             _ip("-n", name, "link", "set", INTERFACE, "up")
+        names = "".join(f"{self.address(i)} {self.hostname(i)}\n" for i in range(1, len(self.names) + 1))
+        for name in self.names:
+            (NETNS_ETC / name).mkdir(parents=True, exist_ok=True)
+            (NETNS_ETC / name / "hosts").write_text(f"127.0.0.1 localhost\n{names}")
 
     def address(self, host: int) -> str:
         return f"{SUBNET}.{host}"
+
+    def hostname(self, host: int) -> str:
+        return f"node{host}"
 
     def exec_argv(self, host: int, argv: list[str]) -> list[str]:
         return [IP, "netns", "exec", self.names[host - 1], *argv]
@@ -77,6 +88,21 @@ class Hosts:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
+            )
+        self.processes.append(process)
+        return process
+
+    def start_node(self, host: int, argv: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
+        """Start a daemon on ``host`` as on a machine of its own: in the host's network, named
+        ``node{host}`` (a UTS namespace), with the host's /etc/hosts. Unlike ``ip netns exec``,
+        which mounts a fresh /sys, the machine's /sys (its cgroups, which slurmd needs) stays."""
+        name = self.names[host - 1]
+        script = 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"'
+        wrapped = ["nsenter", f"--net=/run/netns/{name}", "unshare", "--mount", "--uts", "--propagation", "private"]
+        wrapped += ["sh", "-c", script, "sh", self.hostname(host), str(NETNS_ETC / name / "hosts"), *argv]
+        with open(log, "w") as handle:
+            process = subprocess.Popen(
+                wrapped, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         self.processes.append(process)
         return process
@@ -111,6 +137,7 @@ class Hosts:
                 pass
         for name in reversed(self._made):
             subprocess.run([IP, "netns", "delete", name], capture_output=True)
+            shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
         self._made.clear()
 
 
