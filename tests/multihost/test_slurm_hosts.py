@@ -14,72 +14,17 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from curate.dask_processes import REPO_ROOT
 from hosts import hosts_or_skip
 from pipelines.pipeline_outputs import documents
+from pipelines.test_slurm import RECIPE, TERMINAL, losses
+from slurm_conf import write_slurm_conf
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
 DAEMONS = ("slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "sinfo", "nsenter", "unshare")
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL"}
 JOB_TIMEOUT_S = 300
-
-RECIPE = """
-name: twonodes
-sources:
-  - name: wiki
-    path: {corpus}/wikitext2_valid.txt
-    format: text
-    separator: '^(?= = [^=])'
-curate:
-  - stage: normalize
-  - stage: dedup
-    options: {{method: exact}}
-tokenize: {{vocab_size: 320}}
-blend:
-  - {{source: wiki, weight: 1.0}}
-train:
-  nnodes: 2
-  config:
-    model: {{preset: tiny, max_seq_len: 32}}
-    dataset: {{seq_len: 32, split: "90,10,0"}}
-    schedule: {{steps: 12, global_batch_size: 4, warmup_steps: 2}}
-    optimizer: {{lr: 3.0e-3}}
-    parallel: {{precision: fp32, dp: 2}}
-    checkpoint: {{interval: 4}}
-    logging: {{interval: 1, eval_interval: 6, eval_iters: 1, tensorboard: false}}
-"""
-
-SLURM_CONF = """
-ClusterName=tokenmillhosts
-SlurmctldHost=node1({controller})
-# Test cluster only: no munge daemon to manage.
-AuthType=auth/none
-CredType=cred/none
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={dir}/state
-SlurmdSpoolDir={dir}/spool-%n
-SlurmctldPidFile={dir}/slurmctld.pid
-SlurmdPidFile={dir}/slurmd-%n.pid
-SlurmctldLogFile={dir}/slurmctld.log
-SlurmdLogFile={dir}/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-ReturnToService=2
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SlurmdParameters=config_overrides
-SchedulerParameters=sched_interval=1
-KillWait=5
-MinJobAge=600
-{nodes}
-PartitionName=debug Nodes=node[1-2] Default=YES MaxTime=INFINITE State=UP
-"""
 
 
 def env_for(conf: Path | None = None) -> dict[str, str]:
@@ -99,14 +44,8 @@ def slurm_hosts(tmp_path_factory):
     hosts = hosts_or_skip(2)
     try:
         directory = tmp_path_factory.mktemp("slurm")
-        for sub in ("state", "spool-node1", "spool-node2"):
-            (directory / sub).mkdir()
-        nodes = "\n".join(
-            f"NodeName={hosts.hostname(i)} NodeAddr={hosts.address(i)} CPUs=2 RealMemory=1000 State=UNKNOWN"
-            for i in (1, 2)
-        )
-        conf = directory / "slurm.conf"
-        conf.write_text(SLURM_CONF.format(controller=hosts.address(1), dir=directory, nodes=nodes).lstrip())
+        nodes = {hosts.hostname(i): hosts.address(i) for i in (1, 2)}
+        conf = write_slurm_conf(directory, f"{hosts.hostname(1)}({hosts.address(1)})", nodes)
         env = env_for(conf)
         hosts.start_node(1, ["slurmctld", "-D", "-i"], directory / "slurmctld.stderr", env)
         for host in (1, 2):
@@ -127,16 +66,15 @@ def job_field(hosts, env: dict[str, str], job: str, name: str) -> str:
     return next((field.split("=", 1)[1] for field in out.split() if field.startswith(f"{name}=")), "UNKNOWN")
 
 
-def losses(run_dir: Path) -> dict[int, float]:
-    from tokenmill.train.metrics import read_metrics
-
-    return {m["step"]: m["loss"] for m in read_metrics(run_dir) if "loss" in m}
-
-
 def test_a_recipe_job_on_two_slurm_nodes_gives_the_outputs_of_a_local_run(slurm_hosts, shared_data, tmp_path):
     hosts, env = slurm_hosts
+    # test_slurm's recipe, its training on two nodes with a rank on each
+    spec = yaml.safe_load(textwrap.dedent(RECIPE.format(corpus=shared_data / "corpus")))
+    spec["name"] = "twonodes"
+    spec["train"]["nnodes"] = 2
+    spec["train"]["config"]["parallel"]["dp"] = 2
     recipe = tmp_path / "twonodes.yaml"
-    recipe.write_text(textwrap.dedent(RECIPE.format(corpus=shared_data / "corpus")))
+    recipe.write_text(yaml.safe_dump(spec))
     python = [sys.executable, "-m", "tokenmill.cli", "run", str(recipe)]
     local, work = tmp_path / "local", tmp_path / "work"
     done = subprocess.run(
