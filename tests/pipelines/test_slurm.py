@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from local_ports import free_port
 from pipeline_outputs import documents
+from slurm_conf import write_slurm_conf
 
 REPO = Path(__file__).resolve().parents[2]
 DAEMONS = ("slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue", "sinfo")
@@ -67,41 +68,6 @@ def tokenmill(*args: str, env: dict[str, str], timeout: float = 600) -> subproce
     )
 
 
-SLURM_CONF = """
-ClusterName=tokenmilltest
-SlurmctldHost={host}(127.0.0.1)
-SlurmctldPort={ctld_port}
-SlurmdPort={d_port}
-# Test cluster only: no munge daemon to manage.
-AuthType=auth/none
-CredType=cred/none
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={dir}/state
-SlurmdSpoolDir={dir}/spool
-SlurmctldPidFile={dir}/slurmctld.pid
-SlurmdPidFile={dir}/slurmd.pid
-SlurmctldLogFile={dir}/slurmctld.log
-SlurmdLogFile={dir}/slurmd.log
-# No cgroups in a container: plain process tracking, no CPU binding.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-ReturnToService=2
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SlurmdParameters=config_overrides
-SchedulerParameters=sched_interval=1
-KillWait=5
-MinJobAge=600
-NodeName={host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 State=UNKNOWN
-PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
-"""
-
-
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory) -> Iterator[dict[str, str]]:
     """A running single-node Slurm cluster; yields the environment its clients need."""
@@ -111,11 +77,9 @@ def slurm(tmp_path_factory) -> Iterator[dict[str, str]]:
     if os.geteuid() != 0:
         pytest.skip("a test Slurm cluster runs its daemons as root")
     directory = tmp_path_factory.mktemp("slurm")
-    (directory / "state").mkdir()
-    (directory / "spool").mkdir()
     host = socket.gethostname()
-    conf = directory / "slurm.conf"
-    conf.write_text(SLURM_CONF.format(host=host, dir=directory, ctld_port=free_port(), d_port=free_port()).lstrip())
+    ports = f"SlurmctldPort={free_port()}\nSlurmdPort={free_port()}"
+    conf = write_slurm_conf(directory, f"{host}(127.0.0.1)", {host: "127.0.0.1"}, ports)
     env = _env(conf)
     daemons = []
     try:

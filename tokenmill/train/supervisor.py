@@ -32,7 +32,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,10 +48,7 @@ log = logging.getLogger(__name__)
 
 FAILURES = "failures.jsonl"
 RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"  # torchrun's name: the ranks read it under either
-MASTER_ADDR = "127.0.0.1"
-# gloo's connections between the ranks listen on the address the machine's name resolves to
-# unless told an interface: on one machine, loopback, as the store (mesh.rendezvous_store).
-LOOPBACK_INTERFACE = "lo0" if sys.platform == "darwin" else "lo"
+MASTER_ADDR = "127.0.0.1"  # gloo's connections listen on its interface too (mesh.choose_gloo_interface)
 POLL_S = 0.1
 # Ranks of this supervisor end at once on SIGTERM (stop.stop_signals); the grace is for a rank
 # busy in native code that does not return to the interpreter.
@@ -167,7 +163,6 @@ def rank_env(
         # Rank 0 hosts the store at MASTER_ADDR:MASTER_PORT (torchrun's agent may host it instead).
         "TORCHELASTIC_USE_AGENT_STORE": "False",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": base.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
-        "GLOO_SOCKET_IFNAME": base.get("GLOO_SOCKET_IFNAME", LOOPBACK_INTERFACE),
     }
 
 

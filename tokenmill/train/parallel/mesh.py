@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
+import sys
 
 import torch
 import torch.distributed as dist
@@ -32,6 +34,8 @@ def init_distributed(device: torch.device | None = None, world_size: int | None 
         backend = "nccl" if use_cuda else "gloo"
         if "RANK" in os.environ:
             rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            if backend == "gloo":
+                choose_gloo_interface()
             store = rendezvous_store(rank, world_size)
             if store is None:  # torchrun's agent hosts the store: the ranks are its clients
                 dist.init_process_group(backend=backend)
@@ -84,6 +88,51 @@ def rendezvous_store(rank: int, world_size: int) -> dist.Store | None:
         listening.detach()  # the store's server owns the descriptor now, and closes it
     # The prefix torch's init_process_group gives the store it makes itself.
     return dist.PrefixStore("default_pg", store)
+
+
+def choose_gloo_interface() -> None:
+    """Unless the user named one (``GLOO_SOCKET_IFNAME``), gloo's connections listen on the
+    interface this host reaches ``MASTER_ADDR`` through: loopback on one machine, the network
+    between nodes. Left to gloo, they listen on the address the machine's name resolves to,
+    where it can bind one, else on 127.0.0.1, which a rank on another node cannot reach: the
+    ranks then fail to connect (or wait for each other until the collective timeout)."""
+    if os.environ.get("GLOO_SOCKET_IFNAME") or "MASTER_ADDR" not in os.environ:
+        return
+    interface = interface_towards(os.environ["MASTER_ADDR"])
+    if interface is not None:
+        os.environ["GLOO_SOCKET_IFNAME"] = interface
+
+
+LOOPBACK_INTERFACE = "lo0" if sys.platform == "darwin" else "lo"
+SIOCGIFADDR = 0x8915  # Linux's ioctl for an interface's IPv4 address
+
+
+def interface_towards(host: str) -> str | None:
+    """The name of the interface whose address this host sends from to reach ``host`` (the
+    routing table's choice; no packet is sent), None where it cannot be told (a name that does
+    not resolve, IPv6 off loopback, a system without Linux's ioctl)."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, 1, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(address)  # a UDP connect only picks the route and the source address
+            source = probe.getsockname()[0]
+    except OSError:
+        return None
+    if source.startswith("127.") or source == "::1":
+        return LOOPBACK_INTERFACE
+    if family != socket.AF_INET or not sys.platform.startswith("linux"):
+        return None
+    import fcntl
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as query:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(query.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:  # an interface without an IPv4 address
+                continue
+            if socket.inet_ntoa(packed[20:24]) == source:
+                return name
+    return None
 
 
 def listen_on(address: str, port: int) -> socket.socket:

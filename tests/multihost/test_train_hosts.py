@@ -1,0 +1,150 @@
+"""`tokenmill train` on two nodes (network namespaces), each a torchrun agent with one rank,
+meeting at the c10d rendezvous on node 1 and training over gloo across the bridge: the same
+losses as one process, each rank listening on its own host's address, and a rank killed on
+node 2 restarting both nodes from the latest checkpoint (torchrun's --max-restarts 1)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from curate.dask_processes import REPO_ROOT, tokenmill
+from hosts import listening_addresses
+from train.shard_files import text_documents, write_shard
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+
+RENDEZVOUS_PORT = 29500
+STEPS = 60
+CHECKPOINT_INTERVAL = 20
+RUN_TIMEOUT_S = 180
+
+
+@pytest.fixture(scope="module")
+def shard(shared_data, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("shard")
+    return write_shard(root / "shakespeare", text_documents(shared_data / "corpus" / "tinyshakespeare.txt"))
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory) -> Path:
+    """The bundled tiny config, logging every step and checkpointing every 20."""
+    recipe = yaml.safe_load((REPO_ROOT / "tokenmill" / "recipes" / "train-tiny.yaml").read_text())
+    recipe["logging"].update(interval=1, eval_interval=1000)
+    recipe["checkpoint"].update(interval=CHECKPOINT_INTERVAL, keep_last=3)
+    path = tmp_path_factory.mktemp("config") / "tiny-every-step.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+@pytest.fixture(scope="module")
+def single_losses(config, shard, tmp_path_factory) -> dict[int, float]:
+    """The losses of the same run in one process."""
+    out = tmp_path_factory.mktemp("single") / "run"
+    tokenmill("train", str(config), "--data", str(shard), "--out", str(out), "--steps", str(STEPS))
+    return losses(out)
+
+
+def losses(run: Path) -> dict[int, float]:
+    """Step -> loss of ``run``'s metrics.jsonl (a step logged again after a restart: the last)."""
+    from tokenmill.train.metrics import read_metrics
+
+    return {row["step"]: row["loss"] for row in read_metrics(run) if "loss" in row}
+
+
+def start_nodes(hosts, config: Path, shard: Path, out: Path, max_restarts: int = 0) -> list[subprocess.Popen]:
+    """One torchrun agent per host, as a user starts one on each machine (and as a Slurm job
+    does): node 1 hosts the rendezvous; each agent gives its own address as the one its ranks
+    are reached at. With restarts the ranks get --resume: torchrun counts a restart only on the
+    node that failed (TORCHELASTIC_RESTART_COUNT), and restarts the other node's ranks with a
+    count of 0, which without --resume would refuse the run's checkpoints."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    nodes = []
+    for host in (1, 2):
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
+        argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts.address(1)}:{RENDEZVOUS_PORT}"]
+        argv += ["--rdzv-id", "run", "--rdzv-conf", f"is_host={int(host == 1)}", "--local-addr", hosts.address(host)]
+        argv += ["--max-restarts", str(max_restarts)]
+        argv += ["-m", "tokenmill.train.worker", str(config), "--data", str(shard), "--out", str(out)]
+        argv += ["--steps", str(STEPS), "--dp", "2", "--no-progress", "--max-restarts", str(max_restarts)]
+        argv += ["--resume"] if max_restarts else []
+        nodes.append(hosts.start(host, argv, out.parent / f"node{host}.log", env))
+    return nodes
+
+
+def wait_all(hosts, nodes: list[subprocess.Popen], out: Path) -> str:
+    """Wait for both nodes to end; their logs."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while any(node.poll() is None for node in nodes) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    logs = "\n".join((out.parent / f"node{host}.log").read_text() for host in (1, 2))
+    assert all(node.poll() is not None for node in nodes), (
+        f"the nodes did not end in {RUN_TIMEOUT_S} s:\n{logs[-6000:]}"
+    )
+    assert [node.returncode for node in nodes] == [0, 0], logs[-6000:]
+    return logs
+
+
+def rank_pids(hosts, host: int) -> list[int]:
+    """The training ranks running on ``host``."""
+    pids = subprocess.run(["ip", "netns", "pids", hosts.names[host - 1]], capture_output=True, text=True).stdout
+    ranks = []
+    for pid in pids.split():
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"tokenmill.train.worker" in command and b"torch.distributed.run" not in command:
+            ranks.append(int(pid))
+    return ranks
+
+
+def wait_for_step(out: Path, step: int, nodes: list[subprocess.Popen]) -> None:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not (losses_so_far := (losses(out) if (out / "metrics.jsonl").exists() else {})) or max(losses_so_far) < step:
+        if any(node.poll() is not None for node in nodes):
+            logs = "\n".join((out.parent / f"node{host}.log").read_text()[-3000:] for host in (1, 2))
+            pytest.fail(f"a node ended before step {step}:\n{logs}")
+        assert time.monotonic() < deadline, f"no step {step} in {RUN_TIMEOUT_S} s"
+        time.sleep(0.05)
+
+
+def test_two_nodes_train_the_single_process_losses_listening_on_their_own_addresses(
+    two_hosts, config, shard, single_losses, tmp_path
+):
+    out = tmp_path / "run"
+    nodes = start_nodes(two_hosts, config, shard, out)
+    wait_for_step(out, 2, nodes)
+    rank_listeners = {host: listening_addresses(two_hosts, host, rank_pids(two_hosts, host)) for host in (1, 2)}
+    wait_all(two_hosts, nodes, out)
+    # gloo's connections between the ranks, on each host's address; not 127.0.0.1, not every interface
+    assert rank_listeners == {1: {two_hosts.address(1)}, 2: {two_hosts.address(2)}}
+    got = losses(out)
+    assert sorted(got) == sorted(single_losses) == list(range(1, STEPS + 1))
+    for step, loss in got.items():
+        assert loss == pytest.approx(single_losses[step], rel=1e-5), step
+
+
+def test_a_rank_killed_on_one_node_restarts_both_from_the_latest_checkpoint(
+    two_hosts, config, shard, single_losses, tmp_path
+):
+    out = tmp_path / "run"
+    nodes = start_nodes(two_hosts, config, shard, out, max_restarts=1)
+    wait_for_step(out, CHECKPOINT_INTERVAL + 2, nodes)
+    (victim,) = rank_pids(two_hosts, 2)
+    os.kill(victim, signal.SIGKILL)
+    logs = wait_all(two_hosts, nodes, out)
+    resumed = re.findall(r"resuming from step (\d+)", logs)
+    assert resumed and int(resumed[0]) >= CHECKPOINT_INTERVAL, logs[-6000:]
+    # The resumed run logs the undisturbed losses, from the checkpoint on.
+    got = losses(out)
+    assert sorted(got) == list(range(1, STEPS + 1))
+    for step, loss in got.items():
+        assert loss == pytest.approx(single_losses[step], rel=1e-5), step
