@@ -55,3 +55,39 @@ def write_slurm_conf(directory: Path, controller: str, nodes: dict[str, str], po
     conf = directory / "slurm.conf"
     conf.write_text(text.lstrip())
     return conf
+
+
+# The states in which a job has ended.
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL"}
+
+# A recipe small enough to run as a Slurm job on one or two nodes in a test.
+RECIPE = """
+name: slurmtiny
+sources:
+  - name: wiki
+    path: {corpus}/wikitext2_valid.txt
+    format: text
+    separator: '^(?= = [^=])'
+curate:
+  - stage: normalize
+  - stage: dedup
+    options: {{method: exact}}
+tokenize: {{vocab_size: 320}}
+blend:
+  - {{source: wiki, weight: 1.0}}
+train:
+  config:
+    model: {{preset: tiny, max_seq_len: 32}}
+    dataset: {{seq_len: 32, split: "90,10,0"}}
+    schedule: {{steps: 12, global_batch_size: 4, warmup_steps: 2}}
+    optimizer: {{lr: 3.0e-3}}
+    parallel: {{precision: fp32}}
+    checkpoint: {{interval: 2}}
+    logging: {{interval: 1, eval_interval: 6, eval_iters: 1, tensorboard: false}}
+"""
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    from tokenmill.train.metrics import read_metrics
+
+    return {m["step"]: m["loss"] for m in read_metrics(run_dir) if "loss" in m}

@@ -18,8 +18,7 @@ import yaml
 from curate.dask_processes import REPO_ROOT
 from hosts import hosts_or_skip
 from pipelines.pipeline_outputs import documents
-from pipelines.test_slurm import RECIPE, TERMINAL, losses
-from slurm_conf import write_slurm_conf
+from slurm_conf import RECIPE, TERMINAL, losses, write_slurm_conf
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 

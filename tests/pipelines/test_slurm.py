@@ -21,37 +21,11 @@ from pathlib import Path
 import pytest
 from local_ports import free_port
 from pipeline_outputs import documents
-from slurm_conf import write_slurm_conf
+from slurm_conf import RECIPE, TERMINAL, losses, write_slurm_conf
 
 REPO = Path(__file__).resolve().parents[2]
 DAEMONS = ("slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue", "sinfo")
 TRAIN_STEPS = 12  # the recipe's train.config.schedule.steps
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL"}
-
-RECIPE = """
-name: slurmtiny
-sources:
-  - name: wiki
-    path: {corpus}/wikitext2_valid.txt
-    format: text
-    separator: '^(?= = [^=])'
-curate:
-  - stage: normalize
-  - stage: dedup
-    options: {{method: exact}}
-tokenize: {{vocab_size: 320}}
-blend:
-  - {{source: wiki, weight: 1.0}}
-train:
-  config:
-    model: {{preset: tiny, max_seq_len: 32}}
-    dataset: {{seq_len: 32, split: "90,10,0"}}
-    schedule: {{steps: 12, global_batch_size: 4, warmup_steps: 2}}
-    optimizer: {{lr: 3.0e-3}}
-    parallel: {{precision: fp32}}
-    checkpoint: {{interval: 2}}
-    logging: {{interval: 1, eval_interval: 6, eval_iters: 1, tensorboard: false}}
-"""
 
 
 def _env(slurm_conf: Path | None = None) -> dict[str, str]:
@@ -142,12 +116,6 @@ def job_logs(log_dir: Path) -> str:
 def submitted_jobs(stdout: str) -> list[str]:
     line = next(line for line in stdout.splitlines() if line.startswith("submitted job(s):"))
     return line.split(":", 1)[1].split("(")[0].split()
-
-
-def losses(run_dir: Path) -> dict[int, float]:
-    from tokenmill.train.metrics import read_metrics
-
-    return {m["step"]: m["loss"] for m in read_metrics(run_dir) if "loss" in m}
 
 
 @pytest.fixture(scope="module")

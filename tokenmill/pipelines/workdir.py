@@ -10,15 +10,17 @@ from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
 from tokenmill.infra.lock import PidLock
 from tokenmill.infra.outputs import OutputKind, RemoteLock
+from tokenmill.infra.slurm import SLURM_DIR
 from tokenmill.pipelines.plan import STATE_DIR, Step, state_path
 from tokenmill.pipelines.recipe import Recipe
 
 log = logging.getLogger(__name__)
 
 
-# What --workdir may be: an earlier run's work directory (its .state/ and recipe.json), or
+# What --workdir may be: an earlier run's work directory (its .state/ and recipe.json), one
+# that `tokenmill run --slurm` made for the job it submitted (its slurm/ scripts and logs), or
 # nothing yet.
-WORKDIR_OUTPUT = OutputKind("a recipe work directory", (STATE_DIR, "recipe.json"))
+WORKDIR_OUTPUT = OutputKind("a recipe work directory", (STATE_DIR, "recipe.json", SLURM_DIR))
 
 
 class WorkdirLock(PidLock):
