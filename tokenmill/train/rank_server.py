@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import traceback
+import warnings
 
 # What every training rank imports before its first step; the rest it imports after the fork.
 TRAINING_PRELOAD = (
@@ -86,7 +87,14 @@ def fork_rank(request: dict, pipes: tuple[int, int]) -> int:
     """Fork one rank; its pid."""
     server_pid = os.getpid()
     in_session, in_session_write = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # Python 3.12 warns of any fork beside a second thread; the server's only other thread
+        # is its parent watch (lifecycle.die_with_parent), which sleeps and holds no lock a
+        # rank could inherit, so the warning would only reach the user's terminal.
+        warnings.filterwarnings(
+            "ignore", message=r".*use of fork\(\) may lead to deadlocks", category=DeprecationWarning
+        )
+        pid = os.fork()
     if pid:
         os.close(in_session_write)
         os.read(in_session, 1)  # the supervisor signals the rank's group: it must exist first
