@@ -62,7 +62,9 @@ def _take(docs: list[str], chars: int) -> list[str]:
     return out
 
 
-def build_known_blend(directory: Path, chars: int = 300_000, target_chars: int = 60_000) -> dict[str, Path]:
+def build_known_blend(
+    directory: Path, chars: int = 300_000, target_chars: int = 60_000, batch_size: int = 8, seq_len: int = 64
+) -> dict[str, Path]:
     """Write the four sources (JSONL, about `chars` characters each), the target (JSONL) and a
     recipe mixing the sources under `directory`; returns their paths ("recipe", "target")."""
     from tokenmill.pipelines.pydocs import iter_documents
@@ -90,7 +92,9 @@ def build_known_blend(directory: Path, chars: int = 300_000, target_chars: int =
     for name, docs in sources.items():
         paths[name] = directory / f"{name}.jsonl"
         _write_jsonl(paths[name], docs)
-    target = [d for name, share in TRUE_BLEND.items() if share > 0 for d in _take(held_out[name], int(target_chars * share))]
+    target = [
+        d for name, share in TRUE_BLEND.items() if share > 0 for d in _take(held_out[name], int(target_chars * share))
+    ]
     paths["target"] = directory / "target.jsonl"
     _write_jsonl(paths["target"], target)
     paths["recipe"] = directory / "sources.yaml"
@@ -101,8 +105,8 @@ def build_known_blend(directory: Path, chars: int = 300_000, target_chars: int =
         + "tokenize: {vocab_size: 1024}\n"
         "proxies:\n"
         "  config: tiny\n"
-        "  batch_size: 8\n"
-        "  seq_len: 64\n"
+        f"  batch_size: {batch_size}\n"
+        f"  seq_len: {seq_len}\n"
         "  target: target.jsonl\n"
     )
     return paths
@@ -123,6 +127,8 @@ def main() -> int:
     parser.add_argument("--mixtures", type=int, default=24)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--chars", type=int, default=300_000, help="characters per source")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--workdir", default="mix-bench")
     args = parser.parse_args()
@@ -131,7 +137,7 @@ def main() -> int:
     from tokenmill.pipelines.recipe import load_recipe
 
     workdir = Path(args.workdir).resolve()
-    paths = build_known_blend(workdir / "corpus", args.chars)
+    paths = build_known_blend(workdir / "corpus", args.chars, batch_size=args.batch_size, seq_len=args.seq_len)
     started = time.time()
     load = os.getloadavg()
     result = run_mix(
@@ -142,8 +148,13 @@ def main() -> int:
         workers=args.workers,
         progress=False,
     )
-    print(f"machine: {os.cpu_count()} cores, load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
-    print(f"proxies: {args.mixtures} mixtures x {args.steps} steps of the tiny model, {args.chars:,} characters per source")
+    print(
+        f"machine: {os.cpu_count()} cores, load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    )
+    print(
+        f"proxies: {args.mixtures} mixtures x {args.steps} steps x {args.batch_size} x {args.seq_len} tokens of the"
+        f" tiny model, {args.chars:,} characters per source"
+    )
     print(f"rank correlation (leave-one-out): {result.rank_correlation:.3f}")
     print("true blend:   " + ", ".join(f"{s}={w:.2f}" for s, w in TRUE_BLEND.items()))
     print("chosen blend: " + ", ".join(f"{s}={result.chosen[s]:.2f}" for s in TRUE_BLEND))

@@ -146,7 +146,9 @@ def _named_item(items: list[Any], name: str, section: str, key: str, where: str)
         names = [item.get(field_name)] if field_name else [item.get("name"), item.get("stage")]
         if name in names:
             return item
-    known = [str(i.get(field_name) if field_name else i.get("name") or i.get("stage")) for i in items if isinstance(i, dict)]
+    known = [
+        str(i.get(field_name) if field_name else i.get("name") or i.get("stage")) for i in items if isinstance(i, dict)
+    ]
     raise ConfigError(f"{where}: {key}: no {section} item named {name!r} (the recipe has {', '.join(known)})")
 
 
@@ -251,7 +253,10 @@ def run_ablate(
         done_dirs.append(variant_dir)
         budget = check_budget(prepared[variant.name], config, f"ablate: variant {variant.name}")
     jobs = {
-        variant.name: [_job(variant.name, prepared[variant.name], config, base.proxies.seed + s, target_files) for s in range(seeds)]
+        variant.name: [
+            _job(variant.name, prepared[variant.name], config, base.proxies.seed + s, target_files)
+            for s in range(seeds)
+        ]
         for variant in variants
     }
     results = run_proxies([j for js in jobs.values() for j in js], workdir, workers)

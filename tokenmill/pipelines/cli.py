@@ -95,7 +95,9 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
         help="held-out text the proxies are scored on in bits per byte (.txt, .jsonl with `text`, or a document"
         " directory); repeatable (default: the recipe's proxies.target)",
     )
-    parser.add_argument("--steps", type=int, default=None, help="training steps per proxy (default: proxies.steps, 200)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="training steps per proxy (default: proxies.steps, 200)"
+    )
     parser.add_argument(
         "--workers", type=int, default=None, help="proxies trained at once (default: proxies.workers, else cores / 2)"
     )
@@ -143,7 +145,9 @@ def _register_decisions(subparsers: argparse._SubParsersAction) -> None:
         metavar="SOURCE=W,...",
         help="a mixture to train besides the sampled ones (weights summing to 1); repeatable",
     )
-    mix.add_argument("--out", default=None, help="the recipe written with the chosen blend (default: WORKDIR/NAME-mixed.yaml)")
+    mix.add_argument(
+        "--out", default=None, help="the recipe written with the chosen blend (default: WORKDIR/NAME-mixed.yaml)"
+    )
     mix.add_argument("--apply", action="store_true", help="also write the chosen blend into the recipe file's blend:")
     _add_proxy_options(mix)
     mix.set_defaults(func=_mix_command)

@@ -54,7 +54,9 @@ def write_ablate_report(result: AblateResult, workdir: Path) -> Path:
     )
     curves = Section("curves", "Training loss")
     curves.chart(
-        line_chart("Training loss (mean over seeds)", {v.name: _mean_curve(v.curves) for v in result.variants}, "step", "loss"),
+        line_chart(
+            "Training loss (mean over seeds)", {v.name: _mean_curve(v.curves) for v in result.variants}, "step", "loss"
+        ),
         "training loss by variant",
     )
     _compute(curves, result.compute)
@@ -77,10 +79,7 @@ def write_mix_report(result: MixResult, data: TokenizedData, workdir: Path) -> P
     uniform = 1 / len(sources)
     choice.table(
         ["source", "chosen", "token-proportional", "uniform", "recipe's blend", "regression coefficient"],
-        [
-            [s, result.chosen[s], shares[s], uniform, data.weights[s], result.coefficients[s]]
-            for s in sources
-        ],
+        [[s, result.chosen[s], shares[s], uniform, data.weights[s], result.coefficients[s]] for s in sources],
     )
     choice.chart(
         bar_chart(
@@ -106,7 +105,12 @@ def write_mix_report(result: MixResult, data: TokenizedData, workdir: Path) -> P
     checks.table(
         ["blend", "target bits/byte", *[f"{s} loss" for s in sources], "weights"],
         [
-            [name, run["target_bpb"], *[run["source_loss"].get(s) or "-" for s in sources], _weights_text(run["weights"])]
+            [
+                name,
+                run["target_bpb"],
+                *[run["source_loss"].get(s) or "-" for s in sources],
+                _weights_text(run["weights"]),
+            ]
             for name, run in result.checks.items()
         ],
     )
@@ -114,7 +118,12 @@ def write_mix_report(result: MixResult, data: TokenizedData, workdir: Path) -> P
     proxies.table(
         ["mixture", "target bits/byte", *[f"{s} loss" for s in sources], "weights"],
         [
-            [p["name"], p["target_bpb"], *[p["source_loss"].get(s) or "-" for s in sources], _weights_text(p["weights"])]
+            [
+                p["name"],
+                p["target_bpb"],
+                *[p["source_loss"].get(s) or "-" for s in sources],
+                _weights_text(p["weights"]),
+            ]
             for p in result.proxies
         ],
     )

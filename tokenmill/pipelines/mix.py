@@ -267,7 +267,9 @@ def write_chosen_recipe(recipe: Recipe, weights: dict[str, float], path: Path) -
     data["blend"] = [{"source": s, "weight": round(w, 4)} for s, w in weights.items() if w > 0]
     path.parent.mkdir(parents=True, exist_ok=True)
     # Relative paths in the written recipe mean what they meant in the original one.
-    header = f"# {recipe.name} with the blend chosen by `tokenmill mix`; relative paths are relative to {recipe.base_dir}\n"
+    header = (
+        f"# {recipe.name} with the blend chosen by `tokenmill mix`; relative paths are relative to {recipe.base_dir}\n"
+    )
     data["sources"] = [{**s, "path": _absolute(recipe, s.get("path"))} for s in data["sources"]]
     atomic_write_text(path, header + yaml.safe_dump(data, sort_keys=False))
     return path
@@ -287,5 +289,9 @@ def apply_blend(recipe_file: Path, weights: dict[str, float]) -> None:
     text = recipe_file.read_text()
     block = re.compile(r"^blend:.*?(?=^\S|\Z)", re.MULTILINE | re.DOTALL)
     replacement = blend_yaml(weights)
-    new = block.sub(lambda _: replacement, text, count=1) if block.search(text) else text.rstrip("\n") + "\n" + replacement
+    new = (
+        block.sub(lambda _: replacement, text, count=1)
+        if block.search(text)
+        else text.rstrip("\n") + "\n" + replacement
+    )
     atomic_write_text(recipe_file, new)

@@ -119,7 +119,9 @@ def budget_tokens(config: dict[str, Any]) -> int:
     return cfg.schedule.steps * cfg.schedule.global_batch_size * cfg.sequence_length
 
 
-def tokenize_recipe(recipe: Recipe, workdir: Path, *, workers: int | None = None, progress: bool = True) -> TokenizedData:
+def tokenize_recipe(
+    recipe: Recipe, workdir: Path, *, workers: int | None = None, progress: bool = True
+) -> TokenizedData:
     """Run (or find done) the recipe's curation and tokenization in `workdir`: its shards."""
     from tokenmill.pipelines.runner import run_recipe
 
@@ -164,11 +166,16 @@ def result_path(workdir: Path, job: ProxyJob) -> Path:
 
 
 def run_proxies(
-    jobs: list[ProxyJob], workdir: Path, workers: int, on_result: Callable[[ProxyJob, dict[str, Any]], None] | None = None
+    jobs: list[ProxyJob],
+    workdir: Path,
+    workers: int,
+    on_result: Callable[[ProxyJob, dict[str, Any]], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every job's result by fingerprint: recorded ones read back, the others trained, `workers`
     at a time (in this process when 1), each recorded as soon as it finishes."""
-    unique = {job.fingerprint: job for job in jobs}
+    unique: dict[str, ProxyJob] = {}
+    for job in jobs:
+        unique.setdefault(job.fingerprint, job)
     results: dict[str, dict[str, Any]] = {}
     for fingerprint, job in unique.items():
         record = records.read_record(result_path(workdir, job), key=fingerprint)
@@ -226,14 +233,20 @@ def train_proxy(job: ProxyJob, workdir: Path) -> dict[str, Any]:
     )
     data = apply_overrides(
         job.config,
-        {"dataset.path": str(blend_file), "dataset.tokenizer": job.tokenizer, "out": str(run_dir), "schedule.seed": job.seed},
+        {
+            "dataset.path": str(blend_file),
+            "dataset.tokenizer": job.tokenizer,
+            "out": str(run_dir),
+            "schedule.seed": job.seed,
+        },
     )
     cfg = config_from_dict(data, origin=f"proxy {job.label}")
     with contextlib.redirect_stdout(io.StringIO()):  # the trainer's log lines: the proxy's record says it all
         trained = train(cfg)
     if trained.checkpoint is None:
         raise TokenmillError(f"proxy {job.label}: training ended without a checkpoint in {run_dir}")
-    model = NativeModel(trained.checkpoint)
+    # Windows of the trained length: positions past it were never trained.
+    model = NativeModel(trained.checkpoint, max_length=cfg.sequence_length)
     documents = [d for path in job.targets for d in read_documents(path)]
     target = bits_per_byte(model, documents, progress=False)
     step_every = max(1, len(trained.losses) // CURVE_POINTS)

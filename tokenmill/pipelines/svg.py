@@ -200,7 +200,13 @@ def bar_chart(
     if not groups:
         return ""
     errors = errors or {}
-    top = max((v + max(errors.get(k, [0.0] * len(vs))[i], 0.0) for k, vs in series.items() for i, v in enumerate(vs)), default=1.0) or 1.0
+    top = (
+        max(
+            (v + max(errors.get(k, [0.0] * len(vs))[i], 0.0) for k, vs in series.items() for i, v in enumerate(vs)),
+            default=1.0,
+        )
+        or 1.0
+    )
     frame = _frame(title, "", ylabel, 0, len(groups), 0, top * 1.1)
     pw, ph = frame.width, frame.height
     # Group names replace the numeric x labels, each cut to the width of its group.
@@ -223,7 +229,11 @@ def bar_chart(
             )
             error = errors.get(name, [0.0] * len(vs))[g]
             if error > 0:
-                cx, y_low, y_high = x + bw / 2, TOP + ph - (v - error) / (top * 1.1) * ph, TOP + ph - (v + error) / (top * 1.1) * ph
+                cx, y_low, y_high = (
+                    x + bw / 2,
+                    TOP + ph - (v - error) / (top * 1.1) * ph,
+                    TOP + ph - (v + error) / (top * 1.1) * ph,
+                )
                 parts.append(
                     f'<path d="M{cx:.1f},{y_low:.1f}V{y_high:.1f}M{cx - bw / 4:.1f},{y_low:.1f}h{bw / 2:.1f}M{cx - bw / 4:.1f},{y_high:.1f}h{bw / 2:.1f}" stroke="#000" class="error-bar"/>'
                 )
