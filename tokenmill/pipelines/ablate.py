@@ -91,7 +91,6 @@ class AblateResult:
     variants: list[VariantScore]
     comparisons: list[Comparison]
     seeds: int
-    report: Path | None = None
     compute: dict[str, float] = field(default_factory=dict)
 
 
@@ -269,7 +268,7 @@ def run_ablate(
         for name, js in jobs.items()
     ]
     unique = {r["key"]: r for r in results.values()}
-    result = AblateResult(
+    return AblateResult(
         scores,
         compare(scores),
         seeds,
@@ -280,10 +279,6 @@ def run_ablate(
             "wall_seconds": time.time() - started,
         },
     )
-    from tokenmill.pipelines.decision_report import write_ablate_report
-
-    result.report = write_ablate_report(result, workdir)
-    return result
 
 
 def _job(name: str, data: TokenizedData, config: dict[str, Any], seed: int, targets: list[str]) -> ProxyJob:

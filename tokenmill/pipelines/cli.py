@@ -164,6 +164,7 @@ def _positive(args: argparse.Namespace, *names: str) -> None:
 
 def _ablate_command(args: argparse.Namespace) -> int:
     from tokenmill.pipelines.ablate import load_variants, run_ablate
+    from tokenmill.pipelines.decision_report import write_ablate_report
 
     _positive(args, "seeds", "steps", "workers")
     variants = load_variants(args.recipe, args.variant)
@@ -181,12 +182,13 @@ def _ablate_command(args: argparse.Namespace) -> int:
         print(f"{score.name}: {score.mean:.4f} bits/byte (sd {score.sd:.4f} over {len(score.scores)} seeds)")
     for comparison in result.comparisons:
         print(comparison.verdict)
-    print(f"report: {result.report}")
+    print(f"report: {write_ablate_report(result, workdir)}")
     return 0
 
 
 def _mix_command(args: argparse.Namespace) -> int:
     from tokenmill.errors import ConfigError
+    from tokenmill.pipelines.decision_report import write_mix_report
     from tokenmill.pipelines.mix import run_mix
     from tokenmill.pipelines.recipe import load_recipe
 
@@ -213,7 +215,7 @@ def _mix_command(args: argparse.Namespace) -> int:
     for name, run in result.checks.items():
         print(f"{name}: {run['target_bpb']:.4f} bits/byte")
     print(f"recipe: {result.recipe_out}")
-    print(f"report: {result.report}")
+    print(f"report: {write_mix_report(result, workdir)}")
     return 0
 
 

@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING
 from tokenmill.pipelines.report import Section, write_page
 from tokenmill.pipelines.svg import bar_chart, line_chart
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the results' types; their modules never import this one
     from tokenmill.pipelines.ablate import AblateResult
     from tokenmill.pipelines.mix import MixResult
-    from tokenmill.pipelines.proxies import TokenizedData
 
 
 def _compute(section: Section, compute: dict[str, float]) -> None:
@@ -72,8 +71,9 @@ def _mean_curve(curves: list[list[list[float]]]) -> list[tuple[float, float]]:
     return [(step, statistics.fmean(losses)) for step, losses in sorted(by_step.items())]
 
 
-def write_mix_report(result: MixResult, data: TokenizedData, workdir: Path) -> Path:
-    sources = result.sources
+def write_mix_report(result: MixResult, workdir: Path) -> Path:
+    sources, data = result.sources, result.data
+    assert data is not None
     choice = Section("choice", "Chosen blend")
     shares = data.token_shares()
     uniform = 1 / len(sources)

@@ -74,8 +74,8 @@ class MixResult:
     checks: dict[str, dict[str, Any]]  # chosen / uniform / token-proportional / best proxy: their runs
     coefficients: dict[str, float]
     recipe_out: Path | None = None
-    report: Path | None = None
     compute: dict[str, float] = field(default_factory=dict)
+    data: TokenizedData | None = None  # the shards the proxies read
 
 
 def parse_mixture(text: str, sources: list[str]) -> dict[str, float]:
@@ -235,9 +235,7 @@ def run_mix(
     result.recipe_out = write_chosen_recipe(recipe, chosen, out or workdir / f"{recipe.name}-mixed.yaml")
     if apply_to is not None:
         apply_blend(apply_to, chosen)
-    from tokenmill.pipelines.decision_report import write_mix_report
-
-    result.report = write_mix_report(result, data, workdir)
+    result.data = data
     return result
 
 
