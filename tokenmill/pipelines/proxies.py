@@ -193,7 +193,9 @@ def run_proxies(
         if on_result is not None:
             on_result(job, record)
 
-    if workers <= 1 or len(pending) <= 1:
+    # With workers, every proxy trains in one (one thread each when workers = cores): a rerun
+    # that has one proxy left trains it as the first run would have, to the same numbers.
+    if workers <= 1:
         for job in pending:
             finished(job, train_proxy(job, workdir))
     else:
