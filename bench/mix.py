@@ -142,6 +142,7 @@ def main() -> int:
     load = os.getloadavg()
     result = run_mix(
         load_recipe(paths["recipe"]),
+        paths["recipe"],
         workdir,
         mixtures=args.mixtures,
         steps=args.steps,

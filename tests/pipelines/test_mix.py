@@ -78,7 +78,7 @@ def test_mix_finds_a_blend_better_than_the_obvious_ones(known: dict[str, Path], 
     # The sources the target holds most of get the most weight; the one it lacks gets least.
     assert chosen["wiki"] > chosen["shakespeare"] > chosen["howto"], chosen
     assert "data:image/svg+xml" in text
-    written = (uninterrupted / "known-blend-mixed.yaml").read_text()
+    written = known["recipe"].with_name("sources-mixed.yaml").read_text()
     assert "blend:" in written and f"weight: {chosen['wiki']:.4f}".rstrip("0") in written
 
 

@@ -200,6 +200,7 @@ def _mix_command(args: argparse.Namespace) -> int:
     workdir = Path(args.workdir or f"{recipe.name}-mix").resolve()
     result = run_mix(
         recipe,
+        path,
         workdir,
         targets=args.target,
         mixtures=args.mixtures,
@@ -207,7 +208,7 @@ def _mix_command(args: argparse.Namespace) -> int:
         workers=args.workers,
         extra=args.mixture,
         out=Path(args.out).resolve() if args.out else None,
-        apply_to=path if args.apply else None,
+        apply=args.apply,
         progress=not args.no_progress,
     )
     print(f"rank correlation (leave-one-out, {len(result.proxies)} proxies): {result.rank_correlation:.3f}")

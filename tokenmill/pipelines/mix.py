@@ -164,6 +164,7 @@ def search(model: Any, k: int, seed: int) -> tuple[list[float], float]:
 
 def run_mix(
     recipe: Recipe,
+    recipe_file: Path,
     workdir: Path,
     *,
     targets: list[str] | None = None,
@@ -172,9 +173,12 @@ def run_mix(
     workers: int | None = None,
     extra: list[str] | None = None,
     out: Path | None = None,
-    apply_to: Path | None = None,
+    apply: bool = False,
     progress: bool = True,
 ) -> MixResult:
+    """Sample, train, fit, search, check (the module's steps 1-6); write the chosen blend into a
+    copy of `recipe_file` (`out`, default NAME-mixed.yaml beside it) and, with `apply`, into
+    `recipe_file` itself."""
     started = time.time()
     sources = [b.source for b in recipe.blend] if recipe.blend else [s.name for s in recipe.sources]
     if len(sources) < 2:
@@ -232,9 +236,11 @@ def run_mix(
         dict(zip(sources, [float(c) for c in model.coef_])),
         compute=compute,
     )
-    result.recipe_out = write_chosen_recipe(recipe, chosen, out or workdir / f"{recipe.name}-mixed.yaml")
-    if apply_to is not None:
-        apply_blend(apply_to, chosen)
+    result.recipe_out = write_chosen_recipe(
+        recipe_file, chosen, out or recipe_file.with_name(f"{recipe_file.stem}-mixed.yaml")
+    )
+    if apply:
+        apply_blend(recipe_file, chosen)
     result.data = data
     return result
 
@@ -257,27 +263,12 @@ def blend_yaml(weights: dict[str, float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_chosen_recipe(recipe: Recipe, weights: dict[str, float], path: Path) -> Path:
-    """The recipe with its blend replaced by `weights`: a new file beside the work."""
-    import yaml
-
-    data = recipe.model_dump(mode="json", exclude_none=True, exclude={"base_dir"})
-    data["blend"] = [{"source": s, "weight": round(w, 4)} for s, w in weights.items() if w > 0]
+def write_chosen_recipe(recipe_file: Path, weights: dict[str, float], path: Path) -> Path:
+    """The recipe file with its blend replaced by `weights`, written to `path` (by default beside
+    the recipe, so that its relative paths and comments mean what they meant)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Relative paths in the written recipe mean what they meant in the original one.
-    header = (
-        f"# {recipe.name} with the blend chosen by `tokenmill mix`; relative paths are relative to {recipe.base_dir}\n"
-    )
-    data["sources"] = [{**s, "path": _absolute(recipe, s.get("path"))} for s in data["sources"]]
-    atomic_write_text(path, header + yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def _absolute(recipe: Recipe, path: Any) -> Any:
-    if isinstance(path, str):
-        return str(recipe.resolve(path))
-    if isinstance(path, list):
-        return [str(recipe.resolve(p)) for p in path]
+    atomic_write_text(path, recipe_file.read_text())
+    apply_blend(path, weights)
     return path
 
 
