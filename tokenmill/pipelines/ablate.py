@@ -109,7 +109,7 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
     return name, overrides
 
 
-def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], where: str) -> dict[str, Any]:
+def variant_sections(data: dict[str, Any], overrides: dict[str, Any], where: str) -> dict[str, Any]:
     """The recipe's top-level sections that `overrides` change, changed (copies). A list section
     (sources, curate, blend) is addressed by its items' names: `curate.NAME...`, where NAME is
     a step's `name` or stage, `sources.NAME...`, `blend.SOURCE...`."""
@@ -176,7 +176,7 @@ def load_variants(recipe_paths: list[str], variant_texts: list[str]) -> list[Var
         for vtext in variant_texts:
             name, overrides = parse_variant(vtext)
             origin = f"{path} (variant {name})"
-            changed = apply_overrides(data, overrides, f"--variant {name}") if isinstance(data, dict) else {}
+            changed = variant_sections(data, overrides, f"--variant {name}") if isinstance(data, dict) else {}
             variants.append(Variant(name, parse_recipe(text, origin=origin, base_dir=base, overrides=changed)))
     names = [v.name for v in variants]
     if len(variants) < 2:
