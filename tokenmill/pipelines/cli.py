@@ -1,4 +1,4 @@
-"""`tokenmill run RECIPE` and `tokenmill demo`."""
+"""`tokenmill run RECIPE`, `tokenmill demo`, `tokenmill ablate` and `tokenmill mix`."""
 
 from __future__ import annotations
 
@@ -84,6 +84,140 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     _add_run_options(demo)
     demo.set_defaults(func=_demo_command)
+    _register_decisions(subparsers)
+
+
+def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target",
+        action="append",
+        metavar="FILE",
+        help="held-out text the proxies are scored on in bits per byte (.txt, .jsonl with `text`, or a document"
+        " directory); repeatable (default: the recipe's proxies.target)",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="training steps per proxy (default: proxies.steps, 200)"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="proxies trained at once (default: proxies.workers, else cores / 2)"
+    )
+    parser.add_argument("--workdir", default=None, help="work directory (default: ./NAME-COMMAND)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars (log lines only)")
+
+
+def _register_decisions(subparsers: argparse._SubParsersAction) -> None:
+    ablate = subparsers.add_parser(
+        "ablate",
+        help="compare curated corpora: the same small proxy model trained on each variant, with seeds, and a verdict",
+        description="Curate and tokenize each variant of a recipe (steps that variants share run once), train the"
+        " recipe's proxy model (proxies: section) on each for the same token budget with S seeds, score every proxy in"
+        " bits per byte on one held-out text, and say which differences exceed the seed-to-seed noise."
+        " Writes WORKDIR/ablate.md and ablate.html. A killed run started again trains only the proxies it has no"
+        " result of.",
+    )
+    ablate.add_argument("recipe", nargs="+", help="a recipe (with --variant), or several recipes, one variant each")
+    ablate.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="'NAME: KEY=VALUE ...'",
+        help="a variant of the recipe: overrides such as curate.filter.options.min_score=0.9,"
+        " sources.wiki.path=clean.jsonl, blend.wiki.weight=2; `NAME:` alone is the recipe as written; repeatable",
+    )
+    ablate.add_argument("--seeds", type=int, default=None, help="proxies per variant (default: proxies.seeds, 3)")
+    _add_proxy_options(ablate)
+    ablate.set_defaults(func=_ablate_command)
+
+    mix = subparsers.add_parser(
+        "mix",
+        help="find the blend of a recipe's sources that best predicts a held-out target, with small proxy models",
+        description="Sample mixtures of the recipe's sources around their token shares, train a proxy on each, fit a"
+        " regression from weights to the target's bits per byte, search the simplex with it, and write the chosen"
+        " weights as a recipe (RegMix). The chosen, uniform and token-proportional blends are trained once more as a"
+        " check. Writes WORKDIR/mix.md and mix.html; a killed run started again trains only what had not finished.",
+    )
+    mix.add_argument("recipe", help="a recipe file with two or more sources and a tokenize: section")
+    mix.add_argument("--mixtures", type=int, default=None, help="mixtures sampled (default: proxies.mixtures, 16)")
+    mix.add_argument(
+        "--mixture",
+        action="append",
+        default=[],
+        metavar="SOURCE=W,...",
+        help="a mixture to train besides the sampled ones (weights summing to 1); repeatable",
+    )
+    mix.add_argument(
+        "--out", default=None, help="the recipe written with the chosen blend (default: WORKDIR/NAME-mixed.yaml)"
+    )
+    mix.add_argument("--apply", action="store_true", help="also write the chosen blend into the recipe file's blend:")
+    _add_proxy_options(mix)
+    mix.set_defaults(func=_mix_command)
+
+
+def _positive(args: argparse.Namespace, *names: str) -> None:
+    from tokenmill.errors import ConfigError
+
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name} must be at least 1 (got {value})")
+
+
+def _ablate_command(args: argparse.Namespace) -> int:
+    from tokenmill.pipelines.ablate import load_variants, run_ablate
+    from tokenmill.pipelines.decision_report import write_ablate_report
+
+    _positive(args, "seeds", "steps", "workers")
+    variants = load_variants(args.recipe, args.variant)
+    workdir = Path(args.workdir or f"{variants[0].recipe.name}-ablate").resolve()
+    result = run_ablate(
+        variants,
+        workdir,
+        targets=args.target,
+        seeds=args.seeds,
+        steps=args.steps,
+        workers=args.workers,
+        progress=not args.no_progress,
+    )
+    for score in result.variants:
+        print(f"{score.name}: {score.mean:.4f} bits/byte (sd {score.sd:.4f} over {len(score.scores)} seeds)")
+    for comparison in result.comparisons:
+        print(comparison.verdict)
+    print(f"report: {write_ablate_report(result, workdir)}")
+    return 0
+
+
+def _mix_command(args: argparse.Namespace) -> int:
+    from tokenmill.errors import ConfigError
+    from tokenmill.pipelines.decision_report import write_mix_report
+    from tokenmill.pipelines.mix import run_mix
+    from tokenmill.pipelines.recipe import load_recipe
+
+    _positive(args, "mixtures", "steps", "workers")
+    path = Path(args.recipe)
+    if not path.is_file():
+        raise ConfigError(f"recipe not found: {args.recipe}")
+    recipe = load_recipe(path)
+    workdir = Path(args.workdir or f"{recipe.name}-mix").resolve()
+    result = run_mix(
+        recipe,
+        path,
+        workdir,
+        targets=args.target,
+        mixtures=args.mixtures,
+        steps=args.steps,
+        workers=args.workers,
+        extra=args.mixture,
+        out=Path(args.out).resolve() if args.out else None,
+        apply=args.apply,
+        progress=not args.no_progress,
+    )
+    print(f"rank correlation (leave-one-out, {len(result.proxies)} proxies): {result.rank_correlation:.3f}")
+    print("chosen blend: " + ", ".join(f"{s}={w:.3f}" for s, w in result.chosen.items()))
+    for name, run in result.checks.items():
+        print(f"{name}: {run['target_bpb']:.4f} bits/byte")
+    print(f"recipe: {result.recipe_out}")
+    print(f"report: {write_mix_report(result, workdir)}")
+    return 0
 
 
 def _run_recipe(recipe: Any, workdir: str | Path, args: argparse.Namespace) -> int:

@@ -442,19 +442,21 @@ def write_report(recipe: Recipe, workdir: Path, steps: list[Step]) -> tuple[Path
     else:
         sections["evaluation"].text("The recipe has no evaluation step.")
 
-    title = f"tokenmill report: {recipe.name}"
+    return write_page(f"tokenmill report: {recipe.name}", list(sections.values()), workdir / "report")
+
+
+def write_page(title: str, sections: list[Section], stem: Path) -> tuple[Path, Path]:
+    """The sections as STEM.md and a self-contained STEM.html."""
     md = [f"# {title}", ""]
-    for s in sections.values():
+    for s in sections:
         md += [f"## {s.title}", "", *[block + "\n" for block in s.md]]
-    nav = "".join(f'<a href="#{s.key}">{escape(s.title)}</a>' for s in sections.values())
-    body = "".join(
-        f'<section id="{s.key}"><h2>{escape(s.title)}</h2>{"".join(s.html)}</section>' for s in sections.values()
-    )
+    nav = "".join(f'<a href="#{s.key}">{escape(s.title)}</a>' for s in sections)
+    body = "".join(f'<section id="{s.key}"><h2>{escape(s.title)}</h2>{"".join(s.html)}</section>' for s in sections)
     html = (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
         f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1><nav>{nav}</nav>{body}</body></html>\n"
     )
-    md_path, html_path = workdir / "report.md", workdir / "report.html"
+    md_path, html_path = stem.with_suffix(".md"), stem.with_suffix(".html")
     for path, content in ((md_path, "\n".join(md)), (html_path, html)):
         atomic_write_text(path, content)
     return md_path, html_path

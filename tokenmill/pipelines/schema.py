@@ -164,6 +164,26 @@ class EvalSpec(_Strict):
         return value
 
 
+class ProxySpec(_Strict):
+    """Small proxy models for `tokenmill ablate` and `tokenmill mix` (pipelines/proxies.py): the
+    training config they share, the budget in steps, and how many runs each command trains.
+    The defaults train the bundled `tiny` model for 200 steps: seconds per proxy on a laptop."""
+
+    config: dict[str, Any] | str = "tiny"  # a training config: a bundled name, a file, or inline
+    steps: int = Field(default=200, ge=1)
+    # The budget's other factors, when not the config's: tokens = steps x batch_size x seq_len.
+    batch_size: int | None = Field(default=None, ge=1)
+    seq_len: int | None = Field(default=None, ge=1)
+    seeds: int = Field(default=3, ge=1)  # ablate: proxies per variant
+    mixtures: int = Field(default=16, ge=2)  # mix: mixtures sampled over the sources
+    seed: int = 0  # mix: the mixtures' sampling and the proxies' seed; ablate: the first seed
+    workers: int | None = Field(default=None, ge=1)  # proxies trained at once (default: one per 2 cores)
+    target: str | list[str] | None = None  # held-out text scored in bits per byte
+
+    def targets(self) -> list[str]:
+        return [] if self.target is None else [self.target] if isinstance(self.target, str) else list(self.target)
+
+
 class Recipe(_Strict):
     name: str = "run"
     description: str | None = None
@@ -177,6 +197,7 @@ class Recipe(_Strict):
     blend: list[BlendEntry] | None = None
     train: TrainSpec | None = None
     eval: EvalSpec | None = None
+    proxies: ProxySpec = Field(default_factory=ProxySpec)
     # How `tokenmill run --slurm` submits the recipe (recipe_job.py); ignored otherwise.
     slurm: SlurmSpec | None = None
 
@@ -216,25 +237,35 @@ class Recipe(_Strict):
     def train_config_file(self) -> Path:
         """`train.config` given as a file (relative to the recipe) or as a bundled name (`tiny`)."""
         assert self.train is not None and isinstance(self.train.config, str)
-        path = self.resolve(self.train.config)
+        return self.config_file(self.train.config)
+
+    def config_file(self, name: str) -> Path:
+        """A training config named in the recipe: a file (relative to the recipe) or a bundled name."""
+        path = self.resolve(name)
         if path.is_file():
             return path
-        return bundled_recipes(TRAIN_PREFIX).get(self.train.config, path)
+        return bundled_recipes(TRAIN_PREFIX).get(name, path)
+
+    def config_data(self, config: dict[str, Any] | str) -> dict[str, Any]:
+        """A training config as data (a copy: callers add to it), read from its file if named."""
+        if not isinstance(config, str):
+            return json.loads(json.dumps(config))
+        path = self.config_file(config)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except OSError as error:
+            raise ConfigError(f"training config {config!r} is neither a file nor a bundled name ({error})") from None
+        except yaml.YAMLError as error:
+            raise YamlSyntaxError(str(path), error) from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of key: value at the top level")
+        return data
 
     def train_config_dict(self) -> dict[str, Any]:
         """The trainer's config as data (a copy: callers add to it): `train.config` with the
         sections written in `train:` merged over it."""
         assert self.train is not None
-        if isinstance(self.train.config, str):
-            path = self.train_config_file()
-            try:
-                data = yaml.safe_load(path.read_text()) or {}
-            except yaml.YAMLError as error:
-                raise YamlSyntaxError(str(path), error) from None
-            if not isinstance(data, dict):
-                raise ConfigError(f"{path}: expected a mapping of key: value at the top level")
-        else:
-            data = json.loads(json.dumps(self.train.config))
+        data = self.config_data(self.train.config)
         return self._resolve_eval_paths(_merge_sections(data, self.train.sections()))
 
     def _resolve_eval_paths(self, data: dict[str, Any]) -> dict[str, Any]:

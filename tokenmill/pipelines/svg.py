@@ -188,11 +188,25 @@ def histogram(title: str, series: dict[str, list[float]], xlabel: str, bins: int
     return "\n".join(parts)
 
 
-def bar_chart(title: str, groups: list[str], series: dict[str, list[float]], ylabel: str) -> str:
-    """Grouped bars: one group per category, one bar per series (requested vs realised)."""
+def bar_chart(
+    title: str,
+    groups: list[str],
+    series: dict[str, list[float]],
+    ylabel: str,
+    errors: dict[str, list[float]] | None = None,
+) -> str:
+    """Grouped bars: one group per category, one bar per series (requested vs realised), with
+    an error bar of +-errors[series][group] where given."""
     if not groups:
         return ""
-    top = max((v for vs in series.values() for v in vs), default=1.0) or 1.0
+    errors = errors or {}
+    top = (
+        max(
+            (v + max(errors.get(k, [0.0] * len(vs))[i], 0.0) for k, vs in series.items() for i, v in enumerate(vs)),
+            default=1.0,
+        )
+        or 1.0
+    )
     frame = _frame(title, "", ylabel, 0, len(groups), 0, top * 1.1)
     pw, ph = frame.width, frame.height
     # Group names replace the numeric x labels, each cut to the width of its group.
@@ -213,6 +227,16 @@ def bar_chart(title: str, groups: list[str], series: dict[str, list[float]], yla
             parts.append(
                 f'<rect x="{x:.1f}" y="{TOP + ph - h:.1f}" width="{bw:.1f}" height="{h:.1f}" fill="{PALETTE[i % len(PALETTE)]}"><title>{escape(name)}: {v:.4f}</title></rect>'
             )
+            error = errors.get(name, [0.0] * len(vs))[g]
+            if error > 0:
+                cx, y_low, y_high = (
+                    x + bw / 2,
+                    TOP + ph - (v - error) / (top * 1.1) * ph,
+                    TOP + ph - (v + error) / (top * 1.1) * ph,
+                )
+                parts.append(
+                    f'<path d="M{cx:.1f},{y_low:.1f}V{y_high:.1f}M{cx - bw / 4:.1f},{y_low:.1f}h{bw / 2:.1f}M{cx - bw / 4:.1f},{y_high:.1f}h{bw / 2:.1f}" stroke="#000" class="error-bar"/>'
+                )
     parts += _legend(list(series))
     parts.append("</svg>")
     return "\n".join(parts)

@@ -1,0 +1,136 @@
+"""The reports of `tokenmill ablate` (WORKDIR/ablate.md, .html) and `tokenmill mix`
+(WORKDIR/mix.md, .html): the verdicts and the chosen blend, with their evidence."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tokenmill.pipelines.report import Section, write_page
+from tokenmill.pipelines.svg import bar_chart, line_chart
+
+if TYPE_CHECKING:  # the results' types; their modules never import this one
+    from tokenmill.pipelines.ablate import AblateResult
+    from tokenmill.pipelines.mix import MixResult
+
+
+def _compute(section: Section, compute: dict[str, float]) -> None:
+    section.text(
+        f"Compute: {compute['proxies']:.0f} proxies, {compute['tokens']:,.0f} tokens trained,"
+        f" {compute['proxy_seconds']:.0f} proxy-seconds of training and scoring (this run's wall time"
+        f" {compute['wall_seconds']:.0f}s, proxies found done included at their original cost)."
+    )
+
+
+def write_ablate_report(result: AblateResult, workdir: Path) -> Path:
+    verdict = Section("verdict", "Verdict")
+    for comparison in result.comparisons:
+        verdict.text(comparison.verdict)
+    verdict.text(
+        f"A difference counts when it exceeds twice its standard error over {result.seeds} seeds per variant"
+        " (the noise of the proxies' seeds)."
+    )
+    variants = Section("variants", "Variants")
+    variants.table(
+        ["variant", "target bits/byte (mean)", "sd over seeds", "seeds", "per seed"],
+        [[v.name, v.mean, v.sd, len(v.scores), ", ".join(f"{s:.4f}" for s in v.scores)] for v in result.variants],
+    )
+    variants.chart(
+        bar_chart(
+            "Target bits per byte (mean, +-1 sd over seeds)",
+            [v.name for v in result.variants],
+            {"bits/byte": [v.mean for v in result.variants]},
+            "bits/byte",
+            errors={"bits/byte": [v.sd for v in result.variants]},
+        ),
+        "target bits per byte by variant",
+    )
+    pairs = Section("pairs", "Pairs")
+    pairs.table(
+        ["better", "worse", "difference (bits/byte)", "noise (2 standard errors)", "exceeds noise"],
+        [[c.better, c.worse, c.difference, c.noise, "yes" if c.significant else "no"] for c in result.comparisons],
+    )
+    curves = Section("curves", "Training loss")
+    curves.chart(
+        line_chart(
+            "Training loss (mean over seeds)", {v.name: _mean_curve(v.curves) for v in result.variants}, "step", "loss"
+        ),
+        "training loss by variant",
+    )
+    _compute(curves, result.compute)
+    md, _ = write_page("tokenmill ablate", [verdict, variants, pairs, curves], workdir / "ablate")
+    return md
+
+
+def _mean_curve(curves: list[list[list[float]]]) -> list[tuple[float, float]]:
+    by_step: dict[float, list[float]] = {}
+    for curve in curves:
+        for step, loss in curve:
+            by_step.setdefault(step, []).append(loss)
+    return [(step, statistics.fmean(losses)) for step, losses in sorted(by_step.items())]
+
+
+def write_mix_report(result: MixResult, workdir: Path) -> Path:
+    sources, data = result.sources, result.data
+    assert data is not None
+    choice = Section("choice", "Chosen blend")
+    shares = data.token_shares()
+    uniform = 1 / len(sources)
+    choice.table(
+        ["source", "chosen", "token-proportional", "uniform", "recipe's blend", "regression coefficient"],
+        [[s, result.chosen[s], shares[s], uniform, data.weights[s], result.coefficients[s]] for s in sources],
+    )
+    choice.chart(
+        bar_chart(
+            "Weights",
+            sources,
+            {
+                "chosen": [result.chosen[s] for s in sources],
+                "token-proportional": [shares[s] for s in sources],
+                "uniform": [uniform] * len(sources),
+            },
+            "weight",
+        ),
+        "chosen, token-proportional and uniform weights",
+    )
+    choice.text(
+        f"Rank correlation (Spearman) of leave-one-out predictions with the measured targets over"
+        f" {len(result.proxies)} proxies: {result.rank_correlation:.3f}. Predicted target of the chosen blend:"
+        f" {result.predicted:.4f} bits/byte."
+    )
+    if result.recipe_out is not None:
+        choice.text(f"Written as a recipe: {result.recipe_out}")
+    checks = Section("checks", "The chosen blend trained once more")
+    checks.table(
+        ["blend", "target bits/byte", *[f"{s} loss" for s in sources], "weights"],
+        [
+            [
+                name,
+                run["target_bpb"],
+                *[run["source_loss"].get(s) or "-" for s in sources],
+                _weights_text(run["weights"]),
+            ]
+            for name, run in result.checks.items()
+        ],
+    )
+    proxies = Section("proxies", "Proxies")
+    proxies.table(
+        ["mixture", "target bits/byte", *[f"{s} loss" for s in sources], "weights"],
+        [
+            [
+                p["name"],
+                p["target_bpb"],
+                *[p["source_loss"].get(s) or "-" for s in sources],
+                _weights_text(p["weights"]),
+            ]
+            for p in result.proxies
+        ],
+    )
+    _compute(proxies, result.compute)
+    md, _ = write_page("tokenmill mix", [choice, checks, proxies], workdir / "mix")
+    return md
+
+
+def _weights_text(weights: dict[str, float]) -> str:
+    return " ".join(f"{s}={w:.2f}" for s, w in weights.items())

@@ -1,0 +1,314 @@
+"""Proxy models: small training runs that answer a data question for `tokenmill ablate` and
+`tokenmill mix`.
+
+A proxy job is a blend of token shards, a training config and a seed. Its result is the
+held-out text's bits per byte (the target), the loss on each source's held-out split, and the
+training loss curve. Each result is a record `WORKDIR/proxies/<fingerprint>.json`, written
+after the proxy finished; the fingerprint hashes the shards' own step fingerprints (not their
+paths), the weights, the config, the seed and the target files, so a later run in the same work
+directory (more mixtures, another variant, a killed run started again) trains only the proxies
+it has no record of. Proxies are independent: they train side by side in worker processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenmill import __version__
+from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.infra import records
+from tokenmill.pipelines.plan import StepRef, build_plan
+from tokenmill.pipelines.recipe import Recipe
+from tokenmill.pipelines.report import train_split_tokens
+from tokenmill.pipelines.steps import blend_weights
+
+log = logging.getLogger(__name__)
+
+PROXIES_DIR = "proxies"
+# Points of the training loss curve kept in a result (the report draws them).
+CURVE_POINTS = 50
+# Samples of each source's held-out split scored for its loss.
+HELDOUT_SAMPLES = 32
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One source's token shard, with the fingerprint of the step that encoded it: the same
+    data has the same fingerprint in any work directory, so proxies of it are shared."""
+
+    source: str
+    prefix: str
+    fingerprint: str
+    train_tokens: int
+
+
+@dataclass(frozen=True)
+class TokenizedData:
+    """What a recipe's curation and tokenization produced: one shard per blended source."""
+
+    shards: dict[str, Shard]
+    tokenizer: str
+    weights: dict[str, float]  # the recipe's blend (token-proportional without one), summing to 1
+
+    def token_shares(self) -> dict[str, float]:
+        total = sum(s.train_tokens for s in self.shards.values())
+        return {name: s.train_tokens / total for name, s in self.shards.items()}
+
+
+@dataclass
+class ProxyJob:
+    label: str
+    shards: list[Shard]
+    weights: list[float]
+    seed: int
+    config: dict[str, Any]  # the proxy's training config, without its data, output and seed
+    tokenizer: str
+    targets: list[str]
+    fingerprint: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fingerprint = records.digest(
+            {
+                "data": [[s.fingerprint, round(w, 6)] for s, w in zip(self.shards, self.weights)],
+                "seed": self.seed,
+                "config": self.config,
+                "targets": records.identity(self.targets),
+                "version": __version__,
+            }
+        )
+
+
+def proxy_config(recipe: Recipe, steps: int | None = None) -> dict[str, Any]:
+    """The proxies' training config: the recipe's `proxies.config` with the budget in steps, no
+    checkpoint before the last step, no validation and one log line per proxy."""
+    from tokenmill.train.config import apply_overrides
+
+    steps = steps or recipe.proxies.steps
+    return apply_overrides(
+        recipe.config_data(recipe.proxies.config),
+        {
+            "schedule.steps": steps,
+            "schedule.global_batch_size": recipe.proxies.batch_size,
+            "schedule.micro_batch_size": recipe.proxies.batch_size,  # one micro-batch: a proxy is small
+            "dataset.seq_len": recipe.proxies.seq_len,
+            "checkpoint.interval": steps,
+            "checkpoint.keep_last": 1,
+            "logging.interval": steps,
+            "logging.eval_interval": 0,
+            "logging.tensorboard": False,
+            "logging.progress": False,
+        },
+    )
+
+
+def budget_tokens(config: dict[str, Any]) -> int:
+    """Tokens one proxy trains on: steps x global batch x sequence length."""
+    from tokenmill.train.config import config_from_dict
+
+    cfg = config_from_dict({**config, "dataset": {**config.get("dataset", {}), "path": "unused"}})
+    return cfg.schedule.steps * cfg.schedule.global_batch_size * cfg.sequence_length
+
+
+def tokenize_recipe(
+    recipe: Recipe, workdir: Path, *, workers: int | None = None, progress: bool = True
+) -> TokenizedData:
+    """Run (or find done) the recipe's curation and tokenization in `workdir`: its shards."""
+    from tokenmill.pipelines.runner import run_recipe
+
+    if recipe.tokenize is None:
+        raise ConfigError(f"recipe {recipe.name}: proxies need a `tokenize:` section (a tokenizer for the sources)")
+    run_recipe(recipe, workdir, until=["tokenize"], workers=workers, progress=progress, report=False)
+    steps = {s.name: s for s in build_plan(recipe, workdir)}
+    blended = [b.source for b in recipe.blend] if recipe.blend else [s.name for s in recipe.sources]
+    split = str(_dataset_section(recipe).get("split", "969,30,1"))
+    shards = {}
+    for name in blended:
+        step = steps[StepRef.encode(name)]
+        prefix = str(step.output / name)
+        shards[name] = Shard(name, prefix, step.fingerprint, train_split_tokens(prefix, split))
+    tokens = {name: s.train_tokens for name, s in shards.items()}
+    if recipe.blend:
+        weights = blend_weights([b.model_dump() for b in recipe.blend], tokens)
+    else:
+        weights = {name: n / sum(tokens.values()) for name, n in tokens.items()}
+    tokenizer = str(steps[StepRef.tokenizer()].output / "tokenizer.json")
+    return TokenizedData(shards, tokenizer, weights)
+
+
+def _dataset_section(recipe: Recipe) -> dict[str, Any]:
+    section = recipe.config_data(recipe.proxies.config).get("dataset")
+    return section if isinstance(section, dict) else {}
+
+
+def check_targets(recipe: Recipe, targets: list[str], command: str) -> list[str]:
+    """The held-out text files, absolute, each checked to exist: one line for a missing one."""
+    if not targets:
+        raise ConfigError(f"{command}: no held-out text to score the proxies on; give --target FILE or proxies.target")
+    resolved = [str(recipe.resolve(t)) for t in targets]
+    for path in resolved:
+        if not Path(path).exists():
+            raise ConfigError(f"{command}: the target {path} does not exist")
+    return resolved
+
+
+def result_path(workdir: Path, job: ProxyJob) -> Path:
+    return workdir / PROXIES_DIR / f"{job.fingerprint}.json"
+
+
+def run_proxies(
+    jobs: list[ProxyJob],
+    workdir: Path,
+    workers: int,
+    on_result: Callable[[ProxyJob, dict[str, Any]], None] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Every job's result by fingerprint: recorded ones read back, the others trained, `workers`
+    at a time (in this process when 1), each recorded as soon as it finishes."""
+    unique: dict[str, ProxyJob] = {}
+    for job in jobs:
+        unique.setdefault(job.fingerprint, job)
+    results: dict[str, dict[str, Any]] = {}
+    for fingerprint, job in unique.items():
+        record = records.read_record(result_path(workdir, job), key=fingerprint)
+        if record is not None:
+            results[fingerprint] = record
+    pending = [job for fp, job in unique.items() if fp not in results]
+    log.info(
+        f"proxies: {len(results)} of {len(unique)} found done in {workdir / PROXIES_DIR}, {len(pending)} to train"
+        + (f" ({workers} at a time)" if pending and workers > 1 else "")
+    )
+
+    def finished(job: ProxyJob, record: dict[str, Any]) -> None:
+        results[job.fingerprint] = record
+        log.info(f"proxy {job.label}: target {record['target_bpb']:.4f} bits/byte ({record['seconds']:.0f}s)")
+        if on_result is not None:
+            on_result(job, record)
+
+    # With workers, every proxy trains in one (one thread each when workers = cores): a rerun
+    # that has one proxy left trains it as the first run would have, to the same numbers.
+    if workers <= 1:
+        for job in pending:
+            finished(job, train_proxy(job, workdir))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        context = multiprocessing.get_context("spawn")  # torch in a forked child is unsafe
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_limit_threads, initargs=(threads,)) as pool:
+            futures = {pool.submit(train_proxy, job, workdir): job for job in pending}
+            for future in as_completed(futures):
+                finished(futures[future], future.result())
+    return {job.fingerprint: results[job.fingerprint] for job in jobs}
+
+
+def _limit_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def train_proxy(job: ProxyJob, workdir: Path) -> dict[str, Any]:
+    """Train one proxy, score it, record the result; the run directory is removed afterwards
+    (a proxy killed midway starts over: it is seconds to minutes of work)."""
+    from tokenmill.eval.bpb import bits_per_byte, read_documents
+    from tokenmill.eval.models import NativeModel
+    from tokenmill.train.config import apply_overrides, config_from_dict
+    from tokenmill.train.loop import train
+
+    started = time.time()
+    run_dir = workdir / PROXIES_DIR / job.fingerprint
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    blend_file = run_dir / "blend.json"
+    blend_file.write_text(
+        json.dumps([{"prefix": s.prefix, "weight": w} for s, w in zip(job.shards, job.weights) if w > 0])
+    )
+    data = apply_overrides(
+        job.config,
+        {
+            "dataset.path": str(blend_file),
+            "dataset.tokenizer": job.tokenizer,
+            "out": str(run_dir),
+            "schedule.seed": job.seed,
+        },
+    )
+    cfg = config_from_dict(data, origin=f"proxy {job.label}")
+    with contextlib.redirect_stdout(io.StringIO()):  # the trainer's log lines: the proxy's record says it all
+        trained = train(cfg)
+    if trained.checkpoint is None:
+        raise TokenmillError(f"proxy {job.label}: training ended without a checkpoint in {run_dir}")
+    # Windows of the trained length: positions past it were never trained.
+    model = NativeModel(trained.checkpoint, max_length=cfg.sequence_length)
+    documents = [d for path in job.targets for d in read_documents(path)]
+    target = bits_per_byte(model, documents, progress=False)
+    step_every = max(1, len(trained.losses) // CURVE_POINTS)
+    record = {
+        "key": job.fingerprint,
+        "label": job.label,
+        "weights": {s.source: w for s, w in zip(job.shards, job.weights)},
+        "seed": job.seed,
+        "target_bpb": target["bits_per_byte"],
+        "source_loss": {s.source: heldout_loss(model, s.prefix, cfg) for s in job.shards},
+        "curve": [[step, loss] for step, loss in sorted(trained.losses.items()) if step % step_every == 0],
+        "tokens": cfg.schedule.steps * cfg.schedule.global_batch_size * cfg.sequence_length,
+        "seconds": time.time() - started,
+    }
+    records.write_record(result_path(workdir, job), record)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return record
+
+
+def heldout_loss(model: Any, prefix: str, cfg: Any) -> float | None:
+    """Mean loss per token on samples of the shard's validation split (the proxies train on its
+    train split), or None when that split is empty."""
+    import torch
+
+    from tokenmill.tokenize.loader import build_dataset
+    from tokenmill.train.engine import cross_entropy
+
+    try:
+        dataset = build_dataset(
+            prefix,
+            seq_len=cfg.sequence_length,
+            num_samples=HELDOUT_SAMPLES,
+            seed=0,
+            split="valid",
+            split_ratios=cfg.dataset.split,
+        )
+    except TokenmillError:
+        return None
+    rows = [dataset[i] for i in range(min(HELDOUT_SAMPLES, len(dataset)))]
+    if not rows:
+        return None
+    tokens = torch.tensor([list(r) for r in rows], dtype=torch.long)
+    with torch.no_grad():
+        logits = model.model(tokens[:, :-1])
+    return float(cross_entropy(logits, tokens[:, 1:]))
+
+
+def default_workers(recipe: Recipe, workers: int | None) -> int:
+    """Proxies trained at once: the flag's, the recipe's, else one per two cores (each proxy's
+    matrix products use the two)."""
+    return workers or recipe.proxies.workers or max(1, (os.cpu_count() or 1) // 2)
+
+
+def check_budget(data: TokenizedData, config: dict[str, Any], what: str) -> int:
+    """The proxy budget in tokens, refused when it exceeds the train split's tokens."""
+    budget = budget_tokens(config)
+    available = sum(s.train_tokens for s in data.shards.values())
+    if budget > available:
+        raise ConfigError(
+            f"{what}: the proxy budget ({budget:,} tokens: steps x global_batch_size x seq_len) is larger than"
+            f" its {available:,} training tokens; lower proxies.steps or --steps"
+        )
+    return budget
