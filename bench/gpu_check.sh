@@ -16,8 +16,10 @@
 # Sizing on an H100 (8 minutes = 480 s in all, what one command of a 15-minute GPU loan can take
 # with room left for one rerun of a part):
 #   install ~10 s, device report ~5 s;
-#   train_mfu: --time-budget 180 s (the script stops starting new shapes/modes past it), hard
-#     timeout 220 s: compile of a 1B-3B llama takes ~30-60 s per mode, then ~20 timed steps;
+#   train_mfu: --time-budget 180 s (the script stops starting new shapes/modes, and rounds past
+#     a row's first, past it), hard timeout 220 s: compile of a 1B-3B llama takes ~30-60 s per
+#     mode, then ~20 timed steps; each row runs 3 rounds (ours and torchtitan alternating, a
+#     fresh trainer each), so about 3x the single-round cost below: not all rows fit the budget;
 #   tests/gpu: timeout 120 s; the tests themselves take ~60-90 s (200-step bf16 runs of two tiny
 #     models plus their fp32 CPU references on 16 cores, gpt2-125m's shape 2x200 steps on the
 #     GPU, one compiled 40-step run, export and two evals);

@@ -58,14 +58,20 @@ class Timing:
 
 
 def interleaved(
-    contenders: dict[str, Callable[[], Any]], repeat: int, clock: Callable[[], float] = time.perf_counter
+    contenders: dict[str, Callable[[], Any]],
+    repeat: int,
+    clock: Callable[[], float] = time.perf_counter,
+    alternate: bool = False,
 ) -> tuple[dict[str, Timing], dict[str, Any]]:
     """Each contender once per round, `repeat` rounds, so that all see the same load: the
-    timing of each (by `clock`) and the result of its last call."""
+    timing of each (by `clock`) and the result of its last call. `alternate`: every other
+    round in reverse order (A B, B A, A B, ...), so that no contender always runs first, on a
+    device still warm (or hot) from the other."""
     seconds: dict[str, list[float]] = {name: [] for name in contenders}
     results: dict[str, Any] = {}
-    for _ in range(repeat):
-        for name, run in contenders.items():
+    for round_index in range(repeat):
+        order = list(contenders.items())
+        for name, run in order[::-1] if alternate and round_index % 2 else order:
             start = clock()
             results[name] = run()
             seconds[name].append(clock() - start)

@@ -7,8 +7,10 @@ parameters for both. datasketch gets its shingles ready-made (only `update_batch
 tokenmill is timed from raw text (normalization and shingling included), so the ratios are
 conservative. Every ratio is against `MinHash(num_perm, seed)` as datasketch users create it,
 i.e. its default scheme (affine32 since 2.0), except the one line that compares the legacy
-scheme with itself. Signatures are asserted equal (affine32 and legacy). Single process, one
-thread: numbers are per core. The load is checked first (a busy machine is said so);
+scheme with itself. Signatures are asserted equal (affine32 and legacy). The torch rows run
+the affine32 and fast permutations on `--torch-device` (default: cuda when there is one, else
+cpu; `--minhash-device` of the dedup stage), their signatures asserted equal to the numba
+ones. Single process, one thread: numbers are per core (the torch rows' device aside). The load is checked first (a busy machine is said so);
 contenders run interleaved, --repeats rounds, each reported as its median with the spread of
 its rounds. The time of normalization + encoding alone is printed as a profile.
 """
@@ -66,7 +68,11 @@ def main(argv=None) -> int:
     parser.add_argument("--docs", type=int, default=3000)
     parser.add_argument("--num-perm", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--torch-device", default=None, help="cpu or cuda (default: cuda when available)")
     args = parser.parse_args(argv)
+    import torch
+
+    device = args.torch_device or ("cuda" if torch.cuda.is_available() else "cpu")
     check_load()
     docs = documents(args.docs)
     config = ShingleConfig()
@@ -76,18 +82,22 @@ def main(argv=None) -> int:
     assert MinHash(num_perm=args.num_perm).scheme == "affine32", "datasketch's default scheme changed"
 
     hashers = {scheme: MinHasher(args.num_perm, 1, scheme) for scheme in ("legacy", "affine32", "fast")}
-    for hasher in hashers.values():
+    torch_hashers = {s: MinHasher(args.num_perm, 1, s, device=device) for s in ("affine32", "fast")}
+    for hasher in [*hashers.values(), *torch_hashers.values()]:
         hasher.signatures(docs)  # compile (or load) the kernels and fill the code point table
     contenders = {
         "datasketch default (affine32)": datasketch_run(shingles, args.num_perm, None),
         "datasketch legacy": datasketch_run(shingles, args.num_perm, "legacy"),
         **{f"tokenmill {s}": (lambda h=h: h.signatures(docs)) for s, h in hashers.items()},
+        **{f"tokenmill {s} torch {device}": (lambda h=h: h.signatures(docs)) for s, h in torch_hashers.items()},
         "tokenmill normalize + encode only": lambda: encode_batch(docs, config),
     }
     timings, results = interleaved(contenders, args.repeats)
     times = {name: timing.median for name, timing in timings.items()}
     assert np.array_equal(results["datasketch default (affine32)"], results["tokenmill affine32"]), "affine32 differs"
     assert np.array_equal(results["datasketch legacy"], results["tokenmill legacy"]), "legacy differs"
+    for scheme in torch_hashers:
+        assert np.array_equal(results[f"tokenmill {scheme} torch {device}"], results[f"tokenmill {scheme}"]), scheme
 
     default = times["datasketch default (affine32)"]
     print(f"{'':36s} {'docs/s':>9s} {'shingles/s':>12s} {'vs datasketch default':>22s} {'spread':>7s}")
@@ -120,6 +130,7 @@ def main(argv=None) -> int:
         f"{times['datasketch legacy'] / times['tokenmill legacy']:.1f}x"
     )
     print("signatures equal to datasketch: yes (affine32, legacy)")
+    print(f"torch signatures on {device} equal to numba's: yes (affine32, fast)")
     print(f"medians of {args.repeats} interleaved rounds; spread: (slowest - fastest) / median of a contender's rounds")
     check_load("after the run")
     return 0

@@ -51,7 +51,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.measure import check_load  # noqa: E402
+from bench.measure import Timing, check_load, interleaved  # noqa: E402
 from tokenmill.train.config import TrainConfig  # noqa: E402
 from tokenmill.train.loop import build_engine, seed_everything  # noqa: E402
 from tokenmill.train.metrics import peak_flops  # noqa: E402
@@ -70,6 +70,7 @@ MODES = ("bf16-compile", "float8-compile", "bf16", "float8")
 SHAPES = {"1b": "llama-1b", "3b": "llama-3b", "tiny": ""}  # tiny: the smoke shape
 DEFAULT_BATCH = {"1b": 4, "3b": 2, "tiny": 2}
 LR, BETAS, WEIGHT_DECAY, CLIP = 3e-4, (0.9, 0.95), 0.1, 1.0
+EOD_ID = 0  # --document-masking: the end-of-document token, planted in the random rows (drawn from 1..V-1)
 
 
 def smoke_model() -> ModelConfig:
@@ -79,37 +80,64 @@ def smoke_model() -> ModelConfig:
 
 @dataclass
 class Row:
+    """One (shape, mode, impl): the step seconds of each of its rounds (the median counts)."""
+
     shape: str
     mode: str
     impl: str  # "ours" | "torchtitan"
-    tokens_per_s: float | None = None
-    mfu: float | None = None
+    tokens_per_step: int = 0
+    seconds: list[float] = field(default_factory=list)
+    flops_per_token: float = 0.0  # the head's matmul counted
+    flops_per_token_titan: float = 0.0  # torchtitan's convention: a tied head's left out
+    peak: float | None = None  # the device's peak FLOP/s for this mode
     peak_mem_gib: float | None = None
-    step_ms: float | None = None
     loss: float | None = None
     error: str | None = None
     profile: list[str] | None = None
 
+    @property
+    def timing(self) -> Timing | None:
+        return Timing(self.seconds) if self.seconds else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens_per_step / self.timing.median if self.timing else None
+
+    def mfu(self, titan_convention: bool = False) -> float | None:
+        if self.tokens_per_s is None or self.peak is None:
+            return None
+        return (
+            self.tokens_per_s * (self.flops_per_token_titan if titan_convention else self.flops_per_token) / self.peak
+        )
+
     def line(self) -> str:
         head = f"{self.shape:>5} {self.mode:<15} {self.impl:<10}"
-        if self.error:
+        if self.timing is None:
             return f"{head} FAILED: {self.error}"
-        mfu = f"{100 * self.mfu:6.1f}%" if self.mfu is not None else "      -"
+        mfus = [self.mfu(), self.mfu(titan_convention=True)]
+        mfu = " ".join(f"{100 * m:6.1f}%" if m is not None else "      -" for m in mfus)
         mem = f"{self.peak_mem_gib:7.1f}" if self.peak_mem_gib is not None else "      -"
-        return f"{head} {self.tokens_per_s:12,.0f} {mfu} {mem} {self.step_ms:9.1f} {self.loss:8.3f}"
+        timing = self.timing
+        line = f"{head} {self.tokens_per_s:12,.0f} {mfu} {mem} {1000 * timing.median:9.1f} {timing.spread:6.0%}"
+        line += f" {len(timing.seconds):>4} {self.loss:8.3f}"
+        return line + (f" (a later round FAILED: {self.error})" if self.error else "")
 
 
 HEADER = (
-    f"{'shape':>5} {'mode':<15} {'impl':<10} {'tokens/s/GPU':>12} {'MFU':>7} {'mem GiB':>7} {'step ms':>9} {'loss':>8}"
+    f"{'shape':>5} {'mode':<15} {'impl':<10} {'tokens/s/GPU':>12} {'MFU':>7} {'MFU-tt':>7} {'mem GiB':>7}"
+    f" {'step ms':>9} {'spread':>6} {'runs':>4} {'loss':>8}"
 )
 
 
-def train_config(model: ModelConfig, mode: str, batch: int, seq_len: int, device: str, steps: int) -> TrainConfig:
+def train_config(
+    model: ModelConfig, mode: str, batch: int, seq_len: int, device: str, steps: int, documents: bool = False
+) -> TrainConfig:
     """The TrainConfig `tokenmill train` would build for this run (dataset unused: tokens are random)."""
+    masking = {"document_masking": True, "eod_id": EOD_ID} if documents else {}
     return TrainConfig(
         model=model,
         out="unused",
-        dataset={"path": "synthetic", "seq_len": seq_len},
+        dataset={"path": "synthetic", "seq_len": seq_len, **masking},
         schedule={"steps": steps, "global_batch_size": batch, "micro_batch_size": batch, "warmup_steps": 1},
         optimizer={"lr": LR, "min_lr": LR / 10, "weight_decay": WEIGHT_DECAY, "clip_grad": CLIP},
         parallel={
@@ -122,9 +150,11 @@ def train_config(model: ModelConfig, mode: str, batch: int, seq_len: int, device
     ).validate()
 
 
-def ours_step(model: ModelConfig, mode: str, batch: int, seq_len: int, device: torch.device, steps: int) -> Callable:
+def ours_step(
+    model: ModelConfig, mode: str, batch: int, seq_len: int, device: torch.device, steps: int, documents: bool
+) -> Callable:
     """tokenmill's engine, built as the trainer builds it, and one step as the loop runs it."""
-    cfg = train_config(model, mode, batch, seq_len, device.type, steps)
+    cfg = train_config(model, mode, batch, seq_len, device.type, steps, documents)
     seed_everything(cfg.schedule.seed)
     engine = build_engine(cfg)
 
@@ -138,9 +168,10 @@ def ours_step(model: ModelConfig, mode: str, batch: int, seq_len: int, device: t
 
 
 def torchtitan_step(
-    model: ModelConfig, mode: str, batch: int, seq_len: int, device: torch.device, steps: int
+    model: ModelConfig, mode: str, batch: int, seq_len: int, device: torch.device, steps: int, documents: bool
 ) -> Callable:
-    """torchtitan's llama3 of the same shape, through its own converter, parallelize and loss."""
+    """torchtitan's llama3 of the same shape, through its own converter, parallelize and loss;
+    `documents`: its flex attention with a block-causal mask at EOD_ID."""
     from torchtitan.components.loss import build_cross_entropy_loss
     from torchtitan.config import JobConfig
     from torchtitan.distributed import ParallelDims
@@ -169,6 +200,7 @@ def torchtitan_step(
         norm_eps=model.norm_eps,
         rope_theta=model.rope_theta,
         max_seq_len=seq_len,
+        **({"use_flex_attn": True, "attn_mask_type": "block_causal"} if documents else {}),
     )
     args.update_from_config(job)
     with torch.device("meta"):
@@ -204,7 +236,7 @@ def torchtitan_step(
         tokens = tokens.to(device, non_blocking=True)
         inputs, labels = tokens[:, :-1], tokens[:, 1:]
         with maybe_enable_amp(dims, job.training.mixed_precision_param, device.type):
-            logits = net(inputs)
+            logits = net(inputs, **torchtitan_masks(net, inputs)) if documents else net(inputs)
             loss = loss_fn(logits, labels) / labels.numel()  # its loss is a sum over tokens
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, CLIP, foreach=True)
@@ -213,6 +245,36 @@ def torchtitan_step(
         return loss.item()
 
     return step
+
+
+def torchtitan_masks(net: torch.nn.Module, inputs: torch.Tensor) -> dict:
+    """The block-causal masks of torchtitan's flex attention for rows ending documents at
+    EOD_ID, as its trainer builds them (from its tokenizer's eos_id): `get_attention_masks`
+    (0.2) or the older `init_attention_mask`, which keeps them in its attention modules."""
+
+    class EodTokenizer:
+        eos_id = EOD_ID
+
+    if hasattr(net, "get_attention_masks"):
+        return {"attention_masks": net.get_attention_masks(inputs, EodTokenizer())}
+    from torchtitan.models.attention import init_attention_mask
+
+    init_attention_mask(inputs, EOD_ID)
+    return {}
+
+
+def sample_rows(vocab: int, batch: int, seq_len: int, generator: torch.Generator, documents: bool) -> torch.Tensor:
+    """Random rows [batch, seq_len + 1]; `documents`: EOD_ID after documents of seq_len/8 to
+    seq_len/2 tokens (EOD_ID nowhere else)."""
+    rows = torch.randint(1, vocab, (batch, seq_len + 1), generator=generator)
+    if documents:
+        low, high = max(1, seq_len // 8), max(2, seq_len // 2)
+        for row in rows:
+            end = int(torch.randint(low, high, (), generator=generator))
+            while end <= seq_len:
+                row[end] = EOD_ID
+                end += 1 + int(torch.randint(low, high, (), generator=generator))
+    return rows
 
 
 BUILDERS = {"ours": ours_step, "torchtitan": torchtitan_step}
@@ -224,12 +286,15 @@ def sync(device: torch.device) -> None:
 
 
 def measure(row: Row, model: ModelConfig, args: argparse.Namespace, device: torch.device, batch: int) -> None:
-    """Build one trainer, warm it up, time `args.steps` steps; fill `row` (or its error)."""
+    """One round: build one trainer, warm it up, time `args.steps` steps; add the seconds of a
+    step to `row` (the profile on its last round)."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     generator = torch.Generator().manual_seed(1234)
-    tokens = [torch.randint(0, model.vocab_size, (batch, args.seq_len + 1), generator=generator) for _ in range(2)]
-    step = BUILDERS[row.impl](model, row.mode, batch, args.seq_len, device, args.warmup + args.steps)
+    tokens = [sample_rows(model.vocab_size, batch, args.seq_len, generator, args.document_masking) for _ in range(2)]
+    step = BUILDERS[row.impl](
+        model, row.mode, batch, args.seq_len, device, args.warmup + args.steps, args.document_masking
+    )
     for i in range(args.warmup):
         step(tokens[i % 2])
     sync(device)
@@ -237,17 +302,16 @@ def measure(row: Row, model: ModelConfig, args: argparse.Namespace, device: torc
     for i in range(args.steps):
         row.loss = step(tokens[i % 2])
     sync(device)
-    seconds = (time.perf_counter() - start) / args.steps
-    row.step_ms = 1000 * seconds
-    row.tokens_per_s = batch * args.seq_len / seconds
+    row.seconds.append((time.perf_counter() - start) / args.steps)
+    row.tokens_per_step = batch * args.seq_len
     float8 = row.mode.startswith("float8")
     # --peak-tflops is the bf16 peak (doubled for float8 rows); else the trainer's table of devices.
-    peak = args.peak_tflops * 1e12 * (2 if float8 else 1) if args.peak_tflops else peak_flops(device, None, float8)
-    if peak is not None:
-        row.mfu = row.tokens_per_s * model.flops_per_token(args.seq_len) / peak
+    row.peak = args.peak_tflops * 1e12 * (2 if float8 else 1) if args.peak_tflops else peak_flops(device, None, float8)
+    row.flops_per_token = model.flops_per_token(args.seq_len)
+    row.flops_per_token_titan = model.flops_per_token(args.seq_len, tied_head=False)
     if device.type == "cuda":
-        row.peak_mem_gib = torch.cuda.max_memory_allocated(device) / 2**30
-    if args.profile:
+        row.peak_mem_gib = max(row.peak_mem_gib or 0.0, torch.cuda.max_memory_allocated(device) / 2**30)
+    if args.profile and len(row.seconds) == args.repeat:
         row.profile = top_kernels(step, tokens[0], device, args.profile)
 
 
@@ -288,31 +352,48 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def run_rows(args: argparse.Namespace, device: torch.device, emit: Callable[[str], None]) -> list[Row]:
+    """Each (shape, mode) `args.repeat` rounds, ours and torchtitan in alternating order (ours,
+    torchtitan, torchtitan, ours, ...), each round a fresh trainer; the rows once all rounds ran."""
     impls = ["ours"] if args.no_torchtitan else ["ours", "torchtitan"]
     rows: list[Row] = []
     start = time.perf_counter()
-    todo = [(shape, mode, impl) for shape, mode in plan(args) for impl in impls]
-    for index, (shape, mode, impl) in enumerate(todo):
+    todo = plan(args)
+
+    def spent() -> float:
         elapsed = time.perf_counter() - start
-        if args.time_budget and elapsed > args.time_budget:
-            left = ", ".join(f"{s} {m} {i}" for s, m, i in todo[index:])
-            emit(f"time budget of {args.time_budget:.0f} s spent ({elapsed:.0f} s): skipped {left}")
+        return elapsed if args.time_budget and elapsed > args.time_budget else 0.0
+
+    for index, (shape, mode) in enumerate(todo):
+        if spent():
+            left = ", ".join(f"{s} {m}" for s, m in todo[index:])
+            emit(f"time budget of {args.time_budget:.0f} s spent ({spent():.0f} s): skipped {left}")
             break
         model = smoke_model() if shape == "tiny" else preset(SHAPES[shape], max_seq_len=args.seq_len)
         batch = args.batch or DEFAULT_BATCH[shape]
-        row = Row(shape, mode, impl)
-        try:
-            measure(row, model, args, device, batch)
-        except Exception as error:  # one failing row (OOM, float8 unsupported) must not end the run
-            row.error = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
-        release(device)
-        rows.append(row)
-        emit(row.line())
-        for line in row.profile or []:
-            emit(line)
-        ours = next((r for r in rows if (r.shape, r.mode, r.impl) == (shape, mode, "ours")), None)
-        if impl == "torchtitan" and ours and ours.tokens_per_s and row.tokens_per_s:
-            emit(f"{shape:>5} {mode:<15} ours/torchtitan = {ours.tokens_per_s / row.tokens_per_s:.3f}")
+        pair = {impl: Row(shape, mode, impl) for impl in impls}
+
+        def round_of(row: Row, model: ModelConfig = model, batch: int = batch) -> Callable[[], None]:
+            def run() -> None:
+                # A failed trainer is not built again; past the budget, the rounds left are skipped.
+                if row.error or (row.seconds and spent()):
+                    return
+                try:
+                    measure(row, model, args, device, batch)
+                except Exception as error:  # one failing row (OOM, float8 unsupported) must not end the run
+                    row.error = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+                release(device)
+
+            return run
+
+        interleaved({impl: round_of(row) for impl, row in pair.items()}, args.repeat, alternate=True)
+        for row in pair.values():
+            rows.append(row)
+            emit(row.line())
+            for line in row.profile or []:
+                emit(line)
+        ours, titan = pair["ours"], pair.get("torchtitan")
+        if titan and ours.tokens_per_s and titan.tokens_per_s:
+            emit(f"{shape:>5} {mode:<15} ours/torchtitan = {ours.tokens_per_s / titan.tokens_per_s:.3f} (medians)")
     return rows
 
 
@@ -326,9 +407,8 @@ def summary(rows: list[Row]) -> list[str]:
     def cell(r: Row | None) -> str:
         if r is None or r.tokens_per_s is None:
             return f"{'failed' if r else '-':>11} {'-':>6}"
-        return (
-            f"{r.tokens_per_s:11,.0f} {100 * r.mfu:5.1f}%" if r.mfu is not None else f"{r.tokens_per_s:11,.0f} {'-':>6}"
-        )
+        mfu = r.mfu()
+        return f"{r.tokens_per_s:11,.0f} {100 * mfu:5.1f}%" if mfu is not None else f"{r.tokens_per_s:11,.0f} {'-':>6}"
 
     for (shape, mode), pair in seen.items():
         ours, titan = pair.get("ours"), pair.get("torchtitan")
@@ -360,6 +440,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds; rows that would start after it are skipped (0: no limit)",
     )
     p.add_argument("--no-torchtitan", action="store_true", help="ours only")
+    p.add_argument("--repeat", type=int, default=3, help="rounds per row, ours and torchtitan alternating (default 3)")
+    p.add_argument(
+        "--document-masking",
+        action="store_true",
+        help="rows of packed documents (EOD at random places), attention within each: ours with "
+        "dataset.document_masking, torchtitan with its flex attention's block-causal mask",
+    )
     p.add_argument(
         "--profile", type=int, default=0, metavar="N", help="after each row, its N costliest kernels over two steps"
     )
@@ -395,7 +482,10 @@ def main(argv: list[str] | None = None) -> list[Row]:
         f"# bench/train_mfu.py on {name}, torch {torch.__version__}, "
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
         f"# command: {shlex.join([sys.executable, 'bench/train_mfu.py', *command])}",
-        f"# seq_len {args.seq_len}, warm-up {args.warmup} + {args.steps} timed steps per row",
+        f"# seq_len {args.seq_len}, warm-up {args.warmup} + {args.steps} timed steps per round, {args.repeat} rounds"
+        f" per row (ours and torchtitan alternating), the median's tokens/s{'; document masking' if args.document_masking else ''}",
+        "# MFU counts the output head's matmul; MFU-tt leaves a tied head's out, as torchtitan's"
+        " get_num_flop_per_token does",
         f"# {check_load()}",
         HEADER,
     ]

@@ -42,6 +42,9 @@ def test_contenders_run_in_turn_and_report_their_median_and_spread() -> None:
     assert timings["a"].median == 2.0 and timings["a"].spread == pytest.approx(1.5)  # (4 - 1) / 2
     assert measure.Timing([1.0, 2.0, 3.0, 10.0]).median == 2.5  # the mean of the middle two
     assert str(timings["b"]) == "median 2.000s, spread 100% over 3 runs"
+    calls.clear()
+    measure.interleaved({"a": contender("a"), "b": contender("b")}, repeat=3, alternate=True)
+    assert calls == ["a", "b", "b", "a", "a", "b"]  # every other round reversed
 
 
 def test_minhash_bench_checks_the_load_and_prints_medians(capsys) -> None:

@@ -376,6 +376,20 @@ def test_cjk_near_duplicates_use_character_shingles(tmp_path, dask_client):
     assert dict(zip(rejected["id"], rejected["kept_id"])) == {"zh-copy": "zh", "ja-copy": "ja"}
 
 
+def test_a_torch_minhash_device_with_the_legacy_scheme_is_one_line_before_any_work(tmp_path, capsys):
+    # The torch path's signatures equal numba's (tests/curate/test_minhash.py), so its output
+    # is numba's; legacy (mod 2**61-1) has no torch path.
+    src = write_parts(
+        pd.DataFrame({"id": ["a"], "text": ["one two three four five six"], "source": ["t"]}), tmp_path / "in", 1
+    )
+    code = tokenmill_main(
+        ["curate", "dedup", "--input", str(src), "--output", str(tmp_path / "o"), "--minhash-device", "cpu"]
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and "--minhash-device cpu: the legacy scheme" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists() and not (tmp_path / ".o.work").exists()
+
+
 def test_cli_runs_dedup_and_reports_bad_input(tmp_path, planted, dask_client, capsys):
     src = write_parts(planted.documents.iloc[:80], tmp_path / "in", 2)
     address = dask_client.scheduler.address

@@ -161,3 +161,45 @@ def test_bad_parameters_are_clear_errors():
         MinHasher(num_perm=1)
     with pytest.raises(ConfigError, match="n-gram"):
         ShingleConfig(ngram=0)
+
+
+@pytest.mark.parametrize("scheme", ["affine32", "fast"])
+def test_torch_signatures_equal_the_numba_ones_and_datasketch(shared_data, scheme):
+    # Real text (WikiText and Shakespeare, CJK, empty and one-word documents); affine32 is
+    # datasketch 2's default scheme, so the torch signatures are datasketch's too.
+    docs = real_documents(shared_data, 600)
+    numba_signatures, numba_counts = MinHasher(128, 1, scheme).signatures_with_counts(docs)
+    torch_signatures, torch_counts = MinHasher(128, 1, scheme, device="cpu").signatures_with_counts(docs)
+    assert torch_signatures.dtype == numba_signatures.dtype == np.uint64
+    np.testing.assert_array_equal(torch_signatures, numba_signatures)
+    np.testing.assert_array_equal(torch_counts, numba_counts)
+    if scheme == "affine32":
+        for i in range(0, len(docs), 7):
+            reference = MinHash(num_perm=128, seed=1)  # datasketch 2's default: affine32
+            reference.update_batch([s.encode("utf-8") for s in python_shingles(docs[i], ShingleConfig())])
+            np.testing.assert_array_equal(torch_signatures[i], reference.hashvalues.astype(np.uint64), err_msg=str(i))
+
+
+def test_torch_minhash_is_exact_at_the_32_bit_extremes():
+    # Base hashes and multipliers near 2**32 (their product is past int64), checked against
+    # Python integers.
+    from tokenmill.curate.dedup.minhash_torch import affine32_min
+
+    hashes = np.array([2**32 - 1, 2**32 - 3, 2**31 + 5, 0, 12345], dtype=np.uint64)
+    a = np.array([2**32 - 1, 2**32 - 5, 3], dtype=np.uint64)
+    b = np.array([2**32 - 1, 7, 0], dtype=np.uint64)
+    counts = np.array([2, 0, 3], dtype=np.int64)
+    got = affine32_min(hashes, counts, a, b, "cpu")
+    values = (hashes[:, None].astype(object) * a.astype(object) + b.astype(object)) % 2**32
+    want = np.array([values[:2].min(0), [2**32 - 1] * 3, values[2:].min(0)], dtype=np.uint32)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_torch_device_refuses_the_legacy_scheme_in_one_line():
+    from tokenmill.curate.dedup.options import DedupConfig
+
+    with pytest.raises(ConfigError, match="legacy scheme .* numba only"):
+        MinHasher(scheme="legacy", device="cpu")
+    with pytest.raises(ConfigError, match=r"--minhash-device cpu: the legacy scheme"):
+        DedupConfig(minhash_device="cpu")
+    DedupConfig(minhash_device="cpu", scheme="affine32")

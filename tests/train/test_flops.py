@@ -45,3 +45,26 @@ def test_pipeline_balance_and_planner_use_the_same_count() -> None:
     assert est.tflops_per_gpu == pytest.approx(expected, rel=1e-12)
     assert 100 < est.tflops_per_gpu < 140  # MT-NLG reported 113-126 TFLOP/s per GPU
     assert layer_flops(64, 256) == 6 * 12 * 64 * 64 and head_flops(64, 100) == 6 * 6400
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_the_count_without_a_tied_head_is_torchtitans(tie: bool) -> None:
+    # torchtitan's get_num_flop_per_token for its llama3: 6 x (parameters - the embedding's)
+    # + 12 x layers x heads x head_dim x seq_len; with a tied head the embedding's parameters
+    # are the head's, so its count leaves the head out.
+    import torch
+
+    from tokenmill.train.model import GPT
+    from tokenmill.train.model_config import preset
+
+    cfg = preset("tiny-llama", tie_embeddings=tie)
+    with torch.device("meta"):
+        model = GPT(cfg)
+    parameters = sum(p.numel() for p in model.parameters())  # a shared weight once
+    norms = sum(p.numel() for n, p in model.named_parameters() if n.endswith("norm.weight"))
+    seq = 128
+    titan = 6 * (parameters - model.tok_embeddings.weight.numel()) + 12 * cfg.n_layers * cfg.hidden * seq
+    # torchtitan counts the norms' weights too (6 FLOPs each, no matmul): ours does not.
+    assert cfg.flops_per_token(seq, tied_head=False) == titan - 6 * norms
+    head = head_flops(cfg.hidden, cfg.vocab_size)
+    assert cfg.flops_per_token(seq) - cfg.flops_per_token(seq, tied_head=False) == (head if tie else 0)

@@ -61,6 +61,9 @@ LAYOUTS_2 = {
     "pp2_1f1b_docs": ({}, {"pp": 2, "pp_schedule": "1f1b"}),
     "dp2_zero1_docs": ({}, {"dp": 2, "zero": 1}),
     "cp2_llama_docs": (LLAMA, {"cp": 2}),
+    # The chunked head + loss (its last stage's under pp) against the plain one of one process.
+    "pp2_1f1b_tied_chunked": ({"tie_embeddings": True}, {"pp": 2, "pp_schedule": "1f1b", "loss_chunk_tokens": 5}),
+    "dp2_zero1_chunked": ({}, {"dp": 2, "zero": 1, "loss_chunk_tokens": 5}),
 }
 LAYOUTS_4 = {
     "cp4": ({}, {"cp": 4}),
@@ -132,6 +135,7 @@ def single_process(name: str) -> dict:
     from tokenmill.train.model import GPT
 
     cfg = make_config(name)
+    cfg.parallel.loss_chunk_tokens = 0  # *_chunked layouts equal the plain head and loss
     torch.manual_seed(cfg.schedule.seed)
     engine = SingleProcessEngine(GPT(cfg.model), cfg, torch.device("cpu"))
     losses, norms = [], []

@@ -244,6 +244,9 @@ class ParallelConfig(_Section):
     # Linear layers in float8 (torchao's Float8Linear, tensorwise scaling; needs torchao and, to
     # be fast, an H100-class GPU): tokenmill.train.parallel.float8.
     float8: Bool = False
+    # Tokens per chunk of the head + cross-entropy computed together (tokenmill.train.chunked_loss):
+    # the logits [tokens, vocab] never exist whole. 0: the plain head, then the loss.
+    loss_chunk_tokens: NonNegativeInt = 0
     precision: Annotated[str, BeforeValidator(_str), _choice(PRECISIONS)] = "fp32"
     # The SDPA kernel attention runs with (forward and backward); one the device lacks is an error.
     attention_backend: Annotated[str, BeforeValidator(_str), _choice(ATTENTION_BACKENDS)] = "auto"
@@ -455,6 +458,16 @@ def layout_problems(
     if p.float8 and p.tp > 1:
         # Float8Linear under tensor parallel needs torchao's float8 TP plans, not applied here.
         out.append((("parallel", "float8"), f"float8 is not supported with tensor parallel (tp = {p.tp}); use tp = 1"))
+    if p.loss_chunk_tokens and (p.tp > 1 or p.zero >= 2):
+        # Under tp the logits are vocabulary shards (loss_parallel's loss); FSDP2 (zero 2/3)
+        # gathers the head's weight only inside the model's forward, outside which the loss is.
+        layout = f"tensor parallel (tp = {p.tp})" if p.tp > 1 else f"zero = {p.zero} (FSDP2)"
+        out.append(
+            (
+                ("parallel", "loss_chunk_tokens"),
+                f"the chunked loss is not supported with {layout}; use tp = 1 and zero 0 or 1, or loss_chunk_tokens = 0",
+            )
+        )
     if p.pp_schedule == "interleaved" and p.virtual_stages < 2:
         out.append((("parallel", "virtual_stages"), "the interleaved schedule needs virtual_stages >= 2"))
     if p.cp > 1 and seq_len is not None and seq_len % (2 * p.cp):

@@ -26,6 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
 from tokenmill.errors import ConfigError
+from tokenmill.train.chunked_loss import chunked_cross_entropy
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.model import GPT, TransformerBlock, document_ids, document_positions
 from tokenmill.train.optim import build_optimizer
@@ -90,14 +91,40 @@ def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
 
 
-def loss_function(cfg: TrainConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """`cross_entropy`, compiled when the blocks are (torchtitan compiles its loss too): the fp32
-    upcast, log-softmax and gather then fuse instead of keeping fp32 logits and their
-    log-softmax over the whole vocabulary (8 GB a step for a 128k vocabulary at batch 4 x 2048).
-    Tensor-parallel logits are DTensors sharded over the vocabulary: those stay eager."""
+def loss_function(
+    cfg: TrainConfig, head_part: nn.Module | None = None
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The loss of the output of `head_part` (the model part holding the head) against labels.
+
+    With parallel.loss_chunk_tokens, the head moves into the loss: `head_part` returns its final
+    hidden states and `chunked_cross_entropy` applies the head's weight chunk by chunk.
+    Otherwise `cross_entropy` of the logits, compiled when the blocks are (torchtitan compiles
+    its loss too): the fp32 upcast, log-softmax and gather then fuse instead of keeping fp32
+    logits and their log-softmax over the whole vocabulary (8 GB a step for a 128k vocabulary at
+    batch 4 x 2048). Tensor-parallel logits are DTensors sharded over the vocabulary: those stay
+    eager."""
+    chunk = cfg.parallel.loss_chunk_tokens
+    if chunk and head_part is not None and head_part.output is not None:
+        head_part.head_in_loss = True
+        head = head_part.output  # its weight read at each call: materialization replaces it
+        return lambda hidden, labels: chunked_cross_entropy(hidden, head.weight, labels, chunk)
     if cfg.parallel.compile and cfg.parallel.tp == 1:
         return torch.compile(cross_entropy)
     return cross_entropy
+
+
+@contextlib.contextmanager
+def logits_out(parts: list[nn.Module]) -> Iterator[None]:
+    """The model parts' forward returning logits, also where the loss applies the head
+    (`GPT.head_in_loss`): evaluation reads the logits themselves."""
+    saved = [part.head_in_loss for part in parts]
+    for part in parts:
+        part.head_in_loss = False
+    try:
+        yield
+    finally:
+        for part, value in zip(parts, saved, strict=True):
+            part.head_in_loss = value
 
 
 def row_documents(cfg: TrainConfig, inputs: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -247,7 +274,7 @@ class SingleProcessEngine:
             compile_blocks(self.model)
         check_attention_backend(cfg.parallel.attention_backend, self.device, compute_dtype(cfg), model.config.head_dim)
         self.model_parts: list[nn.Module] = [self.model]
-        self.loss_fn = loss_function(cfg)
+        self.loss_fn = loss_function(cfg, self.model)
         self.optimizer = build_optimizer(self.model.named_parameters(), cfg)
         self.is_logging_rank = True
 
@@ -307,7 +334,11 @@ class SingleProcessEngine:
     @torch.no_grad()
     def eval_logits(self, inputs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         self.model.eval()
-        with attention_context(self.cfg.parallel.attention_backend), autocast_context(self.cfg, self.device):
+        with (
+            attention_context(self.cfg.parallel.attention_backend),
+            autocast_context(self.cfg, self.device),
+            logits_out([self.model]),
+        ):
             logits = self.model(inputs.to(self.device))[keep.to(self.device)]
         self.model.train()
         return logits.float()

@@ -33,7 +33,11 @@ def flops_per_token(
     seq_len: int,
     kv_dim: int | None = None,
     gated: bool = False,
+    head: bool = True,
 ) -> float:
-    """Training FLOPs per token of the whole model (forward + backward, no recomputation)."""
+    """Training FLOPs per token of the whole model (forward + backward, no recomputation).
+    `head` False leaves the output head's matmul out: torchtitan's convention for a head tied
+    to the embedding (`get_num_flop_per_token`: 6 x the parameters but the embedding's, which
+    a tied head shares, plus the attention's 12 x layers x hidden x seq_len)."""
     layer = layer_flops(hidden, ffn_hidden, kv_dim, gated, seq_len)
-    return float(n_layers * layer + head_flops(hidden, vocab_size))
+    return float(n_layers * layer + (head_flops(hidden, vocab_size) if head else 0))

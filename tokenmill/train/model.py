@@ -20,6 +20,8 @@ layout of this file is part of the contract:
   takes each token's document index in its whole row ([B, T_row]; under context parallelism
   the row is longer than this process's slice) and, optionally, each token's position
   ([B, T]: restarting at 0 in every document), so a token attends only within its document.
+- ``GPT.head_in_loss``: ``forward`` stops before the head, whose weight the loss then applies
+  chunk by chunk (``tokenmill/train/chunked_loss.py``).
 """
 
 from __future__ import annotations
@@ -226,6 +228,9 @@ class GPT(nn.Module):
         else:
             self.rope = None
         self.positions: torch.Tensor | None = None
+        # True when the loss applies the head itself (chunked cross-entropy: the whole logits
+        # never exist): forward then returns the final hidden states.
+        self.head_in_loss = False
         self.tie_embedding_weights()
         self.init_weights()
 
@@ -295,6 +300,6 @@ class GPT(nn.Module):
             h = layer(h, rope, documents)
         if self.norm is not None:
             h = self.norm(h)
-        if self.output is not None:
+        if self.output is not None and not self.head_in_loss:
             h = self.output(h)
         return h

@@ -94,9 +94,11 @@ class ModelConfig:
             total += v * h  # output head (a matmul, so counted even without embeddings)
         return total
 
-    def flops_per_token(self, seq_len: int | None = None) -> float:
+    def flops_per_token(self, seq_len: int | None = None, tied_head: bool = True) -> float:
         """Training FLOPs per token (forward + backward, no recomputation) at `seq_len`
-        (default: `max_seq_len`), as `tokenmill.train.flops` counts them."""
+        (default: `max_seq_len`), as `tokenmill.train.flops` counts them. `tied_head` False
+        leaves a tied head's matmul out, as torchtitan counts (an untied head is counted
+        either way)."""
         assert self.ffn_hidden is not None and self.n_kv_heads is not None
         return flops_per_token(
             self.n_layers,
@@ -106,6 +108,7 @@ class ModelConfig:
             seq_len or self.max_seq_len,
             kv_dim=self.n_kv_heads * self.head_dim,
             gated=self.flavour == "llama",
+            head=tied_head or not self.tie_embeddings,
         )
 
 

@@ -346,14 +346,39 @@ def minhash_batch32(buf, offsets, kinds, n_word, n_char, a, b, scheme, seed, out
         m = shingle_spans(buf, offsets[d], offsets[d + 1], kinds[d], n, starts, ends)
         n_shingles[d] = m
         for i in range(m):
-            if scheme == FAST:
-                h64 = xxh64(buf, starts[i], ends[i], seed)
-                h = (h64 ^ (h64 >> U64(32))) & MASK32
-            else:
-                h = _fmix32(sha1_first4_le(buf, starts[i], ends[i], w))
-            h32 = np.uint32(h)
+            h32 = np.uint32(_base_hash32(buf, starts[i], ends[i], scheme, seed, w))
             for j in range(num_perm):
                 sig[j] = min(sig[j], np.uint32((a[j] * h32 + b[j]) & MASK32))
+
+
+@njit(cache=True, inline="always")
+def _base_hash32(buf, start, end, scheme, seed, w):
+    """The 32-bit hash of one shingle that AFFINE32 and FAST permute: fmix32 of SHA-1's first
+    4 bytes, or XXH64 folded to 32 bits."""
+    if scheme == FAST:
+        h64 = xxh64(buf, start, end, seed)
+        return (h64 ^ (h64 >> U64(32))) & MASK32
+    return _fmix32(sha1_first4_le(buf, start, end, w))
+
+
+@njit(cache=True)
+def base_hashes32_batch(buf, offsets, kinds, n_word, n_char, scheme, seed, n_shingles):
+    """The 32-bit base hash (`_base_hash32`) of every shingle of a batch, documents one after
+    the other (uint64[total], values < 2**32); n_shingles: int64[n_docs], filled here. What a
+    device permutes in place of `minhash_batch32`'s loop (`minhash_torch`)."""
+    n_docs = offsets.shape[0] - 1
+    hashes = np.empty(offsets[n_docs] - offsets[0] + n_docs + 1, dtype=np.uint64)
+    starts, ends = _span_buffers(offsets)
+    w = np.empty(80, dtype=np.uint64)
+    k = 0
+    for d in range(n_docs):
+        n = n_word if kinds[d] == WORD else n_char
+        m = shingle_spans(buf, offsets[d], offsets[d + 1], kinds[d], n, starts, ends)
+        n_shingles[d] = m
+        for i in range(m):
+            hashes[k] = _base_hash32(buf, starts[i], ends[i], scheme, seed, w)
+            k += 1
+    return hashes[:k]
 
 
 @njit(cache=True)

@@ -17,6 +17,10 @@ Schemes:
   estimator quality,
   but NOT comparable with datasketch signatures (an index records its scheme and refuses a
   run in another one).
+
+`device`: "numba" (default) runs the permutations in compiled CPU loops; a torch device
+("cpu", "cuda", "cuda:N") runs them there (`minhash_torch`), with the same signatures bit for
+bit, for the 32-bit schemes (affine32, fast).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from tokenmill.curate.dedup.hashing import (
     LEGACY,
     MAX_HASH_32,
     MERSENNE_61,
+    base_hashes32_batch,
     minhash_batch,
     minhash_batch32,
     shingle_hashes_batch,
@@ -79,12 +84,18 @@ class MinHasher:
     seed: int = 1
     scheme: str = "legacy"
     shingles: ShingleConfig = field(default_factory=ShingleConfig)
+    device: str = "numba"
 
     def __post_init__(self) -> None:
         if self.num_perm < 2:
             raise ConfigError(f"num_perm must be at least 2, got {self.num_perm}")
         if self.scheme not in SCHEMES:
             raise ConfigError(f"unknown MinHash scheme {self.scheme!r}; choose one of {', '.join(SCHEMES)}")
+        if self.device != "numba" and self.scheme == "legacy":
+            raise ConfigError(
+                f"MinHash device {self.device}: the legacy scheme (mod 2**61-1) runs with numba only; "
+                "use scheme affine32 or fast on a torch device"
+            )
         self._a, self._b = SCHEMES[self.scheme][1](self.num_perm, self.seed)
 
     def signatures_with_counts(self, texts) -> tuple[np.ndarray, np.ndarray]:
@@ -108,6 +119,20 @@ class MinHasher:
                 out,
                 counts,
             )
+        elif n and self.device != "numba":
+            from tokenmill.curate.dedup.minhash_torch import affine32_min  # torch: only for this path
+
+            hashes = base_hashes32_batch(
+                batch.buf,
+                batch.offsets,
+                batch.kinds,
+                self.shingles.ngram,
+                self.shingles.char_ngram,
+                SCHEMES[self.scheme][0],
+                np.uint64(self.seed),
+                counts,
+            )
+            out[:] = affine32_min(hashes, counts, self._a, self._b, self.device)
         elif n:
             out32 = np.empty((n, self.num_perm), dtype=np.uint32)
             minhash_batch32(

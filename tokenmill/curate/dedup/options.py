@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tokenmill.curate.dedup.minhash import MinHasher
 
 KeepRule = Literal["first", "longest", "quality"]
+MINHASH_DEVICES = ("numba", "cuda", "cpu")
 INDEX_FORMAT = 1
 
 
@@ -47,6 +48,13 @@ class DedupConfig:
         cli={"choices": ["legacy", "affine32", "fast"]},
         help="legacy = datasketch 1.x / 2.x scheme='legacy' (default); affine32 = datasketch 2.x default; "
         "fast = xxh64 + multiply-shift, NOT datasketch-compatible",
+    )
+    minhash_device: str = option(
+        "numba",
+        group="fuzzy",
+        cli={"choices": list(MINHASH_DEVICES)},
+        help="where the MinHash permutations run: numba (default, compiled CPU loops), or torch on cuda "
+        "(a GPU) or cpu; the same signatures bit for bit; torch needs --scheme affine32 or fast",
     )
     bands: int | None = option(None, group="fuzzy", help="LSH bands (default: datasketch's optimum for --threshold)")
     rows: int | None = option(None, group="fuzzy", help="LSH rows per band (with --bands)")
@@ -98,11 +106,29 @@ class DedupConfig:
             raise ConfigError(f"--threshold must be in (0, 1), got {self.threshold}")
         if self.shuffle not in ("auto", "p2p", "tasks"):
             raise ConfigError(f"shuffle must be auto, p2p or tasks, not {self.shuffle!r}")
+        if self.minhash_device not in MINHASH_DEVICES:
+            raise ConfigError(
+                f"--minhash-device must be one of {', '.join(MINHASH_DEVICES)}, not {self.minhash_device!r}"
+            )
+        if self.method == "fuzzy" and self.minhash_device != "numba":
+            self._check_torch_device()
         if self.normalize is None:
             self.normalize = "lower,punct" if self.method == "fuzzy" else "none"
         _ = self.normalization  # validates
         if self.method == "fuzzy":
             self.lsh()  # validates bands/rows before any cluster starts
+
+    def _check_torch_device(self) -> None:
+        if self.scheme == "legacy":
+            raise ConfigError(
+                f"--minhash-device {self.minhash_device}: the legacy scheme (mod 2**61-1) runs with numba only; "
+                "use --scheme affine32 (datasketch 2's default) or fast"
+            )
+        if self.minhash_device == "cuda":
+            import torch  # only for a torch device: the parser stays light
+
+            if not torch.cuda.is_available():
+                raise ConfigError("--minhash-device cuda: no CUDA device is available; use cpu or numba")
 
     @property
     def normalization(self) -> TextNormalization:
@@ -115,7 +141,7 @@ class DedupConfig:
     def hasher(self) -> MinHasher:
         from tokenmill.curate.dedup.minhash import MinHasher  # numba: loaded by a run, not by a parser
 
-        return MinHasher(self.num_perm, self.seed, self.scheme, self.shingles)
+        return MinHasher(self.num_perm, self.seed, self.scheme, self.shingles, self.minhash_device)
 
     def lsh(self) -> LSHParams:
         from tokenmill.curate.dedup.lsh import LSHParams  # numba and pandas: loaded by a run, not by a parser

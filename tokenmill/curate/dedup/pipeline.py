@@ -405,12 +405,13 @@ def index_mirror(config: DedupConfig) -> storage.Mirror | None:
 
 
 # Options that change no decision of a run: left out of its key, so that a rerun with another
-# work directory, batch size or index location is still the same run.
+# work directory, batch size, MinHash device or index location is still the same run.
 _NOT_IN_RUN_KEY = (
     "work_dir",
     "keep_work",
     "batch_rows",
     "partition_rows",
+    "minhash_device",
     "shuffle",
     "index",
     "update_index",

@@ -44,7 +44,7 @@ from tokenmill.train.engine import (
     autocast_context,
     check_attention_backend,
     compute_dtype,
-    cross_entropy,
+    logits_out,
     loss_function,
     row_documents,
 )
@@ -88,7 +88,6 @@ class ParallelEngine:
         self.replica_group = replica_mesh.get_group()
         self.replicas = dims.dp * dims.cp
         self.replica_rank = replica_mesh.get_local_rank()
-        self.loss_fn = loss_function(cfg)
         self.is_logging_rank = dist.get_rank() == 0
         self.model_config = model_config
 
@@ -103,6 +102,7 @@ class ParallelEngine:
         parts = parallelize_gpt(full, dims, cfg, self.mesh, replica_mesh, self.stage_ids, self.device)
         del full
         self.model_parts: list[nn.Module] = parts
+        self.loss_fn = loss_function(cfg, parts[-1])  # a pipeline's head is on its last stage
         # bf16 under FSDP2 is its mixed-precision policy (bf16 parameters); otherwise autocast.
         self._autocast = dims.precision == "bf16" and not uses_fsdp(dims)
         check_attention_backend(dims.attention_backend, self.device, compute_dtype(cfg), model_config.head_dim)
@@ -165,7 +165,7 @@ class ParallelEngine:
                 self.pp_group,
                 n_micro,
                 self.dims.pp_schedule,
-                cross_entropy,
+                self.loss_fn,
             )
         return self._schedules[n_micro]
 
@@ -309,7 +309,7 @@ class ParallelEngine:
                 loss = local(self.loss_fn(self.model_parts[0](x, **documents), y)).float()
             else:
                 out = self._pipeline_forward(x, documents)
-                loss = local(cross_entropy(out, y)).float() if out is not None else torch.zeros((), device=self.device)
+                loss = local(self.loss_fn(out, y)).float() if out is not None else torch.zeros((), device=self.device)
         for part in self.model_parts:
             part.train()
         return self._mean_over(loss).item()
@@ -328,7 +328,7 @@ class ParallelEngine:
             if cp > 1:  # the global positions of this rank's slice of rows of this length
                 part.positions = cp_positions(x.shape[1], cp, rank, self.device)
         try:
-            with self._context():
+            with self._context(), logits_out(self.model_parts):
                 out = self.model_parts[0](x) if dims.pp == 1 else self._pipeline_forward(x)
         finally:
             for part, positions in zip(self.model_parts, trained_positions, strict=True):
