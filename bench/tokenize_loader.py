@@ -245,6 +245,42 @@ def index_builds(args, work: Path, report) -> None:
         megatron.wait(timeout=60)
 
 
+def measure_access(args: argparse.Namespace, work: Path, report) -> None:
+    """1. Random access from a real blend, and the trainer's stream of global batches."""
+    from tokenmill.tokenize.loader import SampleStream, build_dataset
+
+    prefixes = real_shards(work)
+    blend = [{"prefix": prefixes[0], "weight": 0.7}, {"prefix": prefixes[1], "weight": 0.3}]
+    started = time.perf_counter()
+    dataset = build_dataset(blend, seq_len=args.access_seq_len, num_samples=args.samples, seed=1234, split_ratios="1")
+    build = time.perf_counter() - started
+    order = np.random.default_rng(0).permutation(len(dataset))[: args.samples]
+    dataset[0]
+    started = time.perf_counter()
+    for i in order:
+        dataset[int(i)]
+    seconds = time.perf_counter() - started
+    rate = len(order) / seconds
+    report(
+        f"blend 0.7 wiki / 0.3 shakespeare, seq_len {args.access_seq_len}: {len(dataset)} samples (indices built in {build:.2f}s); "
+        f"random access {rate:,.0f} samples/s = {rate * (args.access_seq_len + 1) / 1e6:,.1f} M tokens/s (one process)"
+    )
+    import torch  # noqa: F401  (imported before the clock starts)
+
+    SampleStream(dataset, dp_rank=0, dp_size=1).next_global_batch(64)
+    stream = SampleStream(dataset, dp_rank=0, dp_size=1)
+    started = time.perf_counter()
+    batches = 0
+    while stream.consumed_samples + 64 <= min(len(dataset), args.samples):
+        stream.next_global_batch(64)
+        batches += 1
+    seconds = time.perf_counter() - started
+    rate = batches * 64 / seconds
+    report(
+        f"SampleStream global batches of 64 (torch.LongTensor): {rate:,.0f} samples/s = {rate * (args.access_seq_len + 1) / 1e6:,.1f} M tokens/s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", default="1e9,1e10", help="comma list of shard sizes for the index builds")
@@ -256,8 +292,6 @@ def main() -> None:
     parser.add_argument("--output", default=str(REPO / "bench" / "results" / "tokenize_loader.txt"))
     args = parser.parse_args()
 
-    from tokenmill.tokenize.loader import SampleStream, build_dataset
-
     lines: list[str] = [check_load()]
 
     def report(line: str) -> None:
@@ -268,43 +302,10 @@ def main() -> None:
         work = Path(tmp)
         if args.index_only:
             index_builds(args, work, report)
-            return
-        # 1. Random access from a real blend.
-        prefixes = real_shards(work)
-        blend = [{"prefix": prefixes[0], "weight": 0.7}, {"prefix": prefixes[1], "weight": 0.3}]
-        started = time.perf_counter()
-        dataset = build_dataset(
-            blend, seq_len=args.access_seq_len, num_samples=args.samples, seed=1234, split_ratios="1"
-        )
-        build = time.perf_counter() - started
-        order = np.random.default_rng(0).permutation(len(dataset))[: args.samples]
-        dataset[0]
-        started = time.perf_counter()
-        for i in order:
-            dataset[int(i)]
-        seconds = time.perf_counter() - started
-        rate = len(order) / seconds
-        report(
-            f"blend 0.7 wiki / 0.3 shakespeare, seq_len {args.access_seq_len}: {len(dataset)} samples (indices built in {build:.2f}s); "
-            f"random access {rate:,.0f} samples/s = {rate * (args.access_seq_len + 1) / 1e6:,.1f} M tokens/s (one process)"
-        )
-        import torch  # noqa: F401  (imported before the clock starts)
-
-        SampleStream(dataset, dp_rank=0, dp_size=1).next_global_batch(64)
-        stream = SampleStream(dataset, dp_rank=0, dp_size=1)
-        started = time.perf_counter()
-        batches = 0
-        while stream.consumed_samples + 64 <= min(len(dataset), args.samples):
-            stream.next_global_batch(64)
-            batches += 1
-        seconds = time.perf_counter() - started
-        rate = batches * 64 / seconds
-        report(
-            f"SampleStream global batches of 64 (torch.LongTensor): {rate:,.0f} samples/s = {rate * (args.access_seq_len + 1) / 1e6:,.1f} M tokens/s"
-        )
-
-        # 2. Index builds for 1e9- and 1e10-token shards, interleaved with Megatron's.
-        index_builds(args, work, report)
+        else:
+            measure_access(args, work, report)
+            # 2. Index builds for 1e9- and 1e10-token shards, interleaved with Megatron's.
+            index_builds(args, work, report)
     load = os.getloadavg()
     report(f"load average during the run: {load[0]:.1f} (1 min), {load[1]:.1f} (5 min) on {os.cpu_count()} cores")
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
