@@ -1,6 +1,7 @@
 """Evaluation during training: the scores logged at a step equal `tokenmill eval` of the
 checkpoint saved at that step, under one process and the 2-rank layouts (tp, pp, cp, dp with
-ZeRO-3; CPU, gloo), and a bad eval section is one line before training starts."""
+ZeRO-3; CPU, gloo), a run stopped on request is scored at the step it stops on, and a bad eval
+section is one line before training starts."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from shard_files import text_documents, write_shard
 
 from tokenmill.cli import main
 from tokenmill.train.checkpoint_files import list_checkpoints, read_meta
+from tokenmill.train.faults import FAULT_ENV
 from tokenmill.train.metrics import read_metrics
+from tokenmill.train.stop import STOPPED_EXIT
 
 TASKS = ["copa", "winograd", "bigbench_operators"]  # multiple choice, schema, language modeling
 LIMIT = 4
@@ -53,12 +56,12 @@ def held_out(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Pat
     return path
 
 
-def train_config(directory: Path, shard: Path, icl_dir: Path, bpb: Path, parallel: dict) -> Path:
+def train_config(directory: Path, shard: Path, icl_dir: Path, bpb: Path, parallel: dict, steps: int = 3) -> Path:
     config = {
         # vocab 384 (the data's 300, padded) splits over tp 2; 64 positions split into 2 x cp chunks.
         "model": {"preset": "tiny", "max_seq_len": 64, "vocab_size": 384},
         "dataset": {"path": str(shard), "seq_len": 32},
-        "schedule": {"steps": 3, "global_batch_size": 8, "micro_batch_size": 2, "warmup_steps": 1},
+        "schedule": {"steps": steps, "global_batch_size": 8, "micro_batch_size": 2, "warmup_steps": 1},
         "optimizer": {"lr": 3e-3, "min_lr": 3e-4},
         "parallel": {"device": "cpu", **parallel},
         "logging": {"interval": 1, "tensorboard": False, "progress": False},
@@ -86,38 +89,48 @@ def core_subset(path: Path) -> Path:
     return path
 
 
+# The layout's parallel section, and whether a stop request ends the run after step 3 of 4
+# (scored there though 3 is neither a multiple of `every` nor the last step) instead of at its
+# last step 3 (the evaluation at a stop is the same code under every layout).
 LAYOUTS = {
-    "single": {},
-    "tp2": {"tp": 2},
-    "pp2": {"pp": 2},
-    "cp2": {"cp": 2},
-    "dp2_zero3": {"dp": 2, "zero": 3},
+    "single_stopped": ({}, True),
+    "tp2": ({"tp": 2}, False),
+    "pp2": ({"pp": 2}, False),
+    "cp2": ({"cp": 2}, False),
+    "dp2_zero3": ({"dp": 2, "zero": 3}, False),
 }
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_scores_logged_at_a_step_equal_tokenmill_eval_of_its_checkpoint(
-    layout: str, bpe_shard: Path, held_out: Path, shared_data: Path, tmp_path: Path
+    layout: str, bpe_shard: Path, held_out: Path, shared_data: Path, tmp_path: Path, monkeypatch
 ) -> None:
+    parallel, stopped = LAYOUTS[layout]
     icl_dir = shared_data / "eval" / "icl"
     run = tmp_path / "run"
-    config = train_config(tmp_path, bpe_shard, icl_dir, held_out, LAYOUTS[layout])
-    assert main(["train", str(config), "--out", str(run)]) == 0
+    config = train_config(tmp_path, bpe_shard, icl_dir, held_out, parallel, steps=4 if stopped else 3)
+    if stopped:
+        # SIGUSR1 right after step 2's stop check: the run stops after step 3.
+        monkeypatch.setenv(FAULT_ENV, "SIGUSR1@step=2")
+    assert main(["train", str(config), "--out", str(run)]) == (STOPPED_EXIT if stopped else 0)
     rows = {r["step"]: r for r in read_metrics(run)}
-    assert [s for s, r in rows.items() if "eval/core" in r] == [2, 3]  # every 2 steps and the last
-    step2 = next(c for c in list_checkpoints(run) if read_meta(c)["step"] == 2)
+    assert sorted(rows) == [1, 2, 3]
+    assert [s for s, r in rows.items() if "eval/core" in r] == [2, 3]  # every 2 steps and the last (or stopped)
+    # The stopped run's scores are those of its last checkpoint, written before they were.
+    checked = 3 if stopped else 2
+    checkpoint = next(c for c in list_checkpoints(run) if read_meta(c)["step"] == checked)
     out = tmp_path / "eval.json"
-    argv = ["eval", "--model", str(step2), "--suite", str(core_subset(tmp_path / "suite.yaml"))]
+    argv = ["eval", "--model", str(checkpoint), "--suite", str(core_subset(tmp_path / "suite.yaml"))]
     argv += ["--data-dir", str(icl_dir), "--limit", str(LIMIT), "--bpb", str(held_out), "--output", str(out)]
     assert main(argv) == 0
     results = {(r["task"], r["metric"]): r["value"] for r in json.loads(out.read_text())["results"]}
-    logged = rows[2]
+    logged = rows[checked]
     for task in TASKS:
         assert logged[f"eval/{task}/acc"] == results[(task, "acc")]
         assert logged[f"eval/{task}/centered_acc"] == pytest.approx(results[(task, "centered_acc")], abs=1e-12)
     assert logged["eval/core"] == pytest.approx(results[("CORE", "centered_acc")], abs=1e-12)
     assert logged["eval/bpb"] == pytest.approx(results[(f"bpb:{held_out.name}", "bits_per_byte")], rel=1e-5)
-    assert logged["eval/bpb"] != rows[3]["eval/bpb"]  # the weights scored are the step's
+    assert rows[2]["eval/bpb"] != rows[3]["eval/bpb"]  # the weights scored are the step's
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from tokenmill.eval.models import RunTokenLM
 from tokenmill.eval.suites import score_suite
 from tokenmill.train.config import TrainConfig, eval_length_multiple
 from tokenmill.train.engine import Engine
-from tokenmill.train.hooks import Hook, StepEnd
+from tokenmill.train.hooks import Hook, Report, StepEnd, Stop
 from tokenmill.train.preflight import EvalData
 
 log = logging.getLogger(__name__)
@@ -76,10 +76,30 @@ class Evaluation(Hook):
         self.model = EngineModel(engine, cfg, tokenizer, eod_id)
         self.scores: dict[int, dict[str, float]] = {}  # step -> scores
 
+    def score(self, step: int) -> dict[str, float]:
+        """The current weights' scores, kept as ``step``'s."""
+        self.scores[step] = evaluation_scores(self.model, self.data, self.limit, self.batch_size)
+        return self.scores[step]
+
     def after_step(self, end: StepEnd) -> None:
         if not (end.step % self.every == 0 or end.last):
             return
-        scores = evaluation_scores(self.model, self.data, self.limit, self.batch_size)
-        self.scores[end.step] = scores
+        scores = self.score(end.step)
         end.record = end.record or {"step": end.step, "loss": end.loss}
         end.record.update(scores)
+
+
+class EvaluationAtStop(Hook):
+    """A run stopped on request before its last step is scored too, on the weights it stops
+    with, unless that step was already scored. It runs after the stop's checkpoint is published
+    (this hook follows `Checkpoints`), so a deadline that ends the process during the evaluation
+    (Slurm's SIGKILL after a SIGTERM) costs only these scores, never the checkpoint. Its row
+    holds the step and the scores; `metrics.read_metrics` merges it into the step's row."""
+
+    def __init__(self, evaluation: Evaluation, stop: Stop, report: Report) -> None:
+        self.evaluation, self.stop, self.report = evaluation, stop, report
+
+    def finish(self, step: int, consumed: int) -> None:
+        if self.stop.reason is None or step in self.evaluation.scores:
+            return
+        self.report.write({"step": step, **self.evaluation.score(step)})

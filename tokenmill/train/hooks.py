@@ -181,14 +181,20 @@ class Report(Hook):
 
     def after_step(self, end: StepEnd) -> None:
         if end.record is not None:
-            self.logger.log(end.record)
             if self.bar is not None and not self.bar.disable:
                 self.bar.set_postfix(loss=f"{end.loss:.4f}", lr=f"{end.lr:.2e}")
-                self.bar.write(format_record(end.record))
-            elif self.enabled:
-                print(format_record(end.record), flush=True)
+            self.write(end.record)
         if self.bar is not None:
             self.bar.update(1)
+
+    def write(self, record: dict[str, Any]) -> None:
+        """One row to metrics.jsonl and the terminal; a second row of a step adds to its first
+        (`metrics.read_metrics` merges them)."""
+        self.logger.log(record)
+        if self.bar is not None and not self.bar.disable:
+            self.bar.write(format_record(record))
+        elif self.enabled:
+            print(format_record(record), flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

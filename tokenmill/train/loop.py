@@ -25,7 +25,7 @@ from tokenmill.train.checkpoint import load_checkpoint, set_rng_state
 from tokenmill.train.checkpoint_files import read_meta
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.engine import Engine, SingleProcessEngine, pick_device
-from tokenmill.train.evaluation import Evaluation
+from tokenmill.train.evaluation import Evaluation, EvaluationAtStop
 from tokenmill.train.hooks import (
     Checkpoints,
     Faults,
@@ -208,6 +208,8 @@ def _train_steps(cfg: TrainConfig, prepared: Prepared, engine: Engine | None, st
             cfg, engine, prepared.evaluation, _tokenizer(cfg, prepared), prepared.data.get("eod_id")
         )
         hooks.insert(2, evaluation)  # scored before the row is written
+        # A stopped run's weights are scored once their checkpoint is published.
+        hooks.append(EvaluationAtStop(evaluation, stopping, report))
     step, values = start, StepValues()
     try:
         while step < cfg.schedule.steps:
