@@ -1,8 +1,11 @@
-"""Bench: `tokenmill eval` examples/s against lm-evaluation-harness 0.4.x, same model, task, batch size.
+"""Bench: `tokenmill eval` examples/s against lm-evaluation-harness 0.4.x, same model, task, batch size;
+with `--suite core`, the ICL suite against the reference implementation of llm-foundry's protocol.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/eval.py [--limit 100] [--batch-size 16] [--threads 1]
         [--device cpu|cuda] [--out bench/results/eval.txt]
     .venv/bin/python bench/eval.py --threads auto --load 2 --out bench/results/eval_loaded.txt
+    OMP_NUM_THREADS=1 .venv/bin/python bench/eval.py --suite core --limit 20 --hidden 128 --layers 2 \
+        --heads 2 --vocab 4096 --repeat 3 --out bench/results/eval_icl.txt
 
 `--load N` runs N busy processes beside the measurement, as on a shared machine; with
 `--threads auto` each tool takes the threads it takes by default: ours the cores free now
@@ -23,6 +26,16 @@ cache is warmed first. Each side is timed from reading the task data to the aggr
 (both compute the bootstrap perplexity stderr with the harness's 100,000 replicates), the median
 of `--repeat` runs that alternate between the tools, since the machine is shared. Scores of
 both are printed next to each other: they must be equal.
+
+`--suite NAME` (a bundled suite such as `core`, or a suite file) times each of its tasks whose
+file is in the shared ICL folder (../shared/data/eval/icl) instead: tokenmill's
+`read_examples` + `score_task` (batched, a shared prefix's key/value cache, logits only at the
+continuation) against the reference of tests/eval/icl_ref.py (written from llm-foundry's and
+DCLM's code, independent of tokenmill: its own prompts and one unbatched forward pass of the
+`transformers` model per input), each from reading the task file to the outcome of every
+example, on the same model. Rounds interleave the two (bench/measure.py `interleaved`,
+alternating which goes first); the median of `--repeat` rounds counts. Every example's outcome
+must be the same on both sides (the bench stops otherwise), so the accuracies are identical.
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ import os  # noqa: E402
 import subprocess
 import sys
 import time  # noqa: E402
+from functools import partial
 from pathlib import Path  # noqa: E402
 
 from measure import Timing, check_load  # noqa: E402
@@ -163,6 +177,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=100)
     parser.add_argument("--tasks", default=None, help="comma-separated tasks: only their cases (default: every case)")
+    parser.add_argument(
+        "--suite", default=None, help="an ICL suite (core, or a suite file): time it against the reference instead"
+    )
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument(
         "--threads",
@@ -191,7 +208,101 @@ def main() -> int:
             ours_threads, harness_threads = free_cores(), harness_default
         else:
             ours_threads = harness_threads = int(args.threads)
+        if args.suite:
+            return measure_suite(args, ours_threads, machine_load)
         return measure(args, ours_threads, harness_threads, machine_load)
+
+
+def score_ours(model, task, path: Path, limit: int, batch_size: int):
+    """tokenmill's side of the `--suite` bench: the task file read and scored."""
+    from tokenmill.eval.icl import read_examples, score_task
+
+    return score_task(model, task, read_examples(path, task), limit, batch_size, progress=False)
+
+
+def measure_suite(args: argparse.Namespace, threads: int, machine_load: str) -> int:
+    """The `--suite` bench: each task of the suite, ours against the reference, interleaved."""
+    import torch
+    from measure import interleaved
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    from tests.eval.icl_ref import reference_task
+    from tokenmill.eval.models import load_model
+    from tokenmill.eval.suites import load_suite
+
+    logging.disable(logging.WARNING)
+    torch.set_num_threads(threads)
+    model_dir = build_model(
+        args.workdir / f"gpt2-{args.hidden}x{args.layers}-v{args.vocab}",
+        args.vocab,
+        args.hidden,
+        args.layers,
+        args.heads,
+    )
+    icl_dir = SHARED / "eval" / "icl"
+    ours_model = load_model(model_dir, device=args.device)
+    reference_model = GPT2LMHeadModel.from_pretrained(model_dir).eval().to(args.device)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    suite = load_suite(args.suite)
+    tasks = [t for t in suite.tasks if (icl_dir / t.file).is_file()]
+    n_params = sum(p.numel() for p in reference_model.parameters())
+    lines = [
+        machine_load,
+        f"model: random GPT-2, hidden {args.hidden}, {args.layers} layers, vocab {reference_model.config.vocab_size}, "
+        f"{n_params / 1e6:.1f}M params, float32, {device_name(args.device)}, {threads} thread(s) each; "
+        f"suite {suite.name}: {len(tasks)} of {len(suite.tasks)} tasks (those in {icl_dir.name}/), first {args.limit} "
+        f"examples each; ours batch size {args.batch_size}, the reference one input at a time; the median of "
+        f"{args.repeat} interleaved rounds (spread: slowest - fastest over median)",
+        f"{'task':<34}{'shots':>5}{'ours ex/s':>11}{'ref ex/s':>10}{'ratio':>8}  accuracy (identical)",
+    ]
+    print("\n".join(lines), flush=True)
+    total_ours = total_reference = 0.0
+    examples = 0
+    for task in tasks:
+        path = icl_dir / task.file
+        spec = {
+            "icl_task_type": task.task_type,
+            "num_fewshot": task.num_fewshot,
+            "continuation_delimiter": task.continuation_delimiter,
+            "example_delimiter": task.example_delimiter,
+            "prompt_string": task.prompt_string,
+            "fewshot_random_seed": task.fewshot_seed,
+        }
+        timings, results = interleaved(
+            {
+                "ours": partial(score_ours, ours_model, task, path, args.limit, args.batch_size),
+                "reference": partial(
+                    reference_task, reference_model, tokenizer, spec, path, args.limit, ours_model.max_length
+                ),
+            },
+            args.repeat,
+            alternate=True,
+        )
+        correct = results["ours"].correct
+        if correct != results["reference"]["correct"]:
+            raise SystemExit(f"{task.label}: the outcomes differ from the reference's")
+        t_ours, t_reference = timings["ours"].median, timings["reference"].median
+        total_ours, total_reference, examples = (
+            total_ours + t_ours,
+            total_reference + t_reference,
+            examples + len(correct),
+        )
+        line = (
+            f"{task.label:<34}{task.num_fewshot:>5}{len(correct) / t_ours:>11.2f}{len(correct) / t_reference:>10.2f}"
+            f"{t_reference / t_ours:>7.2f}x  {results['ours'].accuracy:.4f}"
+            f"  (spread {timings['ours'].spread:.0%} | {timings['reference'].spread:.0%})"
+        )
+        print(line, flush=True)
+        lines.append(line)
+    lines.append(
+        f"overall: {examples} examples, ours {total_ours:.1f} s ({examples / total_ours:.2f} ex/s), reference "
+        f"{total_reference:.1f} s ({examples / total_reference:.2f} ex/s), ratio {total_reference / total_ours:.2f}x; "
+        f"every example's outcome identical; {check_load('at the end')}"
+    )
+    print(lines[-1])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    return 0
 
 
 def measure(args: argparse.Namespace, ours_threads: int, harness_threads: int, machine_load: str) -> int:
