@@ -125,6 +125,15 @@ def device_name(device: str) -> str:
     return "CPU"
 
 
+def describe_model(args: argparse.Namespace, model) -> str:
+    """The result file's model line: the random GPT-2's shape, size, precision and device."""
+    n_params = sum(p.numel() for p in model.parameters())
+    return (
+        f"model: random GPT-2, hidden {args.hidden}, {args.layers} layers, vocab {model.config.vocab_size}, "
+        f"{n_params / 1e6:.1f}M params, float32, {device_name(args.device)}"
+    )
+
+
 def run_ours(
     model, task_name: str, shots: int, data_dir: Path, limit: int, batch_size: int
 ) -> tuple[float, dict[str, float], int]:
@@ -245,11 +254,9 @@ def measure_suite(args: argparse.Namespace, threads: int, machine_load: str) -> 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     suite = load_suite(args.suite)
     tasks = [t for t in suite.tasks if (icl_dir / t.file).is_file()]
-    n_params = sum(p.numel() for p in reference_model.parameters())
     lines = [
         machine_load,
-        f"model: random GPT-2, hidden {args.hidden}, {args.layers} layers, vocab {reference_model.config.vocab_size}, "
-        f"{n_params / 1e6:.1f}M params, float32, {device_name(args.device)}, {threads} thread(s) each; "
+        f"{describe_model(args, reference_model)}, {threads} thread(s) each; "
         f"suite {suite.name}: {len(tasks)} of {len(suite.tasks)} tasks (those in {icl_dir.name}/), first {args.limit} "
         f"examples each; ours batch size {args.batch_size}, the reference one input at a time; the median of "
         f"{args.repeat} interleaved rounds (spread: slowest - fastest over median)",
@@ -333,11 +340,9 @@ def measure(args: argparse.Namespace, ours_threads: int, harness_threads: int, m
     for name, _ in cases:  # warm the harness's dataset cache (json -> arrow) before timing
         run_harness(lm, task_manager, name, 0, 1)
 
-    n_params = sum(p.numel() for p in ours_model.model.parameters())
     lines = [
         machine_load,
-        f"model: random GPT-2, hidden {args.hidden}, {args.layers} layers, vocab {ours_model.model.config.vocab_size}, "
-        f"{n_params / 1e6:.1f}M params, float32, {device_name(args.device)}, threads: ours {ours_threads}, lm-eval {harness_threads};"
+        f"{describe_model(args, ours_model.model)}, threads: ours {ours_threads}, lm-eval {harness_threads};"
         f" {args.load} busy process(es) beside; batch size {args.batch_size}; "
         f"first {args.limit} docs; the median of {args.repeat} alternating runs (spread: slowest - fastest over median)",
         f"{'task':<16}{'shots':>5}{'ours ex/s':>11}{'lm-eval ex/s':>14}{'ratio':>7}  scores (ours | lm-eval)",
