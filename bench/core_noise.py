@@ -1,10 +1,10 @@
 """Bench: how much CORE moves between training seeds of one small model, against the sampling
 error of its examples.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/core_noise.py [--seeds 1,2,3] [--steps 400] [--limit 100]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/core_noise.py [--seeds 1,2,3] [--steps 200] [--limit 50]
         [--out bench/results/core_noise.txt]
 
-The same model (the demo's shape: 4 layers, hidden 128, 4 heads, 512 positions, 1.3M parameters
+The same model (the demo's shape: 4 layers, hidden 128, 4 heads, 512 positions, 1.4M parameters
 with its 2048-token vocabulary) is trained on the same data (WikiText-2's valid and test
 articles, ingested, a 2048-token BPE trained and the shards encoded by `tokenmill curate` and
 `tokenmill tokenize`) once per seed. `schedule.seed` sets both the initialisation and the order
@@ -125,8 +125,8 @@ def binomial_stderr(p: float, n: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated training seeds (schedule.seed)")
-    parser.add_argument("--steps", type=int, default=400, help="training steps of each run (16 x 128 tokens each)")
-    parser.add_argument("--limit", type=int, default=100, help="the first N examples of each CORE task")
+    parser.add_argument("--steps", type=int, default=200, help="training steps of each run (16 x 128 tokens each)")
+    parser.add_argument("--limit", type=int, default=50, help="the first N examples of each CORE task")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "results" / "tmp" / "core_noise")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "core_noise.txt")
