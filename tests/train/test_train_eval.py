@@ -15,6 +15,7 @@ import yaml
 from shard_files import text_documents, write_shard
 
 from tokenmill.cli import main
+from tokenmill.train import evaluation
 from tokenmill.train.checkpoint_files import list_checkpoints, read_meta
 from tokenmill.train.faults import FAULT_ENV
 from tokenmill.train.metrics import read_metrics
@@ -109,10 +110,21 @@ def test_scores_logged_at_a_step_equal_tokenmill_eval_of_its_checkpoint(
     icl_dir = shared_data / "eval" / "icl"
     run = tmp_path / "run"
     config = train_config(tmp_path, bpe_shard, icl_dir, held_out, parallel, steps=4 if stopped else 3)
+    published = []  # the steps of the checkpoints published when each evaluation starts
     if stopped:
         # SIGUSR1 right after step 2's stop check: the run stops after step 3.
         monkeypatch.setenv(FAULT_ENV, "SIGUSR1@step=2")
+        scores = evaluation.evaluation_scores
+
+        def recording_scores(*args):
+            published.append([read_meta(c)["step"] for c in list_checkpoints(run)])
+            return scores(*args)
+
+        monkeypatch.setattr(evaluation, "evaluation_scores", recording_scores)
     assert main(["train", str(config), "--out", str(run)]) == (STOPPED_EXIT if stopped else 0)
+    if stopped:
+        # Step 2 is scored before its checkpoint is written; the stop's step once its checkpoint is published.
+        assert published == [[], [2, 3]]
     rows = {r["step"]: r for r in read_metrics(run)}
     assert sorted(rows) == [1, 2, 3]
     assert [s for s, r in rows.items() if "eval/core" in r] == [2, 3]  # every 2 steps and the last (or stopped)
