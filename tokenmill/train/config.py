@@ -42,6 +42,7 @@ from pydantic_core import PydanticCustomError
 from tokenmill.errors import ConfigError, YamlSyntaxError, suggest
 from tokenmill.infra.flags import scalar_type
 from tokenmill.problems import Problems, line_index, pydantic_problems
+from tokenmill.tokenize import DEFAULT_SPLIT
 from tokenmill.train.model_config import PRESETS, ModelConfig, preset
 
 PRECISIONS = ("fp32", "bf16")
@@ -202,7 +203,7 @@ class _Section(BaseModel):
 class DataConfig(_Section):
     # The splits (train, valid, test) as Megatron's.
     path: Str | None = flag(None, name="--data", help="shard prefix (PREFIX.bin/.idx) or blend file")
-    split: Str = "969,30,1"
+    split: Str = DEFAULT_SPLIT
     tokenizer: Str | None = None  # recorded in checkpoints and copied by export-hf
     seq_len: Int | None = None  # None (or 0): the model's max_seq_len
     # Megatron's --make-vocab-size-divisible-by: a vocabulary taken from the data is padded to
