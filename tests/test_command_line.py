@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from tokenmill.infra.flags import CommandParser
 
 
 def tokenmill(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -39,28 +48,74 @@ def test_help_lists_debug(tmp_path: Path) -> None:
     assert done.returncode == 0 and "--debug" in done.stdout
 
 
+def every_parser(parser: argparse.ArgumentParser, path: str = "tokenmill"):
+    """(command, parser) for `tokenmill` and each of its commands and subcommands, with the
+    arguments a command declares when first used (infra/flags.CommandParser) declared."""
+    if isinstance(parser, CommandParser):
+        parser.declare()
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from every_parser(sub, f"{path} {name}")
+
+
 def test_every_command_has_a_description_and_every_option_help() -> None:
     """Walk the whole `tokenmill` parser: each subcommand says what it does, each option what it means."""
-    import argparse
-
     from tokenmill.cli import build_parser
 
     missing: list[str] = []
-
-    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+    for path, parser in every_parser(build_parser()):
+        if path != "tokenmill" and not (parser.description or "").strip():
+            missing.append(f"{path}: no description")
         for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for name, sub in action.choices.items():
-                    if not (sub.description or "").strip():
-                        missing.append(f"{path} {name}: no description")
-                    walk(sub, f"{path} {name}")
-            elif not isinstance(action, argparse._HelpAction) and (
+            if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) and (
                 not (action.help or "").strip() or action.help == argparse.SUPPRESS
             ):
                 missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}: no help")
-
-    walk(build_parser(), "tokenmill")
     assert not missing, "\n".join(missing)
+
+
+# A word or key path in backquotes, and what follows a colon: `parallel.tp`, `workdir:`,
+# `logging.progress: false`. A help text names a config key with a dot or a colon.
+_QUOTED = re.compile(r"`([a-z_]+(?:\.[a-z_]+)*)(:[^`]*)?`")
+
+
+def _schema_has(model: Any, path: list[str]) -> bool:
+    """Whether `path` is a key inside `model` (a pydantic model or a dataclass: the model's
+    shape), through its nested sections."""
+    for i, part in enumerate(path):
+        if dataclasses.is_dataclass(model):
+            return i == len(path) - 1 and part in {f.name for f in dataclasses.fields(model)}
+        if not (isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields):
+            return False
+        annotation = model.model_fields[part].annotation
+        inner = [a for a in (annotation, *typing.get_args(annotation)) if isinstance(a, type)]
+        model = inner[0] if inner else annotation
+    return True
+
+
+def test_every_config_key_a_help_text_names_exists() -> None:
+    """A help text that names a config key (`overrides `parallel.tp``) names one the config
+    takes: a training config's, or a recipe's (a training config's under its `train:`)."""
+    from tokenmill.cli import build_parser
+    from tokenmill.pipelines.schema import Recipe
+    from tokenmill.train.config import TrainConfig
+
+    named: list[tuple[str, str]] = []
+    for path, parser in every_parser(build_parser()):
+        texts = [parser.description or "", parser.epilog or "", *(a.help or "" for a in parser._actions)]
+        for match in (m for text in texts for m in _QUOTED.finditer(text)):
+            if "." in match.group(1) or match.group(2):
+                named.append((path, match.group(1)))
+    assert ("tokenmill train", "parallel.tp") in named and ("tokenmill run", "workdir") in named
+    unknown = []
+    for path, key in named:
+        parts = key.split(".")
+        in_training = _schema_has(TrainConfig, parts) or (parts[0] == "train" and _schema_has(TrainConfig, parts[1:]))
+        if not (in_training or _schema_has(Recipe, parts)):
+            unknown.append(f"{path}: `{key}`")
+    assert not unknown, "help texts name keys no config takes:\n" + "\n".join(unknown)
 
 
 def test_a_yaml_syntax_error_is_one_line_naming_the_file_line_and_column(tmp_path: Path, monkeypatch, capsys) -> None:

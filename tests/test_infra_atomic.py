@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from shard_writing import add_each
 
 from tokenmill.infra.atomic import (
     atomic_dir,
@@ -67,17 +68,16 @@ def test_read_json_treats_missing_and_torn_files_as_absent(tmp_path):
 def test_shard_writer_publishes_both_files_or_neither(tmp_path):
     prefix = tmp_path / "wiki"
     writer = IndexedDatasetWriter(prefix, np.uint16)
-    writer.add_document([1, 2, 3])
+    add_each(writer, [[1, 2, 3]])
     writer.abort()
     assert list(tmp_path.iterdir()) == []
     # a writer killed before finalize leaves hidden temporaries; the next writer removes them
     killed = IndexedDatasetWriter(prefix, np.uint16)
-    killed.add_document([9])
+    add_each(killed, [[9]])
     killed._bin.close()
     assert len(list(tmp_path.glob(".wiki.*.tmp-*"))) == 1
     writer = IndexedDatasetWriter(prefix, np.uint16)
-    writer.add_document([4, 5])
-    writer.add_document([6])
+    add_each(writer, [[4, 5], [6]])
     writer.finalize()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["wiki.bin", "wiki.idx"]
     shard = IndexedDataset(prefix)

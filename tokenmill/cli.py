@@ -13,6 +13,7 @@ from tokenmill import __version__
 from tokenmill.curate import cli as curate_cli
 from tokenmill.entry import DEBUG_ENV, DEBUG_FLAG, run_reported, take_debug_flag
 from tokenmill.eval import cli as eval_cli
+from tokenmill.infra.flags import CommandParser
 from tokenmill.pipelines import cli as pipelines_cli
 from tokenmill.tokenize import cli as tokenize_cli
 from tokenmill.train import cli as train_cli
@@ -24,7 +25,8 @@ COMMAND_MODULES = (curate_cli, tokenize_cli, train_cli, eval_cli, pipelines_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    # Every subcommand's parser is a CommandParser too (`add_subparsers` hands the class down).
+    parser = CommandParser(
         prog="tokenmill",
         description="From raw text corpora to an evaluated language model.",
     )

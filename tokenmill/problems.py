@@ -57,6 +57,7 @@ class Problems:
         self.items: list[str] = []
         self.warnings: list[str] = []
         self._line_of: dict[str, int] = {}
+        self._without_line: dict[str, str] = {}
         # Per list section whose bad items were left out of later checks: each checked item's
         # index in the file, so that a problem found there names the item as the file has it.
         self.item_places: dict[str, list[int]] = {}
@@ -78,6 +79,13 @@ class Problems:
         self.items.append(f"{where}: {message}")
         if line:
             self._line_of[self.items[-1]] = line
+            self._without_line[self.items[-1]] = f"{format_loc(loc)}: {message}"
+
+    def in_file(self, item: str, origin: str) -> str:
+        """One problem said as a compiler says it, the file and line first:
+        `train.yaml:3: steps: moved; write schedule.steps` (`origin: item` without a line)."""
+        line = self._line_of.get(item)
+        return f"{origin}:{line}: {self._without_line[item]}" if line else f"{origin}: {item}"
 
     def in_file_order(self) -> list[str]:
         """The problems by line, as a user reads the file (those without a line last)."""

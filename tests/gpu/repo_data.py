@@ -56,8 +56,8 @@ def write_shard(prefix: Path, documents: list[str], tokenizer: Path) -> Path:
     tok = Tokenizer.from_file(str(tokenizer))
     eod = tok.token_to_id(EOD_TOKEN)
     writer = IndexedDatasetWriter(prefix, np.uint16)
-    for encoding in tok.encode_batch(documents):
-        writer.add_document([*encoding.ids, eod])
+    docs = [[*encoding.ids, eod] for encoding in tok.encode_batch(documents)]
+    writer.add_documents(np.concatenate(docs), np.array([len(doc) for doc in docs], dtype=np.int32))
     writer.finalize()
     vocab = tok.get_vocab_size()
     meta = {"vocab_size": vocab, "eod_id": eod, "tokenizer": {"path": str(tokenizer), "vocab_size": vocab}}

@@ -191,6 +191,8 @@ def test_train_layout_checked_by_the_trainer_layout_checks(tmp_path, corpus):
     [
         ("  config: tiny\n  dp: 2\n", "train.dp (line 17): moved; write train.parallel.dp"),
         ("  config: tiny\n  steps: 20\n", "train.steps (line 17): moved; write train.schedule.steps"),
+        # one table of moved keys: those of the flat training config, also in `train:` itself
+        ("  config: tiny\n  lr: 1.0e-3\n", "train.lr (line 17): moved; write train.optimizer.lr"),
         ("  config: {model: tiny, lr: 1.0e-3}\n", "train.config.lr (line 16): moved; write optimizer.lr"),
     ],
 )

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 from pipeline_outputs import assert_blend_table_is_the_draw
+from shard_writing import add_each
 
 from tokenmill.pipelines.context import Context
 from tokenmill.pipelines.plan import StepRef, build_plan
@@ -146,8 +147,7 @@ def test_blend_table_gives_each_source_its_own_realised_share_and_epochs(tmp_pat
     for source, length in doc_tokens.items():
         prefix = by_name[StepRef.encode(source)].output / source
         writer = IndexedDatasetWriter(prefix, np.uint16)
-        for _ in range(40):
-            writer.add_document(np.arange(length) % 300)
+        add_each(writer, [np.arange(length) % 300] * 40)
         writer.finalize()
         counts = {"in": 40, "kept": 40, "rejected": {}}
         Path(f"{prefix}.json").write_text(json.dumps({"tokens": 40 * length, "documents": 40, "counts": counts}))

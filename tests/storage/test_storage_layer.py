@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tokenmill.curate.resume import partial_dir
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
 
@@ -47,8 +48,7 @@ def test_publication_writes_the_marker_last_and_cleans_stale_prefixes(bucket: st
     assert storage.remove_stale_temporaries(target) == 1
     assert not storage.exists(stale)
 
-    tmp = storage.temp_prefix(target)
-    assert storage.basename(tmp).startswith(".stage.tmp-")
+    tmp = partial_dir(target, "key")  # where a curate stage writes before publishing
     storage.write_text(f"{tmp}/kept/new.parquet", "new")
     storage.write_text(f"{tmp}/rejected/new.parquet", "rej")
     storage.publish_prefix(tmp, target, "manifest.json", '{"done": true}')

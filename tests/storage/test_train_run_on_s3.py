@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shard_writing import add_each
 
 from tokenmill.infra import storage
 from tokenmill.tokenize.indexed import IndexedDatasetWriter
@@ -28,9 +29,8 @@ def byte_shard(shared_data: Path, tmp_path: Path) -> Path:
     text = (shared_data / "corpus" / "tinyshakespeare.txt").read_bytes()[:200_000]
     prefix = tmp_path / "shard" / "plays"
     writer = IndexedDatasetWriter(prefix, np.uint16)
-    for paragraph in text.split(b"\n\n"):
-        if paragraph.strip():
-            writer.add_document(np.append(np.frombuffer(paragraph, dtype=np.uint8), EOD))
+    paragraphs = [p for p in text.split(b"\n\n") if p.strip()]
+    add_each(writer, [np.append(np.frombuffer(paragraph, dtype=np.uint8), EOD) for paragraph in paragraphs])
     writer.finalize()
     Path(f"{prefix}.json").write_text(json.dumps({"vocab_size": EOD + 1, "eod_id": EOD}))
     return prefix

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from shard_writing import add_each
 
 from tokenmill.errors import TokenmillError
 from tokenmill.tokenize.blend import BlendedDataset, build_blending_indices, load_blend_file, parse_blend
@@ -45,9 +46,10 @@ def test_blending_indices_match_reference(weights, size):
 def _shard(path, n_docs, seed):
     rng = np.random.default_rng(seed)
     writer = IndexedDatasetWriter(path, np.uint16)
-    for _ in range(n_docs):
-        # Each shard's tokens come from its own range, so a sample tells where it came from.
-        writer.add_document(rng.integers(seed * 1000, seed * 1000 + 1000, size=int(rng.integers(5, 40))))
+    # Each shard's tokens come from its own range, so a sample tells where it came from.
+    add_each(
+        writer, [rng.integers(seed * 1000, seed * 1000 + 1000, size=int(rng.integers(5, 40))) for _ in range(n_docs)]
+    )
     writer.finalize()
     return str(path)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shard_writing import add_each
 
 from tokenmill.errors import TokenmillError
 from tokenmill.tokenize.gpt_dataset import (
@@ -106,8 +107,7 @@ def test_split_ranges_follow_megatron_rounding():
 
 def _shard(path, docs):
     writer = IndexedDatasetWriter(path, np.uint16)
-    for doc in docs:
-        writer.add_document(doc)
+    add_each(writer, docs)
     writer.finalize()
     return path
 

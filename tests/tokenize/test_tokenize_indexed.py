@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from shard_writing import add_each
 
 from tokenmill.errors import TokenmillError
 from tokenmill.tokenize.indexed import IndexedDataset, IndexedDatasetWriter, dtype_for_vocab, file_checksum
@@ -14,8 +15,7 @@ from tokenmill.tokenize.indexed import IndexedDataset, IndexedDatasetWriter, dty
 
 def _write(prefix, docs, dtype=np.uint16):
     writer = IndexedDatasetWriter(prefix, dtype)
-    for doc in docs:
-        writer.add_document(doc)
+    add_each(writer, docs)
     return writer.finalize()
 
 
@@ -121,7 +121,7 @@ def test_corrupt_or_missing_files_give_clear_errors(tmp_path):
 
 def test_interrupted_writer_leaves_no_shard(tmp_path):
     writer = IndexedDatasetWriter(tmp_path / "s", np.uint16)
-    writer.add_document([1, 2])
+    add_each(writer, [[1, 2]])
     writer.abort()
     assert not list(tmp_path.iterdir())
 
@@ -241,7 +241,7 @@ def test_the_writer_records_the_checksums_of_the_files_it_wrote(tmp_path):
 
     writer = IndexedDatasetWriter(tmp_path / "s", np.uint16)
     writer.add_documents(np.arange(10, dtype=np.uint16), np.array([3, 7], dtype=np.int32))
-    writer.add_document([1, 2])
+    add_each(writer, [[1, 2]])
     checksums = writer.seal()
     assert not (tmp_path / "s.bin").exists()  # sealed, not yet published
     writer.finalize()

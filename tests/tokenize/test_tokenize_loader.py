@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from shard_writing import add_each
 
 from tokenmill.errors import TokenmillError
 from tokenmill.tokenize.blend import BlendedDataset
@@ -19,8 +20,7 @@ def shards(tmp_path):
     for seed in (1, 2):
         rng = np.random.default_rng(seed)
         writer = IndexedDatasetWriter(tmp_path / f"s{seed}", np.uint16)
-        for _ in range(60):
-            writer.add_document(rng.integers(0, 5000, size=int(rng.integers(3, 50))))
+        add_each(writer, [rng.integers(0, 5000, size=int(rng.integers(3, 50))) for _ in range(60)])
         writer.finalize()
         prefixes.append(str(tmp_path / f"s{seed}"))
     (tmp_path / "blend.yaml").write_text("- prefix: s1\n  weight: 2\n- prefix: s2\n  weight: 1\n")

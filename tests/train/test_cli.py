@@ -78,7 +78,7 @@ def test_cli_errors_are_one_line(shakespeare_shard: Path, tmp_path: Path, capsys
     # A key of the old flat config names its place in the sections, also when a flag sets it.
     bad.write_text("model: tiny\nsteps: 4\n")
     assert main("train", str(bad), "--data", str(shakespeare_shard), "--steps", "2") == 1
-    assert capsys.readouterr().err == f"tokenmill: error: {bad}: steps: moved; write schedule.steps\n"
+    assert capsys.readouterr().err == f"tokenmill: error: {bad}:2: steps: moved; write schedule.steps\n"
     assert main("train", RECIPE, "--data", str(tmp_path / "nothing"), "--out", str(tmp_path / "r")) == 1
     assert "not found" in capsys.readouterr().err
     assert main("export-hf", str(tmp_path / "nowhere"), str(tmp_path / "hf")) == 1

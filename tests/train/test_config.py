@@ -77,18 +77,33 @@ def test_yaml_scientific_notation_without_dot(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("lr: 3.0e-4\n", "lr: moved; write optimizer.lr"),
-        ("model: tiny\nsteps: 4\n", "steps: moved; write schedule.steps"),
-        ("data: shard\n", "data: moved; write dataset.path"),
-        ("lr_warmup_steps: 2\n", "lr_warmup_steps: moved; write schedule.warmup_steps"),
-        ("save_interval: 5\n", "save_interval: moved; write checkpoint.interval"),
+        ("lr: 3.0e-4\n", "1: lr: moved; write optimizer.lr"),
+        ("model: tiny\nsteps: 4\n", "2: steps: moved; write schedule.steps"),
+        ("data: shard\n", "1: data: moved; write dataset.path"),
+        ("lr_warmup_steps: 2\n", "1: lr_warmup_steps: moved; write schedule.warmup_steps"),
+        ("save_interval: 5\n", "1: save_interval: moved; write checkpoint.interval"),
     ],
 )
 def test_old_flat_key_names_its_new_place(tmp_path: Path, text: str, message: str) -> None:
     # A flat key is an error even where a command-line flag sets the same nested key.
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, text), {"schedule.steps": 3})
-    assert str(info.value) == f"{tmp_path / 'c.yaml'}: {message}"
+    assert str(info.value) == f"{tmp_path / 'c.yaml'}:{message}"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("model: tiny\nschedule:\n  steps: 10\n  stepz: 3\n", "4: schedule.stepz: unknown key `stepz`"),
+        ("model: tiny\n\nparallel:\n  tp: 1\n  zero: 7\n", "5: parallel.zero: must be 0, 1, 2 or 3, got 7"),
+        ("model: tiny\noptimizer: {lr: fast}\n", "2: optimizer.lr: expected a number, got 'fast'"),
+    ],
+)
+def test_a_problem_is_one_line_naming_the_file_and_its_line(tmp_path: Path, text: str, message: str) -> None:
+    """An unknown key, a cross-field check and a bad value, each at its line of the file."""
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    assert str(info.value).startswith(f"{tmp_path / 'c.yaml'}:{message}") and "\n" not in str(info.value)
 
 
 def test_nested_config_round_trips() -> None:

@@ -5,7 +5,6 @@ training device, fused AdamW over FSDP2's DTensor parameters, and the peak FLOP/
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.tensor import DTensor
 
 from tokenmill.errors import ConfigError
+from tokenmill.infra.flags import CommandParser
 from tokenmill.train.cli import register, worker_argv
 from tokenmill.train.engine import SingleProcessEngine
 from tokenmill.train.loop import build_engine, describe_engine
@@ -226,7 +226,7 @@ def test_the_gpu_flags_reach_the_config_and_the_ranks(tmp_path) -> None:
     from tokenmill.train import worker
     from tokenmill.train.cli import load_train_config
 
-    parser = argparse.ArgumentParser()
+    parser = CommandParser()
     register(parser.add_subparsers())
     flags = ["--precision", "bf16", "--attention-backend", "flash", "--activation-checkpointing", "selective"]
     flags += ["--compile", "--peak-tflops", "756"]

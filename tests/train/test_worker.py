@@ -15,6 +15,7 @@ import pytest
 from tokenmill.cli import main as tokenmill_main
 from tokenmill.entry import said_by_parent
 from tokenmill.errors import TEMPFAIL_EXIT, TokenmillError
+from tokenmill.infra.flags import CommandParser
 from tokenmill.train import worker
 from tokenmill.train.cli import register, worker_argv
 from tokenmill.train.stop import STOPPED_EXIT, TrainingStopped
@@ -101,7 +102,7 @@ def test_a_bug_keeps_its_traceback(monkeypatch) -> None:
 def test_the_ranks_get_the_commands_training_arguments(flag: str) -> None:
     """The launcher's command line, passed to each rank, parses there to the same arguments;
     the Slurm options stay with the process that submits."""
-    parser = argparse.ArgumentParser()
+    parser = CommandParser()
     register(parser.add_subparsers())
     given = parser.parse_args(["train", "c.yaml", flag, "2", "--zero", "1", "--resume", "--partition", "gpu"])
     argv = worker_argv(given)
@@ -110,6 +111,21 @@ def test_the_ranks_get_the_commands_training_arguments(flag: str) -> None:
     for name in ("config", "data", "out", "steps", "resume", "tp", "pp", "dp", "zero", "device", "max_restarts"):
         assert getattr(ranks, name) == getattr(given, name), name
     assert not ranks.slurm and ranks.partition is None
+
+
+def test_every_config_flag_reaches_the_ranks() -> None:
+    """Each config key's flag, given to `tokenmill train`, reaches the ranks' config (--float8
+    once stayed with the launcher)."""
+    given = ["--out", "o", "--data", "d", "--steps", "7", "--tp", "2", "--pp", "2", "--dp", "2", "--cp", "2"]
+    given += ["--zero", "1", "--activation-checkpointing", "full", "--compile", "--float8", "--precision", "bf16"]
+    given += ["--attention-backend", "math", "--device", "cpu", "--max-restarts", "2", "--peak-tflops", "9.5"]
+    given += ["--no-progress"]
+    parser = CommandParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["train", "c.yaml", *given])
+    assert worker_argv(args) == ["c.yaml", *given]
+    ranks = worker.build_parser().parse_args(worker_argv(args))
+    assert vars(ranks) == {name: value for name, value in vars(args).items() if name != "func"}
 
 
 # The launcher's side of `tokenmill train --dp 2 ...`: its checks, and a run it finds finished.

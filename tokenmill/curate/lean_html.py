@@ -154,14 +154,6 @@ def load_tree(html: str, characters: bool = True) -> Any:
         return None
 
 
-def parse_html(html: str) -> Any:
-    """load_tree's tree without the subtrees trafilatura's cleaning deletes (None: nothing to parse)."""
-    tree = load_tree(html)
-    if tree is not None:
-        strip_elements(tree, *DROPPED_TAGS, with_tail=False)
-    return tree
-
-
 # ---------------------------------------------------------------------------------------------
 # Trafilatura's XPath rules as Python predicates. XPath's string(@a|@b) is the value of whichever
 # attribute comes first in the source, hence _first_of.

@@ -25,7 +25,6 @@ import dataclasses
 import importlib
 import logging
 import os
-import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from tokenmill.curate.stage import run_stage
 from tokenmill.errors import ConfigError
 from tokenmill.infra import storage
+from tokenmill.infra.flags import field_argument
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -200,7 +200,9 @@ class Stage:
                 if key not in groups:
                     groups[key] = target.add_mutually_exclusive_group()
                 target = groups[key]
-            flag, kwargs = _argument(f, meta, hints[f.name])
+            default = f.default if f.default is not dataclasses.MISSING else None
+            cli = meta["cli"] if isinstance(meta["cli"], Mapping) else None
+            flag, kwargs = field_argument(f.name, hints[f.name], default, flag=meta["flag"], extra=cli)
             target.add_argument(flag, dest=f.name, help=meta["help"], **kwargs)
         if self.extend_cli is not None:
             self.extend_cli(parser)
@@ -305,41 +307,6 @@ def phases_text(names: Sequence[str]) -> str:
     if len(names) == 1:
         return f"the {names[0]} phase"
     return f"the {', '.join(names[:-1])} and {names[-1]} phases"
-
-
-def _argument(f: dataclasses.Field, meta: dict[str, Any], annotation: Any) -> tuple[str, dict[str, Any]]:
-    """The argparse flag and keywords of one option."""
-    cli = dict(meta["cli"]) if isinstance(meta["cli"], Mapping) else {}
-    name = f.name.replace("_", "-")
-    default = f.default if f.default is not dataclasses.MISSING else None
-    if annotation is bool and "action" not in cli:
-        if default is True:
-            return meta["flag"] or f"--no-{name}", {"action": "store_false", **cli}
-        return meta["flag"] or f"--{name}", {"action": "store_true", **cli}
-    kwargs: dict[str, Any] = {"default": default}
-    base = _scalar(annotation)
-    if base in (int, float) and "action" not in cli:
-        kwargs["type"] = base
-    choices = _literal_choices(annotation)
-    if choices:
-        kwargs["choices"] = choices
-    kwargs.update(cli)
-    return meta["flag"] or f"--{name}", kwargs
-
-
-def _scalar(annotation: Any) -> Any:
-    """int for `int` and `int | None`, else the annotation."""
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
-        return args[0]
-    return annotation
-
-
-def _literal_choices(annotation: Any) -> list[Any] | None:
-    annotation = _scalar(annotation)
-    if typing.get_origin(annotation) is typing.Literal:
-        return list(typing.get_args(annotation))
-    return None
 
 
 @cache

@@ -29,7 +29,6 @@ import os
 import posixpath
 import re
 import shutil
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -574,11 +573,6 @@ class Location:
 
 
 # ---- publication of a directory on object storage -------------------------------------------
-
-
-def temp_prefix(target: str) -> str:
-    """A fresh hidden prefix beside ``target``: ``.NAME.tmp-<pid>-<random>`` (as on disk)."""
-    return str(join(parent(target), f".{basename(target)}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"))
 
 
 def remove_stale_temporaries(target: str | os.PathLike) -> int:

@@ -88,7 +88,6 @@ class Step:
     output: Path
     config: dict[str, Any]
     source: str | None = None
-    uses_dask: bool = False
     fingerprint: str = ""
     description: str = ""
     inputs: list[str] = field(default_factory=list)  # human-readable, for the plan
@@ -146,7 +145,6 @@ def _ingest_step(recipe: Recipe, workdir: Path, source: Source) -> Step:
         workdir / "curate" / source.name / "00-ingest",
         {**config, "raw": raw},
         source=source.name,
-        uses_dask=True,
         description=f"read {source.format or 'auto'} into Parquet documents",
         inputs=inputs,
     )
@@ -188,7 +186,6 @@ def _curate_step(recipe: Recipe, workdir: Path, source: str, previous: Step, n: 
         workdir / "curate" / source / f"{n:02d}-{c.step_name}",
         config,
         source=source,
-        uses_dask=True,
         description=f"{c.stage} {json.dumps(c.options, default=str) if c.options else ''}".strip(),
         inputs=inputs,
     )
@@ -239,7 +236,6 @@ def _tokenize_steps(recipe: Recipe, workdir: Path, final_docs: dict[str, Step]) 
                 workdir / "shards" / name,
                 {},
                 source=name,
-                uses_dask=True,
                 description="encode documents into Megatron .bin/.idx shards",
                 inputs=[str(final_docs[name].output), str(workdir / "tokenizer" / "tokenizer.json")],
             )

@@ -31,6 +31,7 @@ from tokenmill.pipelines.plan import StepRef, build_plan
 from tokenmill.pipelines.recipe import Recipe
 from tokenmill.pipelines.report import train_split_tokens
 from tokenmill.pipelines.steps import blend_weights
+from tokenmill.tokenize import DEFAULT_SPLIT
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ def tokenize_recipe(
     run_recipe(recipe, workdir, until=["tokenize"], workers=workers, progress=progress, report=False)
     steps = {s.name: s for s in build_plan(recipe, workdir)}
     blended = [b.source for b in recipe.blend] if recipe.blend else [s.name for s in recipe.sources]
-    split = str(_dataset_section(recipe).get("split", "969,30,1"))
+    split = str(_dataset_section(recipe).get("split", DEFAULT_SPLIT))
     shards = {}
     for name in blended:
         step = steps[StepRef.encode(name)]

@@ -16,8 +16,10 @@ from tokenmill.eval.suites import BUNDLED_SUITES
 from tokenmill.infra import storage
 from tokenmill.infra.slurm import SlurmSpec
 from tokenmill.recipes import TRAIN_PREFIX, bundled_recipes
+from tokenmill.train.config import MOVED as MOVED_TRAINING_KEYS
 
-SOURCE_FORMATS = ("jsonl", "parquet", "text", "warc", "wet", "html", "python-docs")
+# The names of sources, curate steps and classifiers: also parts of paths in the work directory.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_\-]*$"
 
 
 class _Strict(BaseModel):
@@ -28,7 +30,7 @@ class Source(_Strict):
     """One raw corpus. `path` is relative to the recipe file; `python-docs` needs none (the
     corpus is assembled from the running Python installation, see `pydocs.py`)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
+    name: str = Field(pattern=NAME_PATTERN)
     path: str | list[str] | None = None
     format: Literal["jsonl", "parquet", "text", "warc", "wet", "html", "python-docs"] | None = None
     text_field: str = "text"
@@ -53,7 +55,7 @@ class CurateStep(_Strict):
     """One curation stage, applied in order to every source (or to those in `sources`)."""
 
     stage: str
-    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")  # default: the stage kind
+    name: str | None = Field(default=None, pattern=NAME_PATTERN)  # default: the stage kind
     sources: list[str] | None = None
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -67,7 +69,7 @@ class ClassifierSpec(_Strict):
     sources (reference-quality text) against `negative` ones (raw web text), read as ingested.
     A `classify` curate stage uses it with `options: {classifier: NAME, ...}`."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
+    name: str = Field(pattern=NAME_PATTERN)
     positive: list[str] = Field(min_length=1)
     negative: list[str] = Field(min_length=1)
     options: dict[str, Any] = Field(default_factory=dict)
@@ -119,15 +121,9 @@ class TrainSpec(_Strict):
     gpu_memory: str | None = None
     extra_args: list[str] = Field(default_factory=list)
 
-    # The launch keys `train:` had before the layout moved into the trainer's sections: only for
-    # the error that says where they went.
-    MOVED: ClassVar[dict[str, str]] = {
-        "tp": "parallel.tp",
-        "pp": "parallel.pp",
-        "dp": "parallel.dp",
-        "zero": "parallel.zero",
-        "steps": "schedule.steps",
-    }
+    # The keys `train:` once took (the launch keys `tp`, `pp`, `dp`, `zero`, `steps`) or a flat
+    # training config did: only for the error that says where they went.
+    MOVED: ClassVar[dict[str, str]] = MOVED_TRAINING_KEYS
     SECTIONS: ClassVar[tuple[str, ...]] = (
         "model",
         "dataset",

@@ -22,6 +22,7 @@ import numpy as np
 
 from tokenmill.errors import TokenmillError, YamlSyntaxError
 from tokenmill.infra import storage
+from tokenmill.tokenize import DEFAULT_SPLIT
 from tokenmill.tokenize.gpt_dataset import CACHE_VERSION, GPTDataset, SampleDataset, load_or_build_shared
 from tokenmill.tokenize.indexed import bin_path, cached_shard, idx_path
 
@@ -133,7 +134,7 @@ class BlendedDataset(SampleDataset):
         num_samples: int,
         seed: int,
         split: str = "train",
-        split_ratios: str = "969,30,1",
+        split_ratios: str = DEFAULT_SPLIT,
         cache: bool = True,
     ) -> None:
         if not entries:

@@ -34,6 +34,7 @@ import numpy as np
 
 from tokenmill.errors import TokenmillError
 from tokenmill.infra.atomic import atomic_path
+from tokenmill.tokenize import DEFAULT_SPLIT
 from tokenmill.tokenize.indexed import IndexedDataset, file_checksum, idx_path
 
 SPLITS = ("train", "valid", "test")
@@ -58,7 +59,7 @@ def parse_split(ratios: str) -> list[float]:
     """ "969,30,1" -> normalised train/valid/test fractions (Megatron's parsing)."""
     values = [float(v) for v in re.findall(r"[.0-9]+", ratios)]
     if not values or len(values) > 3 or not re.fullmatch(r"\s*[.0-9]+(\s*[,/]\s*[.0-9]+)*\s*", ratios):
-        raise TokenmillError(f"split ratios {ratios!r} must be up to three non-negative numbers like '969,30,1'")
+        raise TokenmillError(f"split ratios {ratios!r} must be up to three non-negative numbers like {DEFAULT_SPLIT!r}")
     values += [0.0] * (3 - len(values))
     weights = np.array(values, dtype=np.float64)
     if weights.sum() <= 0:
@@ -222,7 +223,7 @@ class GPTIndexConfig:
     num_samples: int
     seed: int
     split: str = "train"
-    split_ratios: str = "969,30,1"
+    split_ratios: str = DEFAULT_SPLIT
 
 
 def build_indices(
@@ -312,7 +313,7 @@ class GPTDataset(SampleDataset):
         num_samples: int,
         seed: int,
         split: str = "train",
-        split_ratios: str = "969,30,1",
+        split_ratios: str = DEFAULT_SPLIT,
         cache: bool = True,
     ) -> None:
         if seq_len < 2:

@@ -147,16 +147,6 @@ class IndexedDatasetWriter:
         self._bin_digest.update(data)
         self._bin.write(data)
 
-    def add_document(self, tokens: np.ndarray | list[int]) -> None:
-        """Append one document as one sequence."""
-        array = np.asarray(tokens)
-        if array.ndim != 1:
-            raise ValueError("a document is a 1-D array of token ids")
-        self._write(array.astype(self.dtype, copy=False).tobytes(order="C"))
-        self._lengths.append(np.array([len(array)], dtype=np.int32))
-        self._count += 1
-        self.tokens += len(array)
-
     def add_documents(self, flat_tokens: np.ndarray, lengths: np.ndarray) -> None:
         """Append many documents at once: their tokens back to back and each one's length."""
         flat = np.asarray(flat_tokens)

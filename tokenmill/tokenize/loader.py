@@ -16,6 +16,7 @@ import numpy as np
 
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
+from tokenmill.tokenize import DEFAULT_SPLIT
 from tokenmill.tokenize.blend import BlendedDataset, BlendEntry, load_blend_file, parse_blend
 from tokenmill.tokenize.gpt_dataset import GPTDataset, SampleDataset
 from tokenmill.tokenize.indexed import cached_shard, idx_path
@@ -52,7 +53,7 @@ def build_dataset(
     num_samples: int,
     seed: int,
     split: str = "train",
-    split_ratios: str = "969,30,1",
+    split_ratios: str = DEFAULT_SPLIT,
 ) -> SampleDataset:
     """Samples of `seq_len + 1` tokens from a shard prefix, a blend file (YAML/JSON list of
     {prefix, weight}) or such a list. At least `num_samples` samples; indices are cached."""

@@ -7,15 +7,16 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tokenmill.entry import interrupted_line, said_by_parent
 from tokenmill.errors import ConfigError
 from tokenmill.infra.cpu import set_torch_threads
+from tokenmill.infra.flags import field_argument
 from tokenmill.infra.slurm_options import add_slurm_options, check_slurm_only_options
 
 if TYPE_CHECKING:
-    from tokenmill.train.config import TrainConfig
+    from tokenmill.train.config import ConfigFlag, TrainConfig
     from tokenmill.train.loop import TrainResult
     from tokenmill.train.preflight import Prepared
 
@@ -41,8 +42,9 @@ TRAIN_DESCRIPTION = (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    train = subparsers.add_parser("train", help=TRAIN_HELP, description=TRAIN_DESCRIPTION)
-    add_train_arguments(train)
+    train = subparsers.add_parser(
+        "train", help=TRAIN_HELP, description=TRAIN_DESCRIPTION, arguments=add_train_arguments
+    )
     train.set_defaults(func=run_train)
 
     export = subparsers.add_parser(
@@ -105,15 +107,12 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def add_train_arguments(train: argparse.ArgumentParser) -> None:
-    """The arguments of `tokenmill train`, which the ranks' entry point (worker.py) parses too."""
+    """The arguments of `tokenmill train`, which the ranks' entry point (worker.py) parses too:
+    the config, --resume, the Slurm options, and a flag for each config key declared with
+    `config.flag`, which overrides it."""
     train.add_argument(
         "config", help=f"training config: a YAML file, or the name of a bundled one ({_bundled_names()})"
     )
-    train.add_argument("--data", help="shard prefix (PREFIX.bin/.idx) or blend file; overrides `data:`")
-    train.add_argument(
-        "--out", help="run directory (checkpoints, metrics.jsonl, tensorboard/); one run writes it at a time"
-    )
-    train.add_argument("--steps", type=int, help="total training steps (counted from step 0)")
     train.add_argument(
         "--resume",
         nargs="?",
@@ -122,57 +121,31 @@ def add_train_arguments(train: argparse.ArgumentParser) -> None:
         metavar="CHECKPOINT",
         help="continue from the run's latest checkpoint, or from CHECKPOINT",
     )
-    for name, meaning in (
-        ("tp", "tensor-parallel size"),
-        ("pp", "pipeline-parallel size"),
-        ("dp", "data-parallel size"),
-        ("cp", "context-parallel size (ring attention; seq_len divisible by 2 x cp)"),
-        ("zero", "ZeRO stage 0-3 over the data-parallel ranks"),
-    ):
-        train.add_argument(f"--{name}", type=int, help=f"{meaning}; overrides `{name}:`")
-    train.add_argument("--device", help="auto, cpu, cuda, cuda:N; overrides `device:`")
-    train.add_argument("--precision", help="fp32 or bf16; overrides `parallel.precision`")
-    train.add_argument(
-        "--attention-backend",
-        help="SDPA kernel: auto, flash, cudnn, efficient, math; overrides `parallel.attention_backend`",
-    )
-    train.add_argument(
-        "--activation-checkpointing", help="off, full, selective; overrides `parallel.activation_checkpointing`"
-    )
-    train.add_argument(
-        "--compile",
-        action="store_true",
-        default=None,
-        help="torch.compile each transformer block; overrides `parallel.compile`",
-    )
-    train.add_argument(
-        "--peak-tflops",
-        type=float,
-        metavar="TFLOPS",
-        help="the device's peak dense TFLOP/s, for MFU (default: known GPUs); overrides `logging.peak_tflops`",
-    )
-    train.add_argument(
-        "--max-restarts",
-        type=_non_negative,
-        metavar="N",
-        help="when a rank fails, restart all ranks from the latest checkpoint, up to N times; "
-        "overrides `parallel.max_restarts`",
-    )
-    train.add_argument(
-        "--float8", action="store_true", help="Linear layers in float8 (needs torchao); overrides `parallel.float8`"
-    )
-    train.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
+    for _, flag, kwargs in _config_flags():
+        train.add_argument(flag, **kwargs)
     add_slurm_options(train, dry_run=True)
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
+def _config_flags() -> list[tuple[ConfigFlag, str, dict[str, Any]]]:
+    """Each config key `tokenmill train` takes as a flag, with the flag and its argparse keywords;
+    a flag not given is None, so that only the keys given override the config's."""
+    from tokenmill.train.config import config_flags  # pydantic: loads when `train` is parsed
+
+    out = []
+    for key in config_flags():
+        dest = key.name.removeprefix("--").replace("-", "_") if key.name else key.key.rpartition(".")[2]
+        extra: dict[str, Any] = {"default": None, "dest": dest}
+        if key.choices:
+            extra["metavar"] = "{" + ",".join(key.choices) + "}"  # checked by the config, with a suggestion
+        elif key.metavar:
+            extra["metavar"] = key.metavar
+        flag, kwargs = field_argument(dest, key.kind, key.default, flag=key.name, extra=extra)
+        if key.kind is bool:
+            kwargs["help"] = f"{key.help}; sets `{key.key}: {str(kwargs['action'] == 'store_true').lower()}`"
+        else:
+            kwargs["help"] = f"{key.help}; overrides `{key.key}`"
+        out.append((key, flag, kwargs))
+    return out
 
 
 def restart_resume(cfg: TrainConfig, resume: bool | str) -> bool | str:
@@ -243,37 +216,16 @@ def load_train_config(args: argparse.Namespace) -> tuple[str | Path, TrainConfig
     from tokenmill.train.config import load_config
 
     config_path, bundled = resolve_recipe(args.config, prefix=RECIPE_PREFIX)
-    # Each flag sets its key in the nested config.
-    overrides = {
-        "dataset.path": args.data,
-        "out": args.out,
-        "schedule.steps": args.steps,
-        "parallel.tp": args.tp,
-        "parallel.pp": args.pp,
-        "parallel.dp": args.dp,
-        "parallel.cp": args.cp,
-        "parallel.zero": args.zero,
-        "parallel.device": args.device,
-        "parallel.precision": args.precision,
-        "parallel.attention_backend": args.attention_backend,
-        "parallel.activation_checkpointing": args.activation_checkpointing,
-        "parallel.compile": args.compile,
-        "logging.peak_tflops": args.peak_tflops,
-    }
-    if args.no_progress:
-        overrides["logging.progress"] = False
-    if args.float8:
-        overrides["parallel.float8"] = True
-    # A bad value given on the command line is named by its flag, not by the file it overrides
-    # (for a bundled config, a file inside the installed package).
+    flags = _config_flags()
+    # Each flag given sets its key in the nested config. A bad value given on the command line
+    # is named by its flag, not by the file it overrides (for a bundled config, a file inside
+    # the installed package).
     cfg = load_config(
         config_path,
-        overrides,
-        flags={"dataset.path": "--data", "logging.progress": "--no-progress", "parallel.float8": "--float8"},
+        {key.key: getattr(args, kwargs["dest"]) for key, _, kwargs in flags},
+        flags={key.key: flag for key, flag, _ in flags},
         name=f"bundled config {args.config!r}" if bundled else None,
     )
-    if args.max_restarts is not None:
-        cfg.parallel.max_restarts = args.max_restarts
     return config_path, cfg
 
 
@@ -407,34 +359,14 @@ def worker_argv(args: argparse.Namespace, config: str | Path | None = None) -> l
     """The same `train` arguments for each rank's entry point, ``python -m tokenmill.train.worker
     ARGV`` (``config``: the resolved file); --slurm and its options are the submitter's alone."""
     argv = [str(config or args.config)]
-    for name in (
-        "data",
-        "out",
-        "steps",
-        "tp",
-        "pp",
-        "dp",
-        "cp",
-        "zero",
-        "device",
-        "precision",
-        "attention_backend",
-        "activation_checkpointing",
-        "peak_tflops",
-    ):
-        value = getattr(args, name)
+    for key, flag, kwargs in _config_flags():
+        value = getattr(args, kwargs["dest"])
         if value is not None:
-            argv += [f"--{name.replace('_', '-')}", str(value)]
-    if args.compile:
-        argv.append("--compile")
+            argv += [flag] if key.kind is bool else [flag, str(value)]
     if args.resume is True:
         argv.append("--resume")
     elif args.resume:
         argv += ["--resume", str(args.resume)]
-    if args.max_restarts is not None:
-        argv += ["--max-restarts", str(args.max_restarts)]
-    if args.no_progress:
-        argv.append("--no-progress")
     return argv
 
 

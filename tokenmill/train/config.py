@@ -12,7 +12,9 @@ logging: {interval: 1, eval_interval: 0, tensorboard: true}
 ```
 
 Errors are reported as recipes report them (tokenmill.problems): the key's
-location, its line in the file, and the closest valid key for a typo, all problems at once.
+location, its line in the file, and the closest valid key for a typo, all problems at once; a
+single problem is one line, the file and line first (``train.yaml:3: steps: moved; write
+schedule.steps``).
 A key of the old flat config (``lr: 3e-4``) is an error naming its place in the sections
 (``lr: moved; write optimizer.lr``). The cross-field checks of the layout (ZeRO stage, pipeline
 schedule, batch divisibility) live in `layout_problems`, the one place both the config and the
@@ -38,7 +40,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from tokenmill.errors import ConfigError, YamlSyntaxError, suggest
-from tokenmill.problems import Problems, pydantic_problems
+from tokenmill.infra.flags import scalar_type
+from tokenmill.problems import Problems, line_index, pydantic_problems
+from tokenmill.tokenize import DEFAULT_SPLIT
 from tokenmill.train.model_config import PRESETS, ModelConfig, preset
 
 PRECISIONS = ("fp32", "bf16")
@@ -98,13 +102,27 @@ def _at_least(low: float) -> AfterValidator:
     return AfterValidator(check)
 
 
-def _choice(choices: tuple[str, ...]) -> AfterValidator:
-    def check(value: str) -> str:
-        if value not in choices:
-            raise _fail(f"must be one of {', '.join(choices)}, got {value!r}{suggest(value, choices)}")
+@dataclasses.dataclass(frozen=True)
+class _Choices:
+    """The validator of a key with a fixed set of values; `choices` also shows in its flag's help."""
+
+    choices: tuple[str, ...]
+
+    def __call__(self, value: str) -> str:
+        if value not in self.choices:
+            raise _fail(f"must be one of {', '.join(self.choices)}, got {value!r}{suggest(value, self.choices)}")
         return value
 
-    return AfterValidator(check)
+
+def _choice(choices: tuple[str, ...]) -> AfterValidator:
+    return AfterValidator(_Choices(choices))
+
+
+def flag(default: Any, *, help: str, name: str | None = None, metavar: str | None = None) -> Any:
+    """A config key that `tokenmill train` also takes as a flag, which overrides it (`config_flags`):
+    `--KEY` with `-` for `_` (a boolean that defaults to true: `--no-KEY`), or `name`. `help` is
+    the key's description and the flag's help."""
+    return Field(default, description=help, json_schema_extra={"flag": name, "metavar": metavar})
 
 
 Int = Annotated[int, BeforeValidator(_int)]
@@ -183,9 +201,9 @@ class _Section(BaseModel):
 
 
 class DataConfig(_Section):
-    # A shard prefix (``<prefix>.bin/.idx``) or a blend file; the splits as Megatron's.
-    path: Str | None = None
-    split: Str = "969,30,1"
+    # The splits (train, valid, test) as Megatron's.
+    path: Str | None = flag(None, name="--data", help="shard prefix (PREFIX.bin/.idx) or blend file")
+    split: Str = DEFAULT_SPLIT
     tokenizer: Str | None = None  # recorded in checkpoints and copied by export-hf
     seq_len: Int | None = None  # None (or 0): the model's max_seq_len
     # Megatron's --make-vocab-size-divisible-by: a vocabulary taken from the data is padded to
@@ -214,7 +232,7 @@ class OptimizerConfig(_Section):
 class ScheduleConfig(_Section):
     """Steps, batch sizes (Megatron's ramp-up) and the learning-rate schedule."""
 
-    steps: Positive = 100
+    steps: Positive = flag(100, help="total training steps (counted from step 0)")
     global_batch_size: Positive = 8
     micro_batch_size: Int | None = None  # None (or 0): the whole local batch at once
     # Megatron's --rampup-batch-size: [start, increment, ramp-up samples].
@@ -230,30 +248,36 @@ class ScheduleConfig(_Section):
 class ParallelConfig(_Section):
     """How the model is laid out and run: applied by tokenmill.train.parallel.parallelize_gpt."""
 
-    tp: Positive = 1
-    pp: Positive = 1
-    dp: Positive = 1
-    # Context parallel: ranks splitting every sequence (ring attention, load-balanced causal split).
-    cp: Positive = 1
-    zero: Int = 0
+    tp: Positive = flag(1, help="tensor-parallel size")
+    pp: Positive = flag(1, help="pipeline-parallel size")
+    dp: Positive = flag(1, help="data-parallel size")
+    # Ranks splitting every sequence: ring attention with the load-balanced causal split.
+    cp: Positive = flag(1, help="context-parallel size (ring attention; seq_len divisible by 2 x cp)")
+    zero: Int = flag(0, help="ZeRO stage 0-3 over the data-parallel ranks")
     pp_schedule: Annotated[str, BeforeValidator(_str), _choice(PP_SCHEDULES)] = "1f1b"
     virtual_stages: Positive = 1
     sequence_parallel: Bool = False
-    activation_checkpointing: Annotated[str, BeforeValidator(_str), _choice(CHECKPOINTING)] = "off"
-    compile: Bool = False
-    # Linear layers in float8 (torchao's Float8Linear, tensorwise scaling; needs torchao and, to
-    # be fast, an H100-class GPU): tokenmill.train.parallel.float8.
-    float8: Bool = False
+    activation_checkpointing: Annotated[str, BeforeValidator(_str), _choice(CHECKPOINTING)] = flag(
+        "off", help="blocks whose activations the backward pass recomputes: none, all, or every other one"
+    )
+    compile: Bool = flag(False, help="torch.compile each transformer block")
+    # torchao's Float8Linear with tensorwise scaling (tokenmill.train.parallel.float8); fast only
+    # on an H100-class GPU.
+    float8: Bool = flag(False, help="Linear layers in float8 (needs torchao)")
     # Tokens per chunk of the head + cross-entropy computed together (tokenmill.train.chunked_loss):
     # the logits [tokens, vocab] never exist whole. 0: the plain head, then the loss.
     loss_chunk_tokens: NonNegativeInt = 0
-    precision: Annotated[str, BeforeValidator(_str), _choice(PRECISIONS)] = "fp32"
-    # The SDPA kernel attention runs with (forward and backward); one the device lacks is an error.
-    attention_backend: Annotated[str, BeforeValidator(_str), _choice(ATTENTION_BACKENDS)] = "auto"
-    device: Str = "auto"  # auto | cpu | cuda | cuda:N
-    # Restarts of all ranks after one fails (train/supervisor.py); each restart resumes
-    # from the run's latest complete checkpoint. 0: a failed rank ends the job.
-    max_restarts: NonNegativeInt = 0
+    precision: Annotated[str, BeforeValidator(_str), _choice(PRECISIONS)] = flag(
+        "fp32", help="the precision of the computation (bf16: fp32 master weights, optimizer state and loss)"
+    )
+    attention_backend: Annotated[str, BeforeValidator(_str), _choice(ATTENTION_BACKENDS)] = flag(
+        "auto", help="the SDPA kernel of attention, forward and backward (one the device lacks is an error)"
+    )
+    device: Str = flag("auto", help="auto, cpu, cuda or cuda:N")
+    # Restarts by train/supervisor.py; 0: a failed rank ends the job.
+    max_restarts: NonNegativeInt = flag(
+        0, metavar="N", help="when a rank fails, restart all ranks from the latest checkpoint, up to N times"
+    )
     # Seconds a rank may wait in one collective for the other ranks before the job ends with
     # an error naming the rank and the operation (tokenmill.train.watchdog), instead of hanging.
     collective_timeout: Annotated[float, BeforeValidator(_float), _at_least(1)] = 1800.0
@@ -283,9 +307,11 @@ class LoggingConfig(_Section):
     interval: Positive = 1
     eval_interval: NonNegativeInt = 0  # 0: no validation
     eval_iters: Positive = 1  # global batches of the valid split per evaluation
-    peak_tflops: Float | None = None  # for MFU; None: known GPUs only
+    peak_tflops: Float | None = flag(
+        None, metavar="TFLOPS", help="the device's peak dense TFLOP/s, for MFU (default: known GPUs)"
+    )
     tensorboard: Bool = True
-    progress: Bool = True
+    progress: Bool = flag(True, help="a progress bar on a terminal (false: plain log lines)")
 
 
 class EvalConfig(_Section):
@@ -314,6 +340,43 @@ SECTIONS: dict[str, type[_Section]] = {
     "logging": LoggingConfig,
     "eval": EvalConfig,
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigFlag:
+    """A config key that `tokenmill train` takes as a flag (declared with `flag`)."""
+
+    key: str  # its path: `parallel.tp`
+    name: str | None  # the flag when it is not the key's last part (`--data`)
+    kind: Any  # int, float, str or bool
+    default: Any
+    help: str
+    choices: tuple[str, ...]
+    metavar: str | None
+
+
+def config_flags() -> list[ConfigFlag]:
+    """Every key declared with `flag`, top-level keys first, then the sections' in order."""
+    out = []
+    for prefix, section in [("", TrainConfig), *((f"{name}.", model) for name, model in SECTIONS.items())]:
+        for name, info in section.model_fields.items():
+            extra = info.json_schema_extra
+            if not isinstance(extra, dict) or "flag" not in extra:
+                continue
+            choices = [m.func.choices for m in info.metadata if isinstance(getattr(m, "func", None), _Choices)]
+            out.append(
+                ConfigFlag(
+                    key=prefix + name,
+                    name=extra["flag"],  # type: ignore[arg-type]
+                    kind=scalar_type(info.annotation),
+                    default=info.default,
+                    help=info.description or "",
+                    choices=choices[0] if choices else (),
+                    metavar=extra["metavar"],  # type: ignore[arg-type]
+                )
+            )
+    return out
+
 
 # The keys of the old flat config and where they live now: only for the error that says so.
 MOVED: dict[str, str] = {
@@ -365,7 +428,9 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     model: Annotated[ModelConfig, BeforeValidator(_model)] = Field(default_factory=lambda: preset("tiny"))
-    out: Str = "runs/train"
+    out: Str = flag(
+        "runs/train", help="run directory (checkpoints, metrics.jsonl, tensorboard/); one run writes it at a time"
+    )
     dataset: DataConfig = Field(default_factory=DataConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
@@ -714,6 +779,9 @@ class _FlagProblems:
     def warn(self, loc: tuple[Any, ...], message: str) -> None:
         self.problems.warn(loc, message)
 
+    def in_file(self, item: str, origin: str) -> str:
+        return self.problems.in_file(item, origin)
+
     def add(self, loc: tuple[Any, ...], message: str) -> None:
         flag = self.flags.get(tuple(loc))
         if flag is None:
@@ -732,7 +800,7 @@ def _raise(problems: Problems | _FlagProblems, origin: str | None = None) -> Non
     # The file is named only when one of the problems is in it.
     where = f"{origin}: " if origin and in_file else ""
     if len(problems.items) == 1:
-        raise ConfigError(where + problems.items[0])
+        raise ConfigError(problems.in_file(problems.items[0], origin) if origin and in_file else problems.items[0])
     raise ConfigError(
         where
         + f"{len(problems.items)} problems in the {'training config' if in_file else 'options'}:\n"
@@ -741,12 +809,17 @@ def _raise(problems: Problems | _FlagProblems, origin: str | None = None) -> Non
 
 
 def config_from_dict(
-    data: dict[str, Any], *, origin: str | None = None, flags: dict[tuple[str, ...], str] | None = None
+    data: dict[str, Any],
+    *,
+    origin: str | None = None,
+    flags: dict[tuple[str, ...], str] | None = None,
+    lines: dict[tuple[Any, ...], int] | None = None,
 ) -> TrainConfig:
     """Read a nested config; raise ConfigError listing every problem. `flags`: the keys (as
     locations, `("schedule", "steps")`) set by command-line flags, and each flag's name, which
-    then names their problems instead of `origin`."""
-    problems = Problems({})
+    then names their problems instead of `origin`; `lines`: each key's line in the file
+    `origin` (`problems.line_index`)."""
+    problems = Problems(lines or {})
     if flags:
         problems = _FlagProblems(problems, flags)
     cfg = add_problems(data, problems)
@@ -826,11 +899,12 @@ def load_config(
         raise YamlSyntaxError(str(path), error) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of key: value at the top level")
-    # Problems are named by their key (`path: parallel.tp: ...`), or by the flag that set it
-    # (`--tp: ...`); inside a recipe they also carry the recipe file's line
-    # (tokenmill.pipelines.checks).
+    # Problems are named by their line and key (`path:3: parallel.tp: ...`), or by the flag
+    # that set the key (`--tp: ...`); inside a recipe they carry the recipe file's line
+    # (tokenmill.pipelines.checks). A bundled config's lines would point inside the package.
     return config_from_dict(
         apply_overrides(data, overrides or {}),
         origin=name or str(path),
         flags=override_locations(overrides or {}, flags),
+        lines=None if name else line_index(text),
     )

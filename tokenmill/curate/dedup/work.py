@@ -10,7 +10,7 @@ exists is complete.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,9 +107,7 @@ def compute_with_progress(client, collection, desc: str, progress: bool) -> list
     return client.gather(futures)
 
 
-def write_partitions(
-    client, frame, directory: Path, desc: str, progress: bool, meta_columns: Sequence[str] = ()
-) -> int:
+def write_partitions(client, frame, directory: Path, desc: str, progress: bool) -> int:
     """Write each partition of a Dask dataframe as its own Parquet file; returns the row count."""
     target = str(directory)
 

@@ -62,13 +62,6 @@ class RuleFamily:
         """Qualified names of the rules, in the order they are checked."""
         return [self.reason(rule) for rule in self.RULES]
 
-    def active_rules(self) -> list[str]:
-        return [
-            self.reason(rule)
-            for rule, names in self.RULES.items()
-            if self.enabled and any(_is_on(getattr(self, n)) for n in names)
-        ]
-
     def disable(self, rule: str) -> None:
         if rule not in self.RULES:
             raise ConfigError(f"unknown rule {self.name}.{rule}; rules of {self.name}: {', '.join(self.RULES)}")
@@ -89,10 +82,6 @@ class _Off:
 
     def __format__(self, spec: str) -> str:
         return "off"
-
-
-def _is_on(value) -> bool:
-    return value is not None and value is not False
 
 
 def _convert(value, default, where: str):

@@ -104,24 +104,6 @@ class NgramLevels:
         return repeated
 
 
-def top_ngram_chars(words: list[str], n: int) -> int:
-    """Characters covered by the most frequent n-gram (see `NgramLevels.top_chars`)."""
-    levels = NgramLevels(words)
-    while levels.n < n:
-        if not levels.advance():
-            return 0
-    return levels.top_chars()
-
-
-def duplicated_ngram_chars(words: list[str], n: int) -> int:
-    """Characters in repeated n-grams (see `NgramLevels.duplicated_chars`)."""
-    levels = NgramLevels(words)
-    while levels.n < n:
-        if not levels.advance():
-            return 0
-    return levels.duplicated_chars()
-
-
 @dataclass
 class GopherRepetition(RuleFamily):
     max_dup_para_frac: float | None = 0.30

@@ -80,7 +80,6 @@ class ParallelEngine:
         self.pp_group = self.mesh.get_group("pp")
         self.pp_rank = self.mesh.get_local_rank("pp")
         self.dp_rank = self.mesh.get_local_rank("dp")
-        self.tp_rank = self.mesh.get_local_rank("tp")
         self.cp_rank = self.mesh.get_local_rank("cp")
         self.dp_size = dims.dp
         # Parameters are replicated over dp and cp alike: gradients, the loss and ZeRO-1's
