@@ -15,8 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tokenmill.curate.extract import ExtractStage
-from tokenmill.curate.html_text import (
+from tokenmill.curate.extract.html_text import (
     DEFAULT_EXTRACTOR,
     ExtractorProcess,
     extract_page,
@@ -24,6 +23,7 @@ from tokenmill.curate.html_text import (
     page_match,
     page_title,
 )
+from tokenmill.curate.extract.stage import ExtractStage
 from tokenmill.curate.stage import run_stage
 from tokenmill.errors import ConfigError
 
@@ -302,7 +302,7 @@ def five_pages(directory: Path) -> Path:
 
 def test_lean_under_an_unproven_release_warns_once_and_extracts_with_trafilatura(tmp_path, monkeypatch, capsys):
     from tokenmill.cli import main
-    from tokenmill.curate import html_text
+    from tokenmill.curate.extract import html_text
 
     # What the gate sees after an upgrade of trafilatura: installed, a release lean was not proven on.
     monkeypatch.setitem(html_text.LEAN_PROVEN_VERSIONS, "trafilatura", "1.0.0")

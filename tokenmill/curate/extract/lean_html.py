@@ -66,8 +66,8 @@ from trafilatura.utils import (
 )
 from trafilatura.xml import delete_element
 
-from tokenmill.curate.lean_readability import LeanReadability, element_text_length
-from tokenmill.curate.lean_stages import (
+from tokenmill.curate.extract.lean_readability import LeanReadability, element_text_length
+from tokenmill.curate.extract.lean_stages import (
     collapsed_length,
     convert_tags,
     justext_rescue,

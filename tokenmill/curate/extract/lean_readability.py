@@ -22,7 +22,7 @@ from trafilatura.readability_lxml import (
     text_length,
 )
 
-from tokenmill.curate.lean_stages import collapsed_length, collapsed_length_below
+from tokenmill.curate.extract.lean_stages import collapsed_length, collapsed_length_below
 
 _NEGATIVE = REGEXES["negativeRe"]
 _POSITIVE = REGEXES["positiveRe"]
