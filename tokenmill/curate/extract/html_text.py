@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tokenmill.curate.extract.reference import trafilatura_text
 from tokenmill.errors import TokenmillError
 
 # The MIME types of HTML pages: what a web archive keeps as a page and `extract` extracts.
@@ -28,12 +29,6 @@ HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", "application/vnd.w
 
 # ---------------------------------------------------------------------------------------------
 # Extractors: html -> main text (None or "" when the page has none). They run in the child.
-
-
-def _trafilatura(html: str) -> str | None:
-    import trafilatura
-
-    return trafilatura.extract(html, include_comments=False)
 
 
 def _lean(html: str) -> str | None:
@@ -73,7 +68,7 @@ def _resiliparse(html: str) -> str | None:
 EXTRACTORS: dict[str, Callable[[str], str | None]] = {
     "lean": _lean,
     "lean-fast": _lean_fast,
-    "trafilatura": _trafilatura,
+    "trafilatura": trafilatura_text,
     "resiliparse": _resiliparse,
 }
 DEFAULT_EXTRACTOR = "lean"
