@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tokenmill.errors import TokenmillError
-from tokenmill.pipelines.plan import build_plan, select
 from tokenmill.pipelines.recipe import RecipeError, load_recipe, parse_recipe
 from tokenmill.pipelines.runner import format_plan
+from tokenmill.pipelines.step_graph import build_plan, select
 from tokenmill.pipelines.steps import blend_weights
 
 REPO = Path(__file__).resolve().parents[2]

@@ -24,7 +24,8 @@ from tokenmill.infra import machine_faults, records, storage
 from tokenmill.infra.atomic import atomic_write_text, remove_leftovers
 from tokenmill.infra.outputs import check_output
 from tokenmill.pipelines.context import Context
-from tokenmill.pipelines.plan import (
+from tokenmill.pipelines.recipe import Recipe
+from tokenmill.pipelines.step_graph import (
     STATE_DIR,
     Selection,
     Step,
@@ -35,7 +36,6 @@ from tokenmill.pipelines.plan import (
     select,
     state_path,
 )
-from tokenmill.pipelines.recipe import Recipe
 from tokenmill.pipelines.steps import RUNNERS, summarise
 from tokenmill.pipelines.workdir import WORKDIR_OUTPUT, RemoteWorkdir, WorkdirLock, default_workdir, resolve_workdir
 

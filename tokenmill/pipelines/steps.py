@@ -13,7 +13,7 @@ from typing import Any
 from tokenmill.errors import TokenmillError
 from tokenmill.infra.atomic import atomic_dir
 from tokenmill.pipelines.context import Context
-from tokenmill.pipelines.plan import Step, StepRef, classifier_model_path
+from tokenmill.pipelines.step_graph import Step, StepRef, classifier_model_path
 from tokenmill.pipelines.training import run_training
 
 log = logging.getLogger(__name__)
