@@ -379,7 +379,7 @@ def test_bundled_recipes_run_by_name_from_any_directory(tmp_path, monkeypatch, c
 
 
 def test_train_config_may_name_a_bundled_config(tmp_path, corpus):
-    from tokenmill.pipelines.layout import describe_layout
+    from tokenmill.pipelines.dry_run_training import describe_layout
     from tokenmill.recipes import bundled_recipes
 
     path = tmp_path / "r.yaml"

@@ -303,7 +303,7 @@ def format_plan(
             lines.append(f"       in:  {item}")
         lines.append(f"       out: {step.output}")
     if recipe.train is not None:
-        from tokenmill.pipelines.layout import describe_layout
+        from tokenmill.pipelines.dry_run_training import describe_layout
 
         lines += ["", *describe_layout(recipe)]
     return "\n".join(lines)
