@@ -25,7 +25,7 @@ def _ingest(ctx: Context, step: Step) -> dict[str, Any]:
     source = ctx.recipe.source(step.source or "")
     extra: dict[str, Any] = {}
     if source.format == "python-docs":
-        from tokenmill.pipelines.pydocs import build_corpus
+        from tokenmill.curate.python_docs import build_corpus
 
         corpus = ctx.workdir / "sources" / source.name / "corpus.jsonl"
         log.info(f"  assembling the python-docs corpus -> {corpus}")
