@@ -25,20 +25,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tokenmill import __version__
 from tokenmill.curate import resume
-from tokenmill.curate.documents import (
+from tokenmill.curate.documents import read_documents, write_documents
+from tokenmill.infra import machine_faults, storage
+from tokenmill.infra.atomic import remove_leftovers_in, replace_dir
+from tokenmill.infra.cluster import client_or_new, external_scheduler, submit_and_collect
+from tokenmill.infra.document_dirs import (
     KEPT_DIR,
     MANIFEST_FILE,
     REJECTED_DIR,
     check_document_columns,
     input_list,
-    read_documents,
     resolve_input_files,
     upstream_manifest,
-    write_documents,
 )
-from tokenmill.infra import machine_faults, storage
-from tokenmill.infra.atomic import remove_leftovers_in, replace_dir
-from tokenmill.infra.cluster import client_or_new, external_scheduler, submit_and_collect
 from tokenmill.infra.outputs import OutputKind, claim_output
 
 if TYPE_CHECKING:
