@@ -55,7 +55,7 @@ wheel-check:
 		$(if $(EVAL_DATA),--eval-data $(abspath $(EVAL_DATA))) && test -s demo-work/report.html
 
 # The default extractor, lean, reads internal names of trafilatura and jusText and was proven to
-# give trafilatura's text on the releases in tokenmill/curate/html_text.py (LEAN_PROVEN_VERSIONS);
+# give trafilatura's text on the releases in tokenmill/curate/extract/html_text.py (LEAN_PROVEN_VERSIONS);
 # under others `curate extract` warns and extracts with trafilatura itself. This runs lean's
 # equality tests against the newest releases, in a venv of their own (tokenmill without its
 # dependencies, and only what those tests import), and says whether lean still gives

@@ -6,7 +6,7 @@ and memory over a long run.
 Quality, on each gold set: the 181 pages of ../shared/data/web/extraction, and the set
 bench/extract_goldset.py assembles (Readability's test pages, when it has been run), scored with
 the benchmark's own metric
-(`tokenmill.curate.html_text.extraction_scores`: word 4-gram shingle multisets, mean per-page
+(`tokenmill.curate.extract.html_text.extraction_scores`: word 4-gram shingle multisets, mean per-page
 precision and recall, F1 of the means), beside the figures the benchmark publishes. Speed: pages
 per CPU second (process time of the extracting process, the median of --repeat passes over the
 pages, with their spread; CPU time, so the load of a shared machine counts as little as it can). Each extractor runs in its own
@@ -91,7 +91,7 @@ def _peer(name: str):
 
 def measure_one(name: str, repeat: int, root: Path) -> dict:
     """In this process: the extractor's scores, pages per CPU second and peak RSS."""
-    from tokenmill.curate.html_text import EXTRACTORS, extraction_scores
+    from tokenmill.curate.extract.html_text import EXTRACTORS, extraction_scores
 
     extract = EXTRACTORS[name] if name in EXTRACTORS else _peer(name)
     pages = load_pages(root)
@@ -118,7 +118,7 @@ def rss_mb(pid: int) -> float:
 
 
 def long_run_in_process(n_pages: int) -> dict:
-    from tokenmill.curate.html_text import DEFAULT_EXTRACTOR, extract_page
+    from tokenmill.curate.extract.html_text import DEFAULT_EXTRACTOR, extract_page
 
     pages = [html for _, html, _ in load_pages()]
     samples = []
@@ -130,7 +130,7 @@ def long_run_in_process(n_pages: int) -> dict:
 
 
 def long_run_child(n_pages: int, recycle_after: int) -> dict:
-    from tokenmill.curate.html_text import DEFAULT_EXTRACTOR, ExtractorProcess
+    from tokenmill.curate.extract.html_text import DEFAULT_EXTRACTOR, ExtractorProcess
 
     pages = [html for _, html, _ in load_pages()]
     process = ExtractorProcess(DEFAULT_EXTRACTOR, timeout=60, recycle_after=recycle_after)
@@ -172,7 +172,7 @@ PEERS = ["trafilatura", "trafilatura --fast", "resiliparse (defaults)", "justext
 def quality_and_speed(set_name: str, root: Path, repeat: int) -> None:
     """One table per gold set: every extractor's scores, speed and peak RSS, then our modes'
     speed and F1 against trafilatura's default and fast modes."""
-    from tokenmill.curate.html_text import DEFAULT_EXTRACTOR
+    from tokenmill.curate.extract.html_text import DEFAULT_EXTRACTOR
 
     published = PUBLISHED if set_name == "article-extraction-benchmark" else {}
     print(f"\n{set_name}: {len(load_pages(root))} pages")
@@ -229,7 +229,7 @@ def main() -> None:
     print(f"load average at end {os.getloadavg()[0]:.1f}")
 
     if args.long_run:
-        from tokenmill.curate.html_text import DEFAULT_EXTRACTOR
+        from tokenmill.curate.extract.html_text import DEFAULT_EXTRACTOR
 
         print(f"\nmemory over {args.long_run} pages (the 181 pages cycled), {DEFAULT_EXTRACTOR} extractor:")
         alone = in_subprocess("--memory", "in-process", "--long-run", str(args.long_run))

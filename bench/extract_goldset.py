@@ -77,14 +77,14 @@ def gold_text(expected_html: str) -> str:
 
 
 def benchmark_shingles() -> list:
-    from tokenmill.curate.html_text import word_shingles
+    from tokenmill.curate.extract.html_text import word_shingles
 
     truth = json.loads((DATA / "web" / "extraction" / "ground-truth.json").read_text())
     return [set(word_shingles(page["articleBody"])) for page in truth.values()]
 
 
 def assemble(cache: Path) -> dict:
-    from tokenmill.curate.html_text import word_shingles
+    from tokenmill.curate.extract.html_text import word_shingles
 
     others = benchmark_shingles()
     (cache / "html").mkdir(parents=True, exist_ok=True)

@@ -67,7 +67,7 @@ def build_known_blend(
 ) -> dict[str, Path]:
     """Write the four sources (JSONL, about `chars` characters each), the target (JSONL) and a
     recipe mixing the sources under `directory`; returns their paths ("recipe", "target")."""
-    from tokenmill.pipelines.pydocs import iter_documents
+    from tokenmill.curate.python_docs import iter_documents
 
     data = _shared_data() / "corpus"
     directory.mkdir(parents=True, exist_ok=True)

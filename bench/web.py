@@ -135,7 +135,7 @@ def tokenmill_side(files: list[Path], repeat: int, extractor: str, cycles: int) 
     """The stages' own code: `WarcFile` (what ingest runs per archive) feeding each batch to
     `ExtractStage.process` (what the extract stage runs per partition: its checks, then each page
     through its extractor child process), without the Parquet writing between them."""
-    from tokenmill.curate.extract import ExtractStage, _close_processes
+    from tokenmill.curate.extract.stage import ExtractStage, _close_processes
     from tokenmill.curate.webarchive import WarcFile
 
     stage = ExtractStage(extractor=extractor, timeout=PEER_TIMEOUT_S)
@@ -159,8 +159,8 @@ def tokenmill_side(files: list[Path], repeat: int, extractor: str, cycles: int) 
 def extractor_alone(files: list[Path], repeat: int, extractor: str, cycles: int) -> dict[str, float]:
     """The extractor function alone, in this process, on the pages `WarcFile` decodes from the same
     files: the CPU time no pipeline around this extractor can go below."""
-    from tokenmill.curate.extract import is_html_type
-    from tokenmill.curate.html_text import EXTRACTORS
+    from tokenmill.curate.extract.html_text import EXTRACTORS
+    from tokenmill.curate.extract.stage import is_html_type
     from tokenmill.curate.webarchive import WarcFile
 
     pages = []
@@ -188,7 +188,7 @@ def child_start_cpu(extractor: str, repeat: int) -> float:
     """CPU seconds of starting the stage's extractor child (a fresh interpreter importing the
     extractor) and extracting one tiny page: the fixed part of each pass, paid in a real run once
     per worker and per `recycle_after` pages."""
-    from tokenmill.curate.html_text import ExtractorProcess
+    from tokenmill.curate.extract.html_text import ExtractorProcess
 
     seconds = []
     for _ in range(repeat):

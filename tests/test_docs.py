@@ -33,8 +33,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DOC_PAGES = sorted((REPO_ROOT / "docs").glob("*.md"))
 FENCE = re.compile(r"^```(\S*)[^\n]*\n(.*?)^```\s*$", re.M | re.S)
 BLOCK_TIMEOUT_S = 900
-
-pytestmark = pytest.mark.slow
+# A path of the repository's code as the pages name it: from its root, or inside tokenmill/.
+CODE_PATH = re.compile(
+    r"(?<![\w/.])(?:(?:tokenmill|tests|bench)/|(?:curate|tokenize|train|eval|pipelines|infra)/)[\w/]+\.py\b"
+)
 
 
 def shell_blocks(markdown: str) -> list[tuple[int, str]]:
@@ -83,6 +85,7 @@ def readme_workspace(shared_data: Path, tmp_path_factory) -> Path:
     return shared_between_workers(tmp_path_factory, "readme-workspace", build) / "project"
 
 
+@pytest.mark.slow
 def test_readme_blocks_run(readme_workspace: Path) -> None:
     assert (readme_workspace / "work").is_dir()
 
@@ -102,6 +105,7 @@ def test_every_doc_page_has_runnable_blocks() -> None:
                     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", DOC_PAGES, ids=[p.stem for p in DOC_PAGES])
 def test_doc_page_blocks_run(page: Path, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     if not shell_blocks(page.read_text()):
@@ -111,3 +115,15 @@ def test_doc_page_blocks_run(page: Path, request: pytest.FixtureRequest, tmp_pat
     shutil.copytree(readme_workspace, workspace, symlinks=True)
     (tmp_path / "shared").symlink_to(readme_workspace.parent / "shared", target_is_directory=True)
     run_page(page, workspace)
+
+
+def test_every_file_the_pages_name_exists() -> None:
+    """A module, test or benchmark the pages name by its path is there (a path inside the
+    package, `curate/stage.py`, is read under tokenmill/): a moved module leaves no page behind."""
+    missing = []
+    for page in [REPO_ROOT / "README.md", *DOC_PAGES]:
+        for match in CODE_PATH.finditer(page.read_text()):
+            path = match.group(0)
+            if not (REPO_ROOT / path).exists() and not (REPO_ROOT / "tokenmill" / path).exists():
+                missing.append(f"{page.name}: {path}")
+    assert not missing, missing

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 
 from tokenmill.errors import TokenmillError
-from tokenmill.infra.faults import disk_full_error, is_disk_full
+from tokenmill.infra.machine_faults import disk_full_error, is_disk_full
 from tokenmill.infra.storage import redact
 from tokenmill.logs import configure_logging
 

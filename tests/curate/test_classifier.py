@@ -12,9 +12,10 @@ import pytest
 
 from tokenmill.cli import main
 from tokenmill.curate.classifier import ClassifyStage, pareto_draws, train_classifier
-from tokenmill.curate.documents import read_manifest, write_documents
+from tokenmill.curate.documents import write_documents
 from tokenmill.curate.stage import run_stage
 from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.infra.document_dirs import read_manifest
 
 
 def paragraphs(corpus, split: str, limit: int) -> list[str]:

@@ -4,10 +4,14 @@ hand-computed cases and the default extractor's F1 on the benchmark's pages."""
 
 from __future__ import annotations
 
+import ast
 import gzip
 import html as html_lib
 import json
+import os
 import re
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -15,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tokenmill.curate.extract import ExtractStage
-from tokenmill.curate.html_text import (
+import tokenmill
+from tokenmill.curate.extract.html_text import (
     DEFAULT_EXTRACTOR,
     ExtractorProcess,
     extract_page,
@@ -24,12 +28,16 @@ from tokenmill.curate.html_text import (
     page_match,
     page_title,
 )
+from tokenmill.curate.extract.stage import ExtractStage
 from tokenmill.curate.stage import run_stage
 from tokenmill.errors import ConfigError
 
 # Measured on the 181 pages: lean 0.962 (bench/results/extract.txt); the floor leaves room for
 # library updates, well above resiliparse (0.898) and jusText (0.804).
 DEFAULT_F1_FLOOR = 0.95
+
+# A page whose main text any extractor finds.
+ARTICLE_PAGE = "<html><head><title>T</title></head><body><article><p>" + "A sentence of text. " * 40 + "</p></article>"
 
 
 def benchmark_pages(shared_data: Path, limit: int | None = None) -> list[tuple[str, str, dict]]:
@@ -196,15 +204,14 @@ def test_a_page_that_stalls_the_extractor_is_killed_and_the_next_page_extracts(s
 
 def test_the_child_is_recycled_and_a_crash_is_one_rejection():
     process = ExtractorProcess("resiliparse", timeout=20, recycle_after=3)
-    page = "<html><head><title>T</title></head><body><article><p>" + "A sentence of text. " * 40 + "</p></article>"
     try:
-        answers = [process.extract(page) for _ in range(7)]
+        answers = [process.extract(ARTICLE_PAGE) for _ in range(7)]
         assert all(a[0] == "ok" and a[1] == "T" and "A sentence of text." in a[2] for a in answers)
         assert process.started == 3  # pages 1-3, 4-6, 7
         process._child.kill()  # the child dies (a segfault in a C parser looks the same)
         process._child.wait()
-        assert process.extract(page)[0] == "extract.error"
-        assert process.extract(page)[0] == "ok"
+        assert process.extract(ARTICLE_PAGE)[0] == "extract.error"
+        assert process.extract(ARTICLE_PAGE)[0] == "ok"
     finally:
         process.close()
 
@@ -213,9 +220,8 @@ def test_a_new_childs_start_up_is_not_counted_against_the_page():
     # recycle_after=1: every page goes to a new child, whose Python start and trafilatura import
     # take far longer than the 0.25 s limit; extracting the short page itself takes milliseconds.
     process = ExtractorProcess("lean", timeout=0.25, recycle_after=1)
-    page = "<html><head><title>T</title></head><body><article><p>" + "A sentence of text. " * 40 + "</p></article>"
     try:
-        answers = [process.extract(page) for _ in range(2)]
+        answers = [process.extract(ARTICLE_PAGE) for _ in range(2)]
     finally:
         process.close()
     assert [a[0] for a in answers] == ["ok", "ok"], answers
@@ -302,7 +308,7 @@ def five_pages(directory: Path) -> Path:
 
 def test_lean_under_an_unproven_release_warns_once_and_extracts_with_trafilatura(tmp_path, monkeypatch, capsys):
     from tokenmill.cli import main
-    from tokenmill.curate import html_text
+    from tokenmill.curate.extract import html_text
 
     # What the gate sees after an upgrade of trafilatura: installed, a release lean was not proven on.
     monkeypatch.setitem(html_text.LEAN_PROVEN_VERSIONS, "trafilatura", "1.0.0")
@@ -345,3 +351,37 @@ def test_an_extractor_that_cannot_start_stops_the_stage_in_one_line(tmp_path, mo
         f" 'trafilatura.main_extractor' ({Path(__import__('trafilatura').__file__).parent / 'main_extractor.py'})"
     ], err
     assert not output.exists()
+
+
+def test_the_trafilatura_extractor_reads_no_private_name():
+    """trafilatura's own extractor, lean's fallback under a release lean was not proven on,
+    loads none of the private names lean reads, which such a release may have dropped."""
+    code = (
+        "from tokenmill.curate.extract import html_text, reference\n"
+        f"assert 'A sentence of text.' in html_text.EXTRACTORS['trafilatura']({ARTICLE_PAGE!r})\n"
+        "print(sorted(set(reference._INTERNALS) & set(vars(reference))))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]"
+
+
+def test_trafilatura_and_justext_are_imported_by_one_module():
+    """Every import of trafilatura or jusText in tokenmill is in curate/extract/reference.py, so
+    the names a new release may drop are listed in one place."""
+    package = Path(tokenmill.__file__).parent
+    importers = set()
+    for path in package.rglob("*.py"):
+        source = path.read_text()
+        if "trafilatura" not in source and "justext" not in source:
+            continue  # parsing only the modules that name them keeps this fast
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules = [node.module or ""]
+            else:
+                continue
+            if any(module.split(".")[0] in ("trafilatura", "justext") for module in modules):
+                importers.add(path.relative_to(package).as_posix())
+    assert importers == {"curate/extract/reference.py"}

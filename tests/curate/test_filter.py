@@ -7,10 +7,11 @@ import re
 import pandas as pd
 import pytest
 
-from tokenmill.curate.documents import read_manifest, write_documents
+from tokenmill.curate.documents import write_documents
 from tokenmill.curate.filter import FilterStage
 from tokenmill.curate.stage import run_stage
 from tokenmill.errors import ConfigError
+from tokenmill.infra.document_dirs import read_manifest
 
 GOOD = (
     "The river runs past the old stone house and the green fields that have been farmed with care for many years.\n"

@@ -13,8 +13,8 @@ import zstandard
 
 from tokenmill.cli import main
 from tokenmill.curate import ingest as ingest_module
-from tokenmill.curate.documents import read_manifest, resolve_input_files
 from tokenmill.curate.ingest import ingest
+from tokenmill.infra.document_dirs import read_manifest, resolve_input_files
 
 GOOD = [
     {"text": "The first good document.", "meta": 1},

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from tokenmill.curate.documents import read_manifest
+from tokenmill.infra.document_dirs import read_manifest
 
 
 def tokenmill(*args: str) -> subprocess.CompletedProcess:

@@ -33,7 +33,7 @@ from trafilatura.settings import BASIC_CLEAN_XPATH
 from trafilatura.utils import remove_control_characters, trim
 from trafilatura.xml import delete_element, xmltotxt
 
-from tokenmill.curate.lean_html import (
+from tokenmill.curate.extract.lean_html import (
     DROPPED_TAGS,
     OPTIONS,
     SCRIPT_TAGS,
@@ -55,8 +55,8 @@ from tokenmill.curate.lean_html import (
     readability_reach,
     section_matches,
 )
-from tokenmill.curate.lean_readability import element_text_length
-from tokenmill.curate.lean_stages import (
+from tokenmill.curate.extract.lean_readability import element_text_length
+from tokenmill.curate.extract.lean_stages import (
     LINK_DENSITY_PASSES,
     classify_paragraphs,
     collapsed_length,
@@ -73,7 +73,7 @@ from tokenmill.curate.lean_stages import (
     tree_cleaning,
     xml_text,
 )
-from tokenmill.curate.lean_stages import (
+from tokenmill.curate.extract.lean_stages import (
     convert_tags as lean_convert_tags,
 )
 

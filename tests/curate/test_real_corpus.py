@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 
 from tokenmill.cli import main
-from tokenmill.curate.documents import read_manifest
 from tokenmill.curate.ingest import ingest
 from tokenmill.curate.langid import LangIdStage
 from tokenmill.curate.normalize import NormalizeStage
 from tokenmill.curate.stage import run_stage
+from tokenmill.infra.document_dirs import read_manifest
 
 WIKITEXT_ARTICLE = r"^(?= = [^=])"
 

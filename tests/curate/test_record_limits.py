@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from test_ingest import read_dir
 from test_ingest_web import http_response, page, warc_record
 
-from tokenmill.curate.documents import read_manifest
+from tokenmill.infra.document_dirs import read_manifest
 
 MB = 1024 * 1024
 LIMIT = str(MB)

@@ -281,8 +281,8 @@ def test_real_crawl_urls(shared_data, tmp_path, dask_client):
 
 
 def test_an_edited_list_reruns_the_recipe_step(tmp_path):
-    from tokenmill.pipelines.plan import build_plan
     from tokenmill.pipelines.recipe import load_recipe
+    from tokenmill.pipelines.step_graph import build_plan
 
     (tmp_path / "a.jsonl").write_text('{"text": "hello"}\n')
     blocklist = tmp_path / "lists" / "spam.txt"

@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-from tokenmill.curate.documents import read_manifest
 from tokenmill.curate.normalize import detokenize_wikitext
+from tokenmill.infra.document_dirs import read_manifest
 
 
 def test_detokenize_wikitext_lines():

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tokenmill.errors import TokenmillError
-from tokenmill.pipelines.plan import build_plan, select
 from tokenmill.pipelines.recipe import RecipeError, load_recipe, parse_recipe
 from tokenmill.pipelines.runner import format_plan
+from tokenmill.pipelines.step_graph import build_plan, select
 from tokenmill.pipelines.steps import blend_weights
 
 REPO = Path(__file__).resolve().parents[2]
@@ -381,7 +381,7 @@ def test_bundled_recipes_run_by_name_from_any_directory(tmp_path, monkeypatch, c
 
 
 def test_train_config_may_name_a_bundled_config(tmp_path, corpus):
-    from tokenmill.pipelines.layout import describe_layout
+    from tokenmill.pipelines.dry_run_training import describe_layout
     from tokenmill.recipes import bundled_recipes
 
     path = tmp_path / "r.yaml"

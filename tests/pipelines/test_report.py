@@ -13,9 +13,9 @@ from pipeline_outputs import assert_blend_table_is_the_draw
 from shard_writing import add_each
 
 from tokenmill.pipelines.context import Context
-from tokenmill.pipelines.plan import StepRef, build_plan
 from tokenmill.pipelines.recipe import load_recipe
 from tokenmill.pipelines.report import train_config, write_report
+from tokenmill.pipelines.step_graph import StepRef, build_plan
 from tokenmill.pipelines.steps import RUNNERS
 from tokenmill.tokenize.indexed import IndexedDatasetWriter
 from tokenmill.train.config import apply_overrides, config_from_dict

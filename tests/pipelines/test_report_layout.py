@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tokenmill.pipelines.plan import build_plan
 from tokenmill.pipelines.recipe import load_recipe
 from tokenmill.pipelines.report import number_cell, write_report
+from tokenmill.pipelines.step_graph import build_plan
 from tokenmill.pipelines.svg import (
     ASCENT_EM,
     DESCENT_EM,

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from tokenmill.curate.documents import read_documents
-from tokenmill.curate.extract import ExtractStage
+from tokenmill.curate.extract.stage import ExtractStage
 from tokenmill.curate.ingest import ingest
 from tokenmill.curate.stage import run_stage
 from tokenmill.infra import storage

@@ -132,7 +132,7 @@ def test_a_reencode_removes_the_old_metadata_before_the_new_files_appear(
 
 
 def test_parts_of_another_tokenizer_are_not_reused(small_wiki_docs, wiki_tokenizer, dask_client, tmp_path):
-    from tokenmill.curate.documents import resolve_input_files
+    from tokenmill.infra.document_dirs import resolve_input_files
     from tokenmill.tokenize.encode import EncodeSettings, encode_partition, plan_partitions, work_dir_for
 
     other = tmp_path / "other.json"

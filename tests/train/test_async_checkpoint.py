@@ -18,7 +18,7 @@ import tokenmill.train.checkpoint as checkpoint
 from tokenmill.train.checkpoint import load_for_inference
 from tokenmill.train.checkpoint_files import list_checkpoints
 from tokenmill.train.config import config_from_dict
-from tokenmill.train.faults import FAULT_ENV, parse_fault
+from tokenmill.train.fault_injection import FAULT_ENV, parse_fault
 from tokenmill.train.loop import train
 from tokenmill.train.metrics import read_metrics
 

@@ -8,7 +8,7 @@
 - a rank stopped with SIGSTOP ends the job within `parallel.collective_timeout`, with an
   error naming the waiting rank and its operation, and the stopped rank named and killed.
 
-The faults are injected at a precise step by TOKENMILL_FAULT (tokenmill.train.faults)."""
+The faults are injected at a precise step by TOKENMILL_FAULT (tokenmill.train.fault_injection)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from tokenmill.train.config import config_from_dict
-from tokenmill.train.faults import FAULT_ENV
+from tokenmill.train.fault_injection import FAULT_ENV
 from tokenmill.train.loop import train
 from tokenmill.train.metrics import read_metrics
 

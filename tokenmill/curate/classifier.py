@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
-from tokenmill.curate.documents import input_list, read_documents, resolve_input_files
+from tokenmill.curate.documents import read_documents
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import Batch, StageOptions, reject
 from tokenmill.curate.text import single_line
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import storage
 from tokenmill.infra.atomic import atomic_path, atomic_write_text
+from tokenmill.infra.document_dirs import input_list, resolve_input_files
 from tokenmill.infra.outputs import OutputKind, claim_output
 
 if TYPE_CHECKING:

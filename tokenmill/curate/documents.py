@@ -1,9 +1,9 @@
-"""The document format shared by every stage: directories of Parquet files.
+"""One Parquet file of documents read into and written from pandas, with stable column types.
 
 Required columns: `id` (unique, stable across re-runs), `text`, `source`. Every other column is
 metadata that stages add and keep. Rejected documents carry the same columns plus `reason`.
 The directory contract itself (columns, stage layout, input resolution) is in
-`tokenmill.infra.document_dirs`, which tokenization reads too; this module reads and writes frames.
+`tokenmill.infra.document_dirs`, which tokenization reads too, and is imported from there only.
 """
 
 from __future__ import annotations
@@ -13,17 +13,7 @@ from typing import TYPE_CHECKING
 
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
-from tokenmill.infra.document_dirs import (  # noqa: F401  (the contract, re-exported for the stages)
-    KEPT_DIR,
-    MANIFEST_FILE,
-    REJECTED_DIR,
-    REQUIRED_COLUMNS,
-    check_document_columns,
-    input_list,
-    read_manifest,
-    resolve_input_files,
-    upstream_manifest,
-)
+from tokenmill.infra.document_dirs import check_document_columns
 
 if TYPE_CHECKING:
     import pandas as pd

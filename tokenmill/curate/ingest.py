@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from tokenmill.curate import limits, webarchive
-from tokenmill.curate.documents import input_list
 from tokenmill.curate.registry import Stage, option
 from tokenmill.curate.stage import Batch, DocumentBatcher, StageOptions, run_stage
 from tokenmill.curate.text import decode_replacing
 from tokenmill.errors import TokenmillError
 from tokenmill.infra import storage
+from tokenmill.infra.document_dirs import input_list
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pyarrow.dataset as ds
 
-from tokenmill.curate.documents import KEPT_DIR, REJECTED_DIR, read_manifest
 from tokenmill.curate.registry import all_reasons
 from tokenmill.infra import storage
+from tokenmill.infra.document_dirs import KEPT_DIR, REJECTED_DIR, read_manifest
 
 
 def _samples(directory: Path | str, reason: str | None, n: int, chars: int) -> list[dict[str, Any]]:

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 STAGE_MODULES = (
     "tokenmill.curate.fetch",
     "tokenmill.curate.ingest",
-    "tokenmill.curate.extract",
+    "tokenmill.curate.extract.stage",
     "tokenmill.curate.normalize",
     "tokenmill.curate.langid",
     "tokenmill.curate.url_filter",

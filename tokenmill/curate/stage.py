@@ -25,20 +25,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tokenmill import __version__
 from tokenmill.curate import resume
-from tokenmill.curate.documents import (
+from tokenmill.curate.documents import read_documents, write_documents
+from tokenmill.infra import machine_faults, storage
+from tokenmill.infra.atomic import remove_leftovers_in, replace_dir
+from tokenmill.infra.cluster import client_or_new, external_scheduler, submit_and_collect
+from tokenmill.infra.document_dirs import (
     KEPT_DIR,
     MANIFEST_FILE,
     REJECTED_DIR,
     check_document_columns,
     input_list,
-    read_documents,
     resolve_input_files,
     upstream_manifest,
-    write_documents,
 )
-from tokenmill.infra import faults, storage
-from tokenmill.infra.atomic import remove_leftovers_in, replace_dir
-from tokenmill.infra.cluster import client_or_new, external_scheduler, submit_and_collect
 from tokenmill.infra.outputs import OutputKind, claim_output
 
 if TYPE_CHECKING:
@@ -314,7 +313,7 @@ def run_tasks(
         # Finished partitions stay for a rerun to resume; a run that finished none leaves nothing.
         if tmp_dir is not None:
             _discard_unfinished(tmp_dir, len(tasks), remote)
-        fault = faults.as_user_error(
+        fault = machine_faults.as_user_error(
             error,
             what or f"curate {stage_name}",
             str(output),
@@ -400,7 +399,7 @@ def _discard_unfinished(tmp_dir: Any, n_tasks: int, remote: bool) -> None:
 def _kept_for_rerun(tmp_dir: Any, n_tasks: int, also_kept: Callable[[], str | None] | None) -> str:
     """What a rerun resumes, in words: the records left on disk, and the caller's own checkpoints."""
     finished = len(_finished_records(tmp_dir, n_tasks)) if tmp_dir is not None else 0
-    kept_partitions = faults.partitions_kept(finished, n_tasks, tmp_dir if finished else None)
+    kept_partitions = machine_faults.partitions_kept(finished, n_tasks, tmp_dir if finished else None)
     return "; ".join(filter(None, (kept_partitions, also_kept() if also_kept else None)))
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenmill.curate import limits
-from tokenmill.curate.html_text import HTML_TYPES
+from tokenmill.curate.extract.html_text import HTML_TYPES
 from tokenmill.curate.stage import Batch, DocumentBatcher
 from tokenmill.curate.text import decode_replacing
 from tokenmill.infra import storage

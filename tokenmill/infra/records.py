@@ -13,7 +13,7 @@ The same records serve
 - a curate stage's partitions (`curate/resume.py`: `.tasks/task-NNNNN.json` with the counts;
   the key is in the name of the stage's partial directory),
 - dedup's phases (`curate/dedup/work.py`: `config.json` with the key, `<phase>.done`),
-- a recipe's steps (`pipelines/plan.py`: `.state/<step>.json` with the step's fingerprint).
+- a recipe's steps (`pipelines/step_graph.py`: `.state/<step>.json` with the step's fingerprint).
 """
 
 from __future__ import annotations

@@ -30,7 +30,6 @@ from typing import Any
 import yaml
 
 from tokenmill.errors import ConfigError
-from tokenmill.pipelines.plan import build_plan, is_fresh, state_path
 from tokenmill.pipelines.proxies import (
     ProxyJob,
     TokenizedData,
@@ -42,6 +41,7 @@ from tokenmill.pipelines.proxies import (
     tokenize_recipe,
 )
 from tokenmill.pipelines.recipe import Recipe, parse_recipe
+from tokenmill.pipelines.step_graph import build_plan, is_fresh, state_path
 
 log = logging.getLogger(__name__)
 

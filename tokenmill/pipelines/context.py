@@ -7,8 +7,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from tokenmill.pipelines.plan import Step
 from tokenmill.pipelines.recipe import Recipe
+from tokenmill.pipelines.step_graph import Step
 from tokenmill.pipelines.workdir import RemoteWorkdir
 
 

@@ -15,7 +15,7 @@ from tokenmill.eval.results import markdown_table
 from tokenmill.eval.tasks import MissingDataError
 from tokenmill.infra.atomic import atomic_dir
 from tokenmill.infra.cpu import set_torch_threads
-from tokenmill.pipelines.plan import StepRef
+from tokenmill.pipelines.step_graph import StepRef
 
 log = logging.getLogger(__name__)
 

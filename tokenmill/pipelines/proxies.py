@@ -27,9 +27,9 @@ from typing import Any
 from tokenmill import __version__
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.infra import records
-from tokenmill.pipelines.plan import StepRef, build_plan
 from tokenmill.pipelines.recipe import Recipe
 from tokenmill.pipelines.report import train_split_tokens
+from tokenmill.pipelines.step_graph import StepRef, build_plan
 from tokenmill.pipelines.steps import blend_weights
 from tokenmill.tokenize import DEFAULT_SPLIT
 

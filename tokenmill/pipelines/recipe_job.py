@@ -34,8 +34,8 @@ from tokenmill.infra.slurm import (
 )
 from tokenmill.infra.slurm_options import slurm_overrides
 from tokenmill.infra.tls import CA_FILE, CERT_FILE, KEY_FILE
-from tokenmill.pipelines.plan import build_plan, select
 from tokenmill.pipelines.schema import Recipe
+from tokenmill.pipelines.step_graph import build_plan, select
 from tokenmill.train.stop import STOP_FILE, STOPPED_EXIT
 
 

@@ -23,8 +23,8 @@ from typing import Any
 from tokenmill import __version__
 from tokenmill.eval.results import RESULT_COLUMNS, result_cells
 from tokenmill.infra.atomic import atomic_write_text, read_json
-from tokenmill.pipelines.plan import Step, read_state
 from tokenmill.pipelines.recipe import Recipe
+from tokenmill.pipelines.step_graph import Step, read_state
 from tokenmill.pipelines.svg import bar_chart, histogram, line_chart
 
 SECTIONS = (

@@ -20,11 +20,12 @@ from typing import Any
 
 from tokenmill import __version__
 from tokenmill.errors import DiskFullError, TokenmillError
-from tokenmill.infra import faults, records, storage
+from tokenmill.infra import machine_faults, records, storage
 from tokenmill.infra.atomic import atomic_write_text, remove_leftovers
 from tokenmill.infra.outputs import check_output
 from tokenmill.pipelines.context import Context
-from tokenmill.pipelines.plan import (
+from tokenmill.pipelines.recipe import Recipe
+from tokenmill.pipelines.step_graph import (
     STATE_DIR,
     Selection,
     Step,
@@ -35,7 +36,6 @@ from tokenmill.pipelines.plan import (
     select,
     state_path,
 )
-from tokenmill.pipelines.recipe import Recipe
 from tokenmill.pipelines.steps import RUNNERS, summarise
 from tokenmill.pipelines.workdir import WORKDIR_OUTPUT, RemoteWorkdir, WorkdirLock, default_workdir, resolve_workdir
 
@@ -70,7 +70,7 @@ def _remove_leftovers(step: Step) -> None:
 def _disk_full_is_an_error(what: str, workdir: Path) -> Iterator[None]:
     """A full disk (here or in a Dask worker) as one line: every output is published atomically,
     so what earlier steps finished is intact and a re-run after freeing space resumes; a stage
-    that met it says which of its partitions are kept (`tokenmill.infra.faults`)."""
+    that met it says which of its partitions are kept (`tokenmill.infra.machine_faults`)."""
     intact = "finished steps and previous outputs are intact"
     hint = f"free space under {workdir} and run again to resume"
     try:
@@ -78,7 +78,7 @@ def _disk_full_is_an_error(what: str, workdir: Path) -> Iterator[None]:
     except DiskFullError as error:
         raise DiskFullError(what, error.target, "; ".join(filter(None, (error.kept, intact))), hint) from error
     except OSError as error:
-        if not faults.is_disk_full(error):
+        if not machine_faults.is_disk_full(error):
             raise
         raise DiskFullError(what, error.filename, intact, hint) from error
 
@@ -303,7 +303,7 @@ def format_plan(
             lines.append(f"       in:  {item}")
         lines.append(f"       out: {step.output}")
     if recipe.train is not None:
-        from tokenmill.pipelines.layout import describe_layout
+        from tokenmill.pipelines.dry_run_training import describe_layout
 
         lines += ["", *describe_layout(recipe)]
     return "\n".join(lines)

@@ -28,7 +28,7 @@ class _Strict(BaseModel):
 
 class Source(_Strict):
     """One raw corpus. `path` is relative to the recipe file; `python-docs` needs none (the
-    corpus is assembled from the running Python installation, see `pydocs.py`)."""
+    corpus is assembled from the running Python installation, see `curate/python_docs.py`)."""
 
     name: str = Field(pattern=NAME_PATTERN)
     path: str | list[str] | None = None

@@ -13,7 +13,7 @@ from typing import Any
 from tokenmill.errors import TokenmillError
 from tokenmill.infra.atomic import atomic_dir
 from tokenmill.pipelines.context import Context
-from tokenmill.pipelines.plan import Step, StepRef, classifier_model_path
+from tokenmill.pipelines.step_graph import Step, StepRef, classifier_model_path
 from tokenmill.pipelines.training import run_training
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ def _ingest(ctx: Context, step: Step) -> dict[str, Any]:
     source = ctx.recipe.source(step.source or "")
     extra: dict[str, Any] = {}
     if source.format == "python-docs":
-        from tokenmill.pipelines.pydocs import build_corpus
+        from tokenmill.curate.python_docs import build_corpus
 
         corpus = ctx.workdir / "sources" / source.name / "corpus.jsonl"
         log.info(f"  assembling the python-docs corpus -> {corpus}")

@@ -20,7 +20,7 @@ import yaml
 from tokenmill.errors import TokenmillError
 from tokenmill.infra.atomic import atomic_write_text
 from tokenmill.pipelines.context import Context
-from tokenmill.pipelines.plan import Step, StepRef
+from tokenmill.pipelines.step_graph import Step, StepRef
 from tokenmill.train.metrics import read_metrics
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from tokenmill.infra import storage
 from tokenmill.infra.lock import PidLock
 from tokenmill.infra.outputs import OutputKind, RemoteLock
 from tokenmill.infra.slurm import SLURM_DIR
-from tokenmill.pipelines.plan import STATE_DIR, Step, state_path
 from tokenmill.pipelines.recipe import Recipe
+from tokenmill.pipelines.step_graph import STATE_DIR, Step, state_path
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from tokenmill import __version__
 from tokenmill.errors import TokenmillError
-from tokenmill.infra import faults, records, storage
+from tokenmill.infra import machine_faults, records, storage
 from tokenmill.infra.cluster import client_or_new, external_scheduler, submit_and_collect
 from tokenmill.infra.document_dirs import check_document_columns, input_list, resolve_input_files, upstream_manifest
 from tokenmill.infra.outputs import OutputKind, claim_output
@@ -385,9 +385,9 @@ def _encode_documents(
     def kept() -> str:
         # Asked once encoding has stopped: the part markers say what a rerun reuses.
         done = _finished_partitions(partitions, settings) if settings is not None else 0
-        return faults.partitions_kept(done, len(partitions), parts_dir if done else None)
+        return machine_faults.partitions_kept(done, len(partitions), parts_dir if done else None)
 
-    with faults.reported_faults(
+    with machine_faults.reported_faults(
         "tokenize encode", remote or str(prefix), kept, lambda: address[0] if address else None
     ):
         with client_or_new(client, scheduler, workers) as dask:

@@ -42,7 +42,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
 from tokenmill.errors import DiskFullError, TokenmillError
-from tokenmill.infra import faults
+from tokenmill.infra import machine_faults
 from tokenmill.infra.atomic import atomic_write_text, fsync_dir, remove_leftovers, replace_dir, temp_sibling
 from tokenmill.train.checkpoint_files import (
     FORMAT_VERSION,
@@ -57,7 +57,7 @@ from tokenmill.train.checkpoint_files import (
     resolve_checkpoint,
 )
 from tokenmill.train.checkpoint_metadata import MetadataReader
-from tokenmill.train.faults import inject
+from tokenmill.train.fault_injection import inject
 from tokenmill.train.model import GPT
 from tokenmill.train.model_config import ModelConfig
 
@@ -165,7 +165,7 @@ def _disk_full_is_an_error(run_dir: str | Path, step: int) -> Iterator[None]:
         yield
     except BaseException as error:  # DCP wraps a writer's error in its own, a BaseException
         root = _paths(run_dir, step)[0]
-        if isinstance(error, TokenmillError | KeyboardInterrupt | SystemExit) or not faults.is_disk_full(
+        if isinstance(error, TokenmillError | KeyboardInterrupt | SystemExit) or not machine_faults.is_disk_full(
             error, where=root
         ):
             raise

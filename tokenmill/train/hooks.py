@@ -25,7 +25,7 @@ from tokenmill.train.checkpoint import AsyncCheckpointer, rng_state, save_checkp
 from tokenmill.train.checkpoint_files import RemoteRun
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.engine import Engine
-from tokenmill.train.faults import inject
+from tokenmill.train.fault_injection import inject
 from tokenmill.train.metrics import MetricsLogger, format_record, peak_flops, peak_memory_bytes
 from tokenmill.train.stop import StopRequest
 
@@ -262,7 +262,7 @@ class Stop(Hook):
 
 
 class Faults(Hook):
-    """The fault asked for by ``TOKENMILL_FAULT`` at ``step=N`` (`train/faults.py`)."""
+    """The fault asked for by ``TOKENMILL_FAULT`` at ``step=N`` (`train/fault_injection.py`)."""
 
     def after_step(self, end: StepEnd) -> None:
         inject("step", end.step)

@@ -39,13 +39,13 @@ from tokenmill.curate.dedup.work import (
     write_parquet_atomic,
     write_partitions,
 )
-from tokenmill.curate.documents import check_document_columns, input_list, resolve_input_files, upstream_manifest
 from tokenmill.curate.registry import phases_text
 from tokenmill.curate.stage import STAGE_OUTPUT, Batch, reject, run_tasks
 from tokenmill.errors import ConfigError, TokenmillError
-from tokenmill.infra import faults, records, storage
+from tokenmill.infra import machine_faults, records, storage
 from tokenmill.infra.atomic import atomic_write_text
 from tokenmill.infra.cluster import client_or_new, external_scheduler, submit_and_collect
+from tokenmill.infra.document_dirs import check_document_columns, input_list, resolve_input_files, upstream_manifest
 from tokenmill.infra.outputs import OutputKind, claim_output
 
 log = logging.getLogger(__name__)
@@ -597,7 +597,7 @@ def _run_dedup(
     run = _DedupRun(config, files, view.files, progress)
     address: list[str] = []
     with (
-        faults.reported_faults(
+        machine_faults.reported_faults(
             lambda: f"curate dedup {run.phase}".rstrip(),
             str(output),
             lambda: run.phases_kept() or "no phase had finished",

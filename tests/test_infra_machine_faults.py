@@ -1,4 +1,4 @@
-"""Faults in one line (tokenmill.infra.faults): a full disk however it arrives (errno, pyarrow's
+"""Faults in one line (tokenmill.infra.machine_faults): a full disk however it arrives (errno, pyarrow's
 message without one, a worker's error re-raised in the client), a lost scheduler told apart from
 one that still listens, and the CLI's one line for a full disk met anywhere else."""
 
@@ -14,7 +14,7 @@ from distributed.comm.core import CommClosedError
 
 from tokenmill.cli import main
 from tokenmill.errors import TEMPFAIL_EXIT, DiskFullError, SchedulerLostError
-from tokenmill.infra.faults import as_user_error, is_disk_full
+from tokenmill.infra.machine_faults import as_user_error, is_disk_full
 
 NO_SPACE = OSError(errno.ENOSPC, "No space left on device", "/data/out/part-0.parquet")
 

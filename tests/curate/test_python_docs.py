@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tokenmill.pipelines.pydocs import MIN_CHARS, build_corpus, iter_documents
+from tokenmill.curate.python_docs import MIN_CHARS, build_corpus, iter_documents
 
 
 def test_corpus_is_deterministic_and_has_every_kind(tmp_path):

@@ -17,7 +17,7 @@ Extractors (`EXTRACTORS`):
   with comments dropped, the subtrees that trafilatura discards anyway (scripts, styles,
   navigation, footers, asides, forms' widgets, embedded media) stripped in C by
   `lxml.etree.strip_elements`, then trafilatura's passes run on that smaller tree with its
-  attribute rules matched in Python instead of XPath (tokenmill/curate/lean_html.py); the
+  attribute rules matched in Python instead of XPath (tokenmill/curate/extract/lean_html.py); the
   comparison with readability and jusText, the baseline and the recall retry run on the page
   parsed again, unstripped, and only where a bound shows they can change the result.
 - `lean-fast`: the same for trafilatura's fast mode (no readability and jusText comparison).
@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tokenmill.curate.html_text import (
+from tokenmill.curate.extract.html_text import (
     DEFAULT_EXTRACTOR,
     EXTRACTORS,
     HTML_TYPES,

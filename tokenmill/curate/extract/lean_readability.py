@@ -12,21 +12,21 @@ from collections import Counter
 from typing import Any
 
 from lxml import etree
-from trafilatura.readability_lxml import (
+
+from tokenmill.curate.extract.lean_stages import collapsed_length, collapsed_length_below
+from tokenmill.curate.extract.reference import (
     DIV_TO_P_PREFIXES,
     LIST_TAGS,
-    REGEXES,
+    READABILITY_REGEXES,
     TAG_SCORES,
     Candidate,
     Document,
     text_length,
 )
 
-from tokenmill.curate.lean_stages import collapsed_length, collapsed_length_below
-
-_NEGATIVE = REGEXES["negativeRe"]
-_POSITIVE = REGEXES["positiveRe"]
-_VIDEO = REGEXES["videoRe"]
+_NEGATIVE = READABILITY_REGEXES["negativeRe"]
+_POSITIVE = READABILITY_REGEXES["positiveRe"]
+_VIDEO = READABILITY_REGEXES["videoRe"]
 # the same patterns for lowercase ASCII (they are lowercase ASCII literals)
 _NEGATIVE_LOWER = re.compile(_NEGATIVE.pattern)
 _POSITIVE_LOWER = re.compile(_POSITIVE.pattern)

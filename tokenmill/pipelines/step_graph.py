@@ -127,7 +127,7 @@ def _source_steps(recipe: Recipe, workdir: Path, source: Source) -> list[Step]:
 
 
 def _ingest_step(recipe: Recipe, workdir: Path, source: Source) -> Step:
-    from tokenmill.pipelines.pydocs import installation_fingerprint
+    from tokenmill.curate.python_docs import installation_fingerprint
 
     config = source.model_dump(exclude={"path"})
     if source.format == "python-docs":

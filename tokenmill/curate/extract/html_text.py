@@ -2,7 +2,7 @@
 a child process that extracts under a time limit, and the article-extraction benchmark's metric.
 
 This module imports no data-frame library, so the extractor child starts fast; the `extract`
-curate stage (tokenmill/curate/extract.py) is built on it.
+curate stage (tokenmill/curate/extract/stage.py) is built on it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tokenmill.curate.extract.reference import trafilatura_text
 from tokenmill.errors import TokenmillError
 
 # The MIME types of HTML pages: what a web archive keeps as a page and `extract` extracts.
@@ -30,23 +31,17 @@ HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", "application/vnd.w
 # Extractors: html -> main text (None or "" when the page has none). They run in the child.
 
 
-def _trafilatura(html: str) -> str | None:
-    import trafilatura
-
-    return trafilatura.extract(html, include_comments=False)
-
-
 def _lean(html: str) -> str | None:
     # trafilatura's default path with its XPath rules matched in Python, its readability and
-    # jusText comparison run only where it can change the result (tokenmill/curate/lean_html.py)
-    from tokenmill.curate.lean_html import extract_text
+    # jusText comparison run only where it can change the result (tokenmill/curate/extract/lean_html.py)
+    from tokenmill.curate.extract.lean_html import extract_text
 
     return extract_text(html)
 
 
 def _lean_fast(html: str) -> str | None:
     # trafilatura's fast mode (no readability and jusText comparison), the same way
-    from tokenmill.curate.lean_html import extract_text
+    from tokenmill.curate.extract.lean_html import extract_text
 
     return extract_text(html, fast=True)
 
@@ -73,7 +68,7 @@ def _resiliparse(html: str) -> str | None:
 EXTRACTORS: dict[str, Callable[[str], str | None]] = {
     "lean": _lean,
     "lean-fast": _lean_fast,
-    "trafilatura": _trafilatura,
+    "trafilatura": trafilatura_text,
     "resiliparse": _resiliparse,
 }
 DEFAULT_EXTRACTOR = "lean"
@@ -272,7 +267,7 @@ class ExtractorProcess:
     def _start(self) -> subprocess.Popen:
         # The child imports tokenmill from wherever this process does.
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        code = "import sys; from tokenmill.curate.html_text import serve_child; serve_child(sys.argv[1])"
+        code = "import sys; from tokenmill.curate.extract.html_text import serve_child; serve_child(sys.argv[1])"
         child = subprocess.Popen(
             [sys.executable, "-c", code, self.extractor],
             stdin=subprocess.PIPE,

@@ -27,47 +27,9 @@ from typing import Any
 from lxml import etree
 from lxml import html as lxml_html
 from lxml.etree import Element, strip_elements, strip_tags, tostring
-from trafilatura import xpaths as trafilatura_xpaths
-from trafilatura.baseline import _BLOCK_ELEMS as BASELINE_BLOCK_ELEMS
-from trafilatura.baseline import baseline
-from trafilatura.core import (
-    ESCALATION_ACCEPT_RATIO,
-    ESCALATION_JUSTEXT_RATIO,
-    ESCALATION_MAX_LENGTH,
-    ESCALATION_PAGE_SHARE,
-    _forum_thread_page,
-)
-from trafilatura.external import (
-    JUSTEXT_OVERRIDE_RATIO,
-    SANITIZED_XPATH,
-    _prefer_readability,
-)
-from trafilatura.htmlprocessing import process_node
-from trafilatura.main_extractor import NOT_AT_THE_END, REBUILT_BLOCKS, _elem_text, handle_textelem
-from trafilatura.readability_lxml import REGEXES as READABILITY_REGEXES
-from trafilatura.settings import _COOKIE_CONSENT_RE as COOKIE_CONSENT_RE
-from trafilatura.settings import (
-    DEDUPE_SCAN_CAP,
-    INLINE_FORMATTABLE,
-    MIN_DUPLICATE_LENGTH,
-    TAG_CATALOG,
-    Extractor,
-)
-from trafilatura.utils import (
-    DOCTYPE_TAG,
-    FAULTY_HTML,
-    INVALID_XML_CHARS,
-    SPACING_PROTECTED,
-    fromstring_bytes,
-    normalize_unicode,
-    remove_control_characters,
-    text_chars_test,
-    trim,
-)
-from trafilatura.xml import delete_element
 
-from tokenmill.curate.lean_readability import LeanReadability, element_text_length
-from tokenmill.curate.lean_stages import (
+from tokenmill.curate.extract.lean_readability import LeanReadability, element_text_length
+from tokenmill.curate.extract.lean_stages import (
     collapsed_length,
     convert_tags,
     justext_rescue,
@@ -77,6 +39,41 @@ from tokenmill.curate.lean_stages import (
     sanitize_tree,
     tree_cleaning,
     xml_text,
+)
+from tokenmill.curate.extract.reference import (
+    BASELINE_BLOCK_ELEMS,
+    COOKIE_CONSENT_RE,
+    DEDUPE_SCAN_CAP,
+    DOCTYPE_TAG,
+    ESCALATION_ACCEPT_RATIO,
+    ESCALATION_JUSTEXT_RATIO,
+    ESCALATION_MAX_LENGTH,
+    ESCALATION_PAGE_SHARE,
+    FAULTY_HTML,
+    INLINE_FORMATTABLE,
+    INVALID_XML_CHARS,
+    JUSTEXT_OVERRIDE_RATIO,
+    MIN_DUPLICATE_LENGTH,
+    NOT_AT_THE_END,
+    READABILITY_REGEXES,
+    REBUILT_BLOCKS,
+    SANITIZED_XPATH,
+    SPACING_PROTECTED,
+    TAG_CATALOG,
+    Extractor,
+    _elem_text,
+    _forum_thread_page,
+    _prefer_readability,
+    baseline,
+    delete_element,
+    fromstring_bytes,
+    handle_textelem,
+    normalize_unicode,
+    process_node,
+    remove_control_characters,
+    text_chars_test,
+    trafilatura_xpaths,
+    trim,
 )
 
 # ---------------------------------------------------------------------------------------------

@@ -15,25 +15,36 @@ from copy import deepcopy
 from functools import cache
 from typing import Any
 
-from justext.core import PARAGRAPH_TAGS, revise_paragraph_classification
-from justext.paragraph import Paragraph as JustextParagraph
-from justext.utils import get_stoplist
 from lxml.etree import Element, SubElement, XPath, iterwalk, strip_tags
-from trafilatura import external as trafilatura_external
-from trafilatura.htmlprocessing import (
+
+from tokenmill.curate.extract.reference import (
     CODE_INDICATORS,
     CONVERSIONS,
+    JUSTEXT_LANGUAGES,
+    LINK_FARM_RATIO,
+    MANUALLY_CLEANED,
+    MANUALLY_STRIPPED,
+    PARAGRAPH_TAGS,
     PRESERVE_IMG_CLEANING,
     REND_TAG_MAPPING,
+    TEI_VALID_TAGS,
+    Extractor,
+    JustextParagraph,
+    delete_element,
+    get_stoplist,
+    handle_image,
     is_paragraph_listing,
+    process_element,
     prune_html,
     recover_math,
+    remove_control_characters,
+    revise_paragraph_classification,
+    trafilatura_convert_tags,
+    trafilatura_external,
+    trim,
+    unescape,
+    xmltotxt,
 )
-from trafilatura.htmlprocessing import convert_tags as trafilatura_convert_tags
-from trafilatura.main_extractor import handle_image
-from trafilatura.settings import JUSTEXT_LANGUAGES, MANUALLY_CLEANED, MANUALLY_STRIPPED, Extractor
-from trafilatura.utils import LINK_FARM_RATIO, remove_control_characters, trim
-from trafilatura.xml import TEI_VALID_TAGS, delete_element, process_element, unescape, xmltotxt
 
 
 def collapsed_length(text: str) -> int:
