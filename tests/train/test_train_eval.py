@@ -17,7 +17,7 @@ from shard_files import text_documents, write_shard
 from tokenmill.cli import main
 from tokenmill.train import evaluation
 from tokenmill.train.checkpoint_files import list_checkpoints, read_meta
-from tokenmill.train.faults import FAULT_ENV
+from tokenmill.train.fault_injection import FAULT_ENV
 from tokenmill.train.metrics import read_metrics
 from tokenmill.train.stop import STOPPED_EXIT
 
