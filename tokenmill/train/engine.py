@@ -21,14 +21,13 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.checkpoint import checkpoint
 
 from tokenmill.errors import ConfigError
 from tokenmill.train.chunked_loss import chunked_cross_entropy
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.model import GPT, TransformerBlock, document_ids, document_positions
+from tokenmill.train.model import GPT, document_ids, document_positions
+from tokenmill.train.model_transforms import apply_ac, apply_compile, materialize
 from tokenmill.train.optim import build_optimizer
 from tokenmill.train.parallel.float8 import apply_float8
 
@@ -144,49 +143,6 @@ def row_documents(cfg: TrainConfig, inputs: torch.Tensor) -> dict[str, torch.Ten
     )
 
 
-class CheckpointedBlock(nn.Module):
-    """A transformer block recomputed in the backward pass (torch.utils.checkpoint).
-
-    It presents the block's own submodules and parameters under the same names (it shares
-    the block's registries instead of nesting it), so state-dict keys, optimizer groups and
-    the name-seeded initialization are those of the plain model."""
-
-    def __init__(self, block: TransformerBlock) -> None:
-        super().__init__()
-        self.__dict__["block"] = block  # not a submodule: its children are ours, below
-        self._modules = block._modules
-        self._parameters = block._parameters
-        self._buffers = block._buffers
-
-    def forward(self, x: torch.Tensor, rope: torch.Tensor | None, documents: Any = None) -> torch.Tensor:
-        if not torch.is_grad_enabled():
-            return self.block(x, rope, documents)
-        return checkpoint(self.block, x, rope, documents, use_reentrant=False)
-
-
-def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
-    """Wrap blocks in `CheckpointedBlock`: "full" every block; "selective" every other block
-    (torchtitan's layer-frequency selective mode, a middle ground)."""
-    if mode == "off":
-        return
-    layers = getattr(model, "layers", None)
-    if layers is None:
-        return
-    for i, (name, block) in enumerate(list(layers.items())):
-        if mode == "selective" and i % 2:
-            continue
-        if isinstance(block, TransformerBlock):
-            layers[name] = CheckpointedBlock(block)
-
-
-def compile_blocks(model: nn.Module) -> None:
-    """`torch.compile` each transformer block (after activation checkpointing wrapped it), as
-    torchtitan does: every block has the same code, so one compiled graph serves all of them,
-    and the embedding and head stay eager."""
-    for block in model.layers.values():
-        block.compile()
-
-
 def autocast_context(cfg: TrainConfig, device: torch.device):
     """bf16 autocast with fp32 master weights (the parameters stay fp32)."""
     if cfg.parallel.precision == "bf16":
@@ -232,26 +188,6 @@ def compute_dtype(cfg: TrainConfig) -> torch.dtype:
     return torch.bfloat16 if cfg.parallel.precision == "bf16" else torch.float32
 
 
-@torch.no_grad()
-def materialize(part: GPT, device: torch.device) -> None:
-    """Allocate a (possibly sharded) meta-device part on `device` and give every parameter its
-    initial value, drawn on `device`: the full tensor from the parameter's own generator, of
-    which this rank keeps its shard. One full parameter at a time is the only transient cost,
-    and the whole model never exists on the CPU."""
-    part.to_empty(device=device)
-    part.tie_embedding_weights()
-    part.init_buffers(device)
-    for name, param in part.named_parameters():
-        if not isinstance(param, DTensor):
-            part.init_parameter(name, param)
-            continue
-        full = part.init_parameter(name, torch.empty(param.shape, dtype=param.dtype, device=device))
-        # src_data_rank=None: every rank holds the same full tensor and keeps its own slice
-        # (no communication), for Shard and FSDP's strided shards over tp alike.
-        shard = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
-        param.to_local().copy_(shard.to_local())
-
-
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -269,9 +205,9 @@ class SingleProcessEngine:
         self.model = model.to(self.device)
         if cfg.parallel.float8:  # before checkpointing and compile, as in parallelize_gpt
             apply_float8(self.model)
-        apply_activation_checkpointing(self.model, cfg.parallel.activation_checkpointing)
+        apply_ac(self.model, cfg.parallel.activation_checkpointing)
         if cfg.parallel.compile:
-            compile_blocks(self.model)
+            apply_compile(self.model)
         check_attention_backend(cfg.parallel.attention_backend, self.device, compute_dtype(cfg), model.config.head_dim)
         self.model_parts: list[nn.Module] = [self.model]
         self.loss_fn = loss_function(cfg, self.model)

@@ -15,8 +15,8 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from tokenmill.train.config import ParallelConfig, TrainConfig
-from tokenmill.train.engine import apply_activation_checkpointing, compile_blocks, materialize
 from tokenmill.train.model import GPT
+from tokenmill.train.model_transforms import apply_ac, apply_compile, materialize
 from tokenmill.train.parallel.context_parallel import apply_context_parallel
 from tokenmill.train.parallel.data_parallel import apply_fsdp
 from tokenmill.train.parallel.float8 import apply_float8
@@ -52,10 +52,10 @@ def parallelize_gpt(
         if dims.tp > 1:
             apply_tensor_parallel(part, mesh["tp"], dims.sequence_parallel)
         # 3. Activation checkpointing: recompute blocks in the backward pass.
-        apply_activation_checkpointing(part, config.parallel.activation_checkpointing)
+        apply_ac(part, config.parallel.activation_checkpointing)
         # 4. compile, block by block.
         if config.parallel.compile:
-            compile_blocks(part)
+            apply_compile(part)
         # 5. FSDP2 over the flattened "dp_cp" mesh dim for ZeRO-2/3 (ZeRO-1 is the optimizer's,
         # see the engine); under bf16 it gathers bf16 parameters and reduces gradients in fp32.
         if uses_fsdp(dims):
