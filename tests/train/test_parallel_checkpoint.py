@@ -41,12 +41,12 @@ def worker(out: Path, mode: str, layout: str, source: str | None) -> None:
     import torch.distributed as dist
 
     from tokenmill.train.checkpoint import load_checkpoint, save_checkpoint
-    from tokenmill.train.parallel.parallel_engine import build_parallel_engine
+    from tokenmill.train.engine import Engine
 
     torch.set_num_threads(1)
     cfg = make_config(layout)
     torch.manual_seed(cfg.schedule.seed)
-    engine = build_parallel_engine(cfg.model, cfg)
+    engine = Engine(cfg)
     g = torch.Generator().manual_seed(3)
     data = [torch.randint(0, 128, (GLOBAL_BATCH, SEQ + 1), generator=g) for _ in range(STEPS)]
     local = GLOBAL_BATCH // engine.dp_size

@@ -44,7 +44,6 @@ TRAINING_PRELOAD = (
     "tokenmill.entry",  # what tokenmill.train.worker imports (itself run as __main__ after the fork)
     "tokenmill.train.cli",
     "tokenmill.train.loop",
-    "tokenmill.train.parallel.parallel_engine",
     "tokenmill.train.checkpoint",
 )
 POLL_S = 0.05

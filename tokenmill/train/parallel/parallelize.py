@@ -28,8 +28,8 @@ def parallelize_gpt(
     model: GPT,
     dims: ParallelConfig,
     config: TrainConfig,
-    mesh: DeviceMesh,
-    replica_mesh: DeviceMesh,
+    mesh: DeviceMesh | None,
+    replica_mesh: DeviceMesh | None,
     stage_ids: list[int],
     device: torch.device,
 ) -> list[nn.Module]:
@@ -37,7 +37,9 @@ def parallelize_gpt(
     `model` is the whole GPT on the meta device; every parameter's initial value depends only
     on the model's init seed and the parameter's name, so any layout starts from the weights
     one process would (the parity tests rely on this). `replica_mesh` is `mesh`'s dp x cp
-    flattened (`build_mesh`), the ranks over which every parameter is replicated."""
+    flattened (`build_mesh`), the ranks over which every parameter is replicated; both are
+    None for one process without FSDP2, which communicates nothing. A `model` with its
+    weights (one process) keeps them."""
     # 1. Pipeline: keep only this rank's stages (the embedding on the first, the head on the last).
     if dims.pp > 1:
         bounds = split_layers(model.config, dims.num_stages)
@@ -61,7 +63,10 @@ def parallelize_gpt(
         if uses_fsdp(dims):
             apply_fsdp(part, replica_mesh, dims.zero, bf16=dims.precision == "bf16")
         # 6. Allocate this rank's share and initialize it.
-        materialize(part, device)
+        if any(p.is_meta for p in part.parameters()):
+            materialize(part, device)
+        else:
+            part.to(device)
         # 7. Context parallel over the "cp" mesh dim: ring attention, global positions.
         if dims.cp > 1:
             apply_context_parallel(part, mesh.get_group("cp"), config.sequence_length, device)
