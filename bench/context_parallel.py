@@ -10,7 +10,7 @@ that sum is the peak of saved activations on the rank (backward only frees them)
 buffers (a block's scores inside the flash kernel, the K/V blocks in flight) are not in it.
 
 cp = 1 is the plain model (one process, `scaled_dot_product_attention`); cp = 2 and 4 are
-the parallel engine's ring attention over cp processes. Step time is the second step's
+the engine's ring attention over cp processes. Step time is the second step's
 forward + backward, the slowest rank. torch's own `context_parallel` dispatches CUDA SDPA
 kernels only, so there is no peer to run beside ours on the CPU.
 

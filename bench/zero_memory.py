@@ -1,5 +1,5 @@
 """Per-rank bytes of parameters, gradients and optimizer state under ZeRO 0..3, measured on our
-parallel engine (CPU, gloo), beside the ZeRO paper's formulas.
+engine on dp processes (CPU, gloo), beside the ZeRO paper's formulas.
 
 The paper's formulas for Psi parameters, data-parallel degree Nd and K bytes of optimizer
 state per parameter: stage 0 (2+2+K)Psi, 1 (2+2+K/Nd)Psi, 2 (2+(2+K)/Nd)Psi, 3 ((2+2+K)/Nd)Psi,

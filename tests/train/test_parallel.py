@@ -4,7 +4,7 @@ One launch per world size (tests/train/ranks.py: ranks as torchrun starts them, 
 process with torch imported) runs every layout of that size in turn (process start-up dominates
 on a small CPU); each rank writes its losses, gradient norms and its share of the
 final parameters (gathered to full tensors), and the tests compare them with the
-single-process engine on the same model, data and steps.
+engine on one process with the same model, data and steps.
 
 Run as a script, this file is the worker: `torchrun ... test_parallel.py OUT LAYOUT...`.
 """

@@ -233,8 +233,7 @@ class Engine:
                 self._tied_copy = parts[-1].output.weight
         self._head_copy_part = len(parts) - 1 if self._tied_copy is not None and self.pp_rank == dims.pp - 1 else None
 
-        self._zero1 = dims.zero == 1 and self.replicas > 1
-        if self._zero1:
+        if dims.zero == 1 and self.replicas > 1:
             self._optims: list[Any] = [
                 ZeroOneOptimizer(
                     list(p.named_parameters()),
@@ -479,12 +478,12 @@ class Engine:
             mine = local(out)[local_keep].float()
             if dims.tp > 1:  # vocabulary shards, in tp-rank order
                 shards = [torch.empty_like(mine) for _ in range(dims.tp)]
-                dist.all_gather(shards, mine.contiguous(), group=self.mesh.get_group("tp"))
+                dist.all_gather(shards, mine.contiguous(), group=self._group("tp"))
                 mine = torch.cat(shards, dim=-1)
             if cp > 1:  # each rank fills the rows of its positions; the sum holds them all
                 order = (keep.flatten().cumsum(0) - 1).view_as(keep)
                 selected[shard_sequence(order, cp, rank)[local_keep]] = mine
-                dist.all_reduce(selected, group=self.mesh.get_group("cp"))
+                dist.all_reduce(selected, group=self._group("cp"))
             else:
                 selected = mine
         if dims.pp > 1:
