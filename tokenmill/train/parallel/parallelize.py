@@ -36,10 +36,10 @@ def parallelize_gpt(
     """This rank's model parts (one per pipeline stage it runs), parallelized and initialized.
     `model` is the whole GPT on the meta device; every parameter's initial value depends only
     on the model's init seed and the parameter's name, so any layout starts from the weights
-    one process would (the parity tests rely on this). `replica_mesh` is `mesh`'s dp x cp
+    one process would (the parity tests rely on this). A model handed over with its weights
+    (one process) keeps them and only moves to `device`. `replica_mesh` is `mesh`'s dp x cp
     flattened (`build_mesh`), the ranks over which every parameter is replicated; both are
-    None for one process without FSDP2, which communicates nothing. A `model` with its
-    weights (one process) keeps them."""
+    None for one process without FSDP2, which communicates nothing."""
     # 1. Pipeline: keep only this rank's stages (the embedding on the first, the head on the last).
     if dims.pp > 1:
         bounds = split_layers(model.config, dims.num_stages)
