@@ -10,7 +10,7 @@ that sum is the peak of saved activations on the rank (backward only frees them)
 buffers (a block's scores inside the flash kernel, the K/V blocks in flight) are not in it.
 
 cp = 1 is the plain model (one process, `scaled_dot_product_attention`); cp = 2 and 4 are
-the parallel engine's ring attention over cp processes. Step time is the second step's
+the engine's ring attention over cp processes. Step time is the second step's
 forward + backward, the slowest rank. torch's own `context_parallel` dispatches CUDA SDPA
 kernels only, so there is no peer to run beside ours on the CPU.
 
@@ -35,8 +35,8 @@ def measure(seq: int) -> dict[str, float]:
     import torch
 
     from tokenmill.train.config import TrainConfig
+    from tokenmill.train.engine import Engine
     from tokenmill.train.model_config import ModelConfig
-    from tokenmill.train.parallel.parallel_engine import build_parallel_engine
 
     model = ModelConfig("llama", 512, 2, 64, 4, n_kv_heads=2, ffn_hidden=160, max_seq_len=seq)
     cp = int(os.environ["WORLD_SIZE"])
@@ -48,7 +48,7 @@ def measure(seq: int) -> dict[str, float]:
         logging={"progress": False, "tensorboard": False},
     ).validate()
     torch.manual_seed(0)
-    engine = build_parallel_engine(model, cfg)
+    engine = Engine(cfg)
     params = {p.untyped_storage().data_ptr() for p in engine.parameters()}
     saved: dict[int, int] = {}
 

@@ -78,7 +78,7 @@ def worker(out: Path, names: list[str], steps: int) -> None:
     import torch
     import torch.distributed as dist
 
-    from tokenmill.train.parallel.parallel_engine import build_parallel_engine
+    from tokenmill.train.engine import Engine
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -86,7 +86,7 @@ def worker(out: Path, names: list[str], steps: int) -> None:
     for name in names:
         cfg = config(LAYOUTS[name] if name in LAYOUTS else {})
         torch.manual_seed(0)
-        engine = build_parallel_engine(cfg.model, cfg)
+        engine = Engine(cfg)
         local = GLOBAL_BATCH // engine.dp_size
         tokens = torch.randint(0, cfg.model.vocab_size, (local, SEQ + 1))
         times, bubbles = [], []
@@ -127,13 +127,13 @@ def worker(out: Path, names: list[str], steps: int) -> None:
 def single_device(steps: int, device: str) -> dict:
     import torch
 
-    from tokenmill.train.engine import SingleProcessEngine
+    from tokenmill.train.engine import Engine
     from tokenmill.train.model import GPT
 
     torch.set_num_threads(1 if device == "cpu" else torch.get_num_threads())
     cfg = config({}, device)
     torch.manual_seed(0)
-    engine = SingleProcessEngine(GPT(cfg.model), cfg, torch.device(device))
+    engine = Engine(cfg, GPT(cfg.model), torch.device(device))
     tokens = torch.randint(0, cfg.model.vocab_size, (GLOBAL_BATCH, SEQ + 1))
     times = []
     for _ in range(steps + 1):

@@ -78,20 +78,20 @@ def clocks() -> tuple[float, float]:
 def run_ours(args, shard: Path) -> dict:
     import torch
 
-    from tokenmill.train.engine import SingleProcessEngine
+    from tokenmill.train.engine import Engine
     from tokenmill.train.loop import train
     from tokenmill.train.metrics import peak_memory_bytes
     from tokenmill.train.model import GPT
 
     marks: list[tuple[float, float]] = []
 
-    class Timed(SingleProcessEngine):
+    class Timed(Engine):
         """Marks the clocks at each step's start and after the last optimizer step, so the
         window holds everything the loop does between steps (data, schedule, logging)."""
 
-        def train_step(self, tokens, micro_batch_size):
+        def forward_backward(self, tokens, micro_batch_size):
             marks.append(clocks())
-            return super().train_step(tokens, micro_batch_size)
+            return super().forward_backward(tokens, micro_batch_size)
 
         def optimizer_step(self, lr):
             super().optimizer_step(lr)
@@ -103,7 +103,7 @@ def run_ours(args, shard: Path) -> dict:
         cfg = bench_config(args, shard, Path(out))
         cfg.logging.interval = 1  # every step logged: the logging cost is counted
         torch.manual_seed(cfg.schedule.seed)
-        engine = Timed(GPT(cfg.model), cfg)
+        engine = Timed(cfg, GPT(cfg.model))
         result = train(cfg, engine=engine)
     start, end = marks[WARMUP], engine.last
     tokens = args.steps * cfg.schedule.global_batch_size * cfg.sequence_length

@@ -1,5 +1,5 @@
 """Per-rank bytes of parameters, gradients and optimizer state under ZeRO 0..3, measured on our
-parallel engine (CPU, gloo), beside the ZeRO paper's formulas.
+engine on dp processes (CPU, gloo), beside the ZeRO paper's formulas.
 
 The paper's formulas for Psi parameters, data-parallel degree Nd and K bytes of optimizer
 state per parameter: stage 0 (2+2+K)Psi, 1 (2+2+K/Nd)Psi, 2 (2+(2+K)/Nd)Psi, 3 ((2+2+K)/Nd)Psi,
@@ -36,8 +36,8 @@ def measure(zero: int, dp: int) -> dict[str, int]:
     import torch
 
     from tokenmill.train.config import TrainConfig
+    from tokenmill.train.engine import Engine
     from tokenmill.train.model_config import ModelConfig
-    from tokenmill.train.parallel.parallel_engine import build_parallel_engine
 
     model = ModelConfig("gpt2", 4096, 4, 256, 8, max_seq_len=64)
     cfg = TrainConfig(
@@ -48,7 +48,7 @@ def measure(zero: int, dp: int) -> dict[str, int]:
         logging={"progress": False, "tensorboard": False},
     ).validate()
     torch.manual_seed(0)
-    engine = build_parallel_engine(model, cfg)
+    engine = Engine(cfg)
     (part,) = engine.model_parts
     at_forward_end: list[int] = []
     # Parameters resident when forward ends: FSDP swaps in the gathered tensors while a unit

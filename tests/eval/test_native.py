@@ -20,7 +20,7 @@ def native_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     from tokenizers import Tokenizer
 
     from tokenmill.train.config import TrainConfig
-    from tokenmill.train.engine import SingleProcessEngine
+    from tokenmill.train.engine import Engine
     from tokenmill.train.model import GPT
     from tokenmill.train.model_config import preset
 
@@ -32,7 +32,7 @@ def native_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.05)
     run = tmp_path_factory.mktemp("native") / "run"
-    engine = SingleProcessEngine(model, TrainConfig(model=cfg, parallel={"device": "cpu"}))
+    engine = Engine(TrainConfig(model=cfg, parallel={"device": "cpu"}), model)
     checkpoint.save_checkpoint(
         run,
         3,

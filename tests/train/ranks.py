@@ -27,7 +27,7 @@ PRELOAD = (
     "torch",
     "torch.distributed",
     "pytest",
-    "tokenmill.train.parallel.parallel_engine",
+    "tokenmill.train.engine",
     "tokenmill.train.checkpoint",
 )
 ERROR_FILE_ENV = "TEST_RANK_ERROR_FILE"

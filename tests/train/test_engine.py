@@ -1,4 +1,4 @@
-"""The single-process engine: activation checkpointing, bf16 autocast with fp32 masters, MFU."""
+"""The engine on one process: activation checkpointing, bf16 autocast with fp32 masters, MFU."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ import pytest
 import torch
 
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.engine import Engine, SingleProcessEngine
+from tokenmill.train.engine import Engine
 from tokenmill.train.loop import train
 from tokenmill.train.metrics import read_metrics
 from tokenmill.train.model import GPT
 from tokenmill.train.model_config import preset
 
 
-def engine_for(cfg: TrainConfig, state=None) -> SingleProcessEngine:
+def engine_for(cfg: TrainConfig, state=None) -> Engine:
     torch.manual_seed(0)
     model = GPT(cfg.model)
     if state is not None:
         model.load_state_dict(state)
-    return SingleProcessEngine(model, cfg)
+    return Engine(cfg, model)
 
 
 @pytest.mark.parametrize("mode", ["full", "selective"])
@@ -29,21 +29,23 @@ def test_activation_checkpointing_gives_the_same_gradients(mode: str) -> None:
     plain = engine_for(TrainConfig(model=model_cfg, parallel={"device": "cpu"}).validate())
     ckpt = engine_for(
         TrainConfig(model=model_cfg, parallel={"device": "cpu", "activation_checkpointing": mode}).validate(),
-        plain.model.state_dict(),
+        plain.model_parts[0].state_dict(),
     )
     tokens = torch.randint(0, 512, (4, 33))
     assert plain.train_step(tokens, 2) == ckpt.train_step(tokens, 2)
-    for (name, a), b in zip(plain.model.named_parameters(), ckpt.model.parameters()):
+    for (name, a), b in zip(plain.model_parts[0].named_parameters(), ckpt.model_parts[0].parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-8, msg=name)
     # Names are unchanged (checkpoints and parallel plans address parameters by name).
-    assert [n for n, _ in plain.model.named_parameters()] == [n for n, _ in ckpt.model.named_parameters()]
+    assert [n for n, _ in plain.model_parts[0].named_parameters()] == [
+        n for n, _ in ckpt.model_parts[0].named_parameters()
+    ]
 
 
 def test_bf16_autocast_keeps_fp32_master_weights() -> None:
     cfg = TrainConfig(model=preset("tiny"), parallel={"device": "cpu", "precision": "bf16"}).validate()
     engine = engine_for(cfg)
     fp32 = engine_for(
-        TrainConfig(model=preset("tiny"), parallel={"device": "cpu"}).validate(), engine.model.state_dict()
+        TrainConfig(model=preset("tiny"), parallel={"device": "cpu"}).validate(), engine.model_parts[0].state_dict()
     )
     tokens = torch.randint(0, 512, (4, 33))
     loss, ref = engine.train_step(tokens, 4), fp32.train_step(tokens, 4)
@@ -54,7 +56,7 @@ def test_bf16_autocast_keeps_fp32_master_weights() -> None:
     assert all(s["exp_avg"].dtype == torch.float32 for s in engine.optimizer.state.values())
 
 
-def test_engine_protocol_and_mfu(shakespeare_shard: Path, tmp_path: Path) -> None:
+def test_mfu_of_a_training_run(shakespeare_shard: Path, tmp_path: Path) -> None:
     cfg = TrainConfig(
         model=preset("tiny", max_seq_len=32),
         out=str(tmp_path),
@@ -63,7 +65,6 @@ def test_engine_protocol_and_mfu(shakespeare_shard: Path, tmp_path: Path) -> Non
         parallel={"device": "cpu"},
         logging={"tensorboard": False, "progress": False, "peak_tflops": 0.1},
     ).validate()
-    assert isinstance(engine_for(cfg), Engine)
     train(cfg)
     record = read_metrics(tmp_path)[-1]
     expected = cfg.model.flops_per_token(32) * record["tokens_per_s"] / 0.1e12

@@ -10,7 +10,7 @@ import torch
 
 from tokenmill.train.checkpoint import save_checkpoint
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.engine import SingleProcessEngine
+from tokenmill.train.engine import Engine
 from tokenmill.train.export_hf import export_hf
 from tokenmill.train.model import GPT
 from tokenmill.train.model_config import preset
@@ -31,7 +31,7 @@ def make_checkpoint(cfg, run: Path, tokenizer: str | None = None) -> GPT:
     with torch.no_grad():  # move every weight off its init value, so no mapping hides behind 0 or 1
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.05)
-    engine = SingleProcessEngine(model, TrainConfig(model=cfg, parallel={"device": "cpu"}))
+    engine = Engine(TrainConfig(model=cfg, parallel={"device": "cpu"}), model)
     save_checkpoint(
         run,
         5,

@@ -7,7 +7,7 @@ import torch
 
 from tokenmill.errors import ConfigError
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.engine import SingleProcessEngine
+from tokenmill.train.engine import Engine
 from tokenmill.train.model import GPT
 from tokenmill.train.model_config import preset
 from tokenmill.train.parallel.float8 import apply_float8, keep_for_float8
@@ -61,8 +61,8 @@ def test_conversion_applies_and_the_model_trains() -> None:
         parallel={"device": "cpu", "float8": True},
     ).validate()
     torch.manual_seed(0)
-    engine = SingleProcessEngine(GPT(cfg.model, init_seed=0), cfg)
-    assert isinstance(engine.model.layers["0"].feed_forward.w1, Float8Linear)
+    engine = Engine(cfg, GPT(cfg.model, init_seed=0))
+    assert isinstance(engine.model_parts[0].layers["0"].feed_forward.w1, Float8Linear)
     tokens = torch.randint(0, 512, (4, 33))
     losses = []
     for _ in range(8):

@@ -17,13 +17,11 @@ from torch.distributed.tensor import DTensor
 from tokenmill.errors import ConfigError
 from tokenmill.infra.flags import CommandParser
 from tokenmill.train.cli import register, worker_argv
-from tokenmill.train.engine import SingleProcessEngine
 from tokenmill.train.loop import build_engine, describe_engine
 from tokenmill.train.metrics import device_peak_flops, peak_flops, read_metrics
 from tokenmill.train.model import GPT
 from tokenmill.train.optim import adamw_implementation
 from tokenmill.train.parallel.mesh import release_own_group
-from tokenmill.train.parallel.parallel_engine import ParallelEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_parallel import CLIP, LR, MICRO_BATCH, batches, tiny_config  # noqa: E402
@@ -64,9 +62,9 @@ def full_params(engine) -> dict[str, torch.Tensor]:
 
 def test_fsdp2_on_one_process_equals_the_plain_engine_and_bf16_stays_close() -> None:
     plain, fp32 = train()
-    assert isinstance(plain, SingleProcessEngine)
+    assert plain.mesh is None and not torch.distributed.is_initialized()  # one process: no group
     fsdp, fsdp_fp32 = train({"zero": 3})
-    assert isinstance(fsdp, ParallelEngine)  # FSDP2 on one process, no launcher
+    assert fsdp.mesh is not None  # FSDP2 on one process: a group of one, no launcher
     assert all(isinstance(p, DTensor) for p in fsdp.parameters())
     assert fsdp_fp32 == pytest.approx(fp32, abs=1e-5)
     reference = full_params(plain)
@@ -104,7 +102,7 @@ def test_fsdp2_bf16_gathers_bf16_weights_and_reduces_fp32_gradients() -> None:
 def test_bf16_without_fsdp_keeps_autocast() -> None:
     _, fp32 = train()
     engine, bf16 = train({"precision": "bf16"})
-    assert isinstance(engine, SingleProcessEngine)
+    assert engine.mesh is None
     assert bf16 == pytest.approx(fp32, abs=BF16_LOSS_TOLERANCE)
     assert "bf16 (autocast, fp32 weights)" in describe_engine(engine.cfg, engine)
 
@@ -119,7 +117,7 @@ def test_attention_backend_applies_to_forward_and_backward() -> None:
     def record(*_):
         flags.append((torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()))
 
-    attention = engine.model.layers["0"].attention
+    attention = engine.model_parts[0].layers["0"].attention
     attention.register_forward_hook(record)
     attention.register_full_backward_hook(record)
     losses = [engine.train_step(tokens, MICRO_BATCH) for tokens in batches()[:1]]
@@ -148,9 +146,9 @@ def test_compile_per_block_gives_the_eager_losses(checkpointing: str) -> None:
     torch._dynamo.reset()
     _, eager = train({"activation_checkpointing": checkpointing}, steps=2)
     engine, compiled = train({"activation_checkpointing": checkpointing, "compile": True}, steps=2)
-    blocks = list(engine.model.layers.values())
+    blocks = list(engine.model_parts[0].layers.values())
     assert all(block._compiled_call_impl is not None for block in blocks)  # each block, not the model
-    assert engine.model._compiled_call_impl is None
+    assert engine.model_parts[0]._compiled_call_impl is None
     assert compiled == pytest.approx(eager, abs=1e-4)
 
 

@@ -283,7 +283,7 @@ def test_steps_between_logs_never_wait_for_the_device(shakespeare_shard: Path, t
     """Loss and gradient norm stay on the device: a step that logs nothing reads no tensor on
     the host (each of the reads that wait for a GPU is counted, by step); the logging steps
     read theirs and those of the steps before, and the losses are all there at the end."""
-    from tokenmill.train.engine import SingleProcessEngine
+    from tokenmill.train.engine import Engine
 
     reads: list[str] = []
     for name in HOST_READS:
@@ -298,13 +298,13 @@ def test_steps_between_logs_never_wait_for_the_device(shakespeare_shard: Path, t
 
         monkeypatch.setattr(torch.Tensor, name, counted)
     per_step: list[int] = []  # host reads from the start of each step to the start of the next
-    forward_backward = SingleProcessEngine.forward_backward
+    forward_backward = Engine.forward_backward
 
     def step_start(self, tokens, micro_batch_size):
         per_step.append(len(reads))
         return forward_backward(self, tokens, micro_batch_size)
 
-    monkeypatch.setattr(SingleProcessEngine, "forward_backward", step_start)
+    monkeypatch.setattr(Engine, "forward_backward", step_start)
     result = train(tiny_config(shakespeare_shard, tmp_path / "run", logging={"interval": 3}))
     per_step.append(len(reads))
     during = [b - a for a, b in zip(per_step, per_step[1:])]
@@ -319,16 +319,16 @@ def test_a_non_finite_loss_ends_the_run_before_a_checkpoint_keeps_it(
 ) -> None:
     """A NaN loss at step 2, read at step 3 (the checkpoint's step, no metrics row before it):
     the run ends naming step 2 and no checkpoint holds the weights it stepped."""
-    from tokenmill.train.engine import SingleProcessEngine
+    from tokenmill.train.engine import Engine
 
-    forward_backward, calls = SingleProcessEngine.forward_backward, []
+    forward_backward, calls = Engine.forward_backward, []
 
     def nan_at_step_2(self, tokens, micro_batch_size):
         calls.append(1)
         loss = forward_backward(self, tokens, micro_batch_size)
         return loss * float("nan") if len(calls) == 2 else loss
 
-    monkeypatch.setattr(SingleProcessEngine, "forward_backward", nan_at_step_2)
+    monkeypatch.setattr(Engine, "forward_backward", nan_at_step_2)
     cfg = tiny_config(shakespeare_shard, tmp_path / "run", logging={"interval": 5}, checkpoint={"interval": 3})
     with pytest.raises(TokenmillError, match="loss is nan at step 2; lower lr or enable clip_grad"):
         train(cfg)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.engine import SingleProcessEngine
+from tokenmill.train.engine import Engine
 from tokenmill.train.model import GPT
 from tokenmill.train.model_config import preset
 from tokenmill.train.optim import Schedule, megatron_lr, rampup_batch_size
@@ -83,9 +83,9 @@ def test_schedule_steps_through_rampup() -> None:
 def test_gradient_accumulation_equals_one_big_batch() -> None:
     torch.manual_seed(0)
     cfg = TrainConfig(schedule={"global_batch_size": 8}, parallel={"device": "cpu"}).validate()
-    a = SingleProcessEngine(GPT(preset("tiny")), cfg)
-    b = SingleProcessEngine(GPT(preset("tiny")), cfg)
-    b.model.load_state_dict(a.model.state_dict())
+    a = Engine(cfg, GPT(preset("tiny")))
+    b = Engine(cfg, GPT(preset("tiny")))
+    b.model_parts[0].load_state_dict(a.model_parts[0].state_dict())
     tokens = torch.randint(0, 512, (8, 33))
     loss_a = a.train_step(tokens, micro_batch_size=8)
     loss_b = b.train_step(tokens, micro_batch_size=2)
@@ -96,7 +96,7 @@ def test_gradient_accumulation_equals_one_big_batch() -> None:
 
 
 def test_weight_decay_only_on_matrices() -> None:
-    engine = SingleProcessEngine(GPT(preset("tiny")), TrainConfig(parallel={"device": "cpu"}).validate())
+    engine = Engine(TrainConfig(parallel={"device": "cpu"}).validate(), GPT(preset("tiny")))
     decay, no_decay = engine.optimizer.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim == 1 for p in no_decay["params"])

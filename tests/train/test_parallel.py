@@ -4,7 +4,7 @@ One launch per world size (tests/train/ranks.py: ranks as torchrun starts them, 
 process with torch imported) runs every layout of that size in turn (process start-up dominates
 on a small CPU); each rank writes its losses, gradient norms and its share of the
 final parameters (gathered to full tensors), and the tests compare them with the
-single-process engine on the same model, data and steps.
+engine on one process with the same model, data and steps.
 
 Run as a script, this file is the worker: `torchrun ... test_parallel.py OUT LAYOUT...`.
 """
@@ -131,19 +131,20 @@ def batches() -> list[torch.Tensor]:
 
 
 def single_process(name: str) -> dict:
-    from tokenmill.train.engine import SingleProcessEngine
+    from tokenmill.train.engine import Engine
     from tokenmill.train.model import GPT
 
-    cfg = make_config(name)
-    cfg.parallel.loss_chunk_tokens = 0  # *_chunked layouts equal the plain head and loss
+    # The layout's model and data on one process, with the default parallel section: the
+    # *_chunked layouts equal the plain head and loss.
+    cfg = tiny_config(ALL[name][0], documents=name.endswith("_docs"))
     torch.manual_seed(cfg.schedule.seed)
-    engine = SingleProcessEngine(GPT(cfg.model), cfg, torch.device("cpu"))
+    engine = Engine(cfg, GPT(cfg.model), torch.device("cpu"))
     losses, norms = [], []
     for tokens in batches():
         losses.append(engine.train_step(tokens, MICRO_BATCH))
         norms.append(engine.clip_grad_norm(CLIP))
         engine.optimizer_step(LR)
-    params = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
+    params = {k: v.detach().clone() for k, v in engine.model_parts[0].state_dict().items()}
     return {"losses": losses, "norms": norms, "params": params, "eval": engine.eval_loss(batches()[0])}
 
 
@@ -151,13 +152,13 @@ def worker(out: Path, names: list[str]) -> None:
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    from tokenmill.train.parallel.parallel_engine import build_parallel_engine
+    from tokenmill.train.engine import Engine
 
     torch.set_num_threads(1)
     for name in names:
         cfg = make_config(name)
         torch.manual_seed(cfg.schedule.seed)
-        engine = build_parallel_engine(cfg.model, cfg)
+        engine = Engine(cfg)
         local = GLOBAL_BATCH // engine.dp_size
         losses, norms = [], []
         for tokens in batches():

@@ -24,7 +24,7 @@ from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.train.checkpoint import load_checkpoint, set_rng_state
 from tokenmill.train.checkpoint_files import read_meta
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.engine import Engine, SingleProcessEngine, pick_device
+from tokenmill.train.engine import Engine, pick_device
 from tokenmill.train.evaluation import Evaluation, EvaluationAtStop
 from tokenmill.train.hooks import (
     Checkpoints,
@@ -39,10 +39,8 @@ from tokenmill.train.hooks import (
     after_step,
 )
 from tokenmill.train.lifecycle import SUPERVISOR_PID_ENV, RunLock
-from tokenmill.train.model import GPT
 from tokenmill.train.optim import Schedule, adamw_implementation
 from tokenmill.train.parallel.mesh import release_own_group
-from tokenmill.train.parallel.parallel_engine import build_parallel_engine
 from tokenmill.train.parallel.parallelize import uses_fsdp
 from tokenmill.train.preflight import Prepared, checkpoint_location, nothing_to_do, prepare, refuse_fresh_start
 from tokenmill.train.stop import StopRequest
@@ -103,15 +101,9 @@ def build_streams(
 
 
 def build_engine(cfg: TrainConfig) -> Engine:
-    """The parallel engine for several processes, or for FSDP2 (zero 2/3) on one; otherwise the
-    single-process one. Either way the model is built on the meta device and initialized on
-    the training device, never first in full on the CPU."""
-    device = pick_device(cfg.parallel.device)
-    if cfg.world_size > 1 or uses_fsdp(cfg.parallel):
-        return build_parallel_engine(cfg.model, cfg, device)
-    with torch.device("meta"):
-        model = GPT(cfg.model)
-    return SingleProcessEngine(model, cfg, device)
+    """The engine of this process's share of the layout, on the configured device: the model
+    is built on the meta device and initialized there, never first in full on the CPU."""
+    return Engine(cfg, device=pick_device(cfg.parallel.device))
 
 
 def seed_everything(seed: int) -> None:
@@ -302,7 +294,7 @@ def _open_data(
 ) -> tuple[Any, list[torch.Tensor]]:
     """The training stream, positioned at ``consumed``, and the validation batches (none when
     the valid split is empty, which the logging rank warns about)."""
-    dp_rank, dp_size = getattr(engine, "dp_rank", 0), getattr(engine, "dp_size", cfg.parallel.dp)
+    dp_rank, dp_size = engine.dp_rank, engine.dp_size
     if prepared.no_validation and engine.is_logging_rank:
         log.warning("no validation: %s", prepared.no_validation)
     return build_streams(cfg, schedule, dp_rank, dp_size, consumed, validate=prepared.no_validation is None)

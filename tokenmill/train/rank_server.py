@@ -1,7 +1,7 @@
 """The process that starts a launcher's ranks: it imports torch and the trainer once, then forks
 each rank from itself.
 
-Importing torch and the parallel engine costs several CPU seconds per process. A launcher
+Importing torch and the training engine costs several CPU seconds per process. A launcher
 that started each rank as a fresh ``python -m tokenmill.train.worker`` paid that once per rank
 and again on every restart; forked from this server, a rank starts with everything loaded. The
 server imports nothing that starts a device (CUDA initialises in each rank, after the fork), and
@@ -44,7 +44,6 @@ TRAINING_PRELOAD = (
     "tokenmill.entry",  # what tokenmill.train.worker imports (itself run as __main__ after the fork)
     "tokenmill.train.cli",
     "tokenmill.train.loop",
-    "tokenmill.train.parallel.parallel_engine",
     "tokenmill.train.checkpoint",
 )
 POLL_S = 0.05

@@ -15,8 +15,8 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from tokenmill.train.config import ParallelConfig, TrainConfig
-from tokenmill.train.engine import apply_activation_checkpointing, compile_blocks, materialize
 from tokenmill.train.model import GPT
+from tokenmill.train.model_transforms import apply_ac, apply_compile, materialize
 from tokenmill.train.parallel.context_parallel import apply_context_parallel
 from tokenmill.train.parallel.data_parallel import apply_fsdp
 from tokenmill.train.parallel.float8 import apply_float8
@@ -28,16 +28,18 @@ def parallelize_gpt(
     model: GPT,
     dims: ParallelConfig,
     config: TrainConfig,
-    mesh: DeviceMesh,
-    replica_mesh: DeviceMesh,
+    mesh: DeviceMesh | None,
+    replica_mesh: DeviceMesh | None,
     stage_ids: list[int],
     device: torch.device,
 ) -> list[nn.Module]:
     """This rank's model parts (one per pipeline stage it runs), parallelized and initialized.
     `model` is the whole GPT on the meta device; every parameter's initial value depends only
     on the model's init seed and the parameter's name, so any layout starts from the weights
-    one process would (the parity tests rely on this). `replica_mesh` is `mesh`'s dp x cp
-    flattened (`build_mesh`), the ranks over which every parameter is replicated."""
+    one process would (the parity tests rely on this). A model handed over with its weights
+    (one process) keeps them and only moves to `device`. `replica_mesh` is `mesh`'s dp x cp
+    flattened (`build_mesh`), the ranks over which every parameter is replicated; both are
+    None for one process without FSDP2, which communicates nothing."""
     # 1. Pipeline: keep only this rank's stages (the embedding on the first, the head on the last).
     if dims.pp > 1:
         bounds = split_layers(model.config, dims.num_stages)
@@ -52,16 +54,19 @@ def parallelize_gpt(
         if dims.tp > 1:
             apply_tensor_parallel(part, mesh["tp"], dims.sequence_parallel)
         # 3. Activation checkpointing: recompute blocks in the backward pass.
-        apply_activation_checkpointing(part, config.parallel.activation_checkpointing)
+        apply_ac(part, config.parallel.activation_checkpointing)
         # 4. compile, block by block.
         if config.parallel.compile:
-            compile_blocks(part)
+            apply_compile(part)
         # 5. FSDP2 over the flattened "dp_cp" mesh dim for ZeRO-2/3 (ZeRO-1 is the optimizer's,
         # see the engine); under bf16 it gathers bf16 parameters and reduces gradients in fp32.
         if uses_fsdp(dims):
             apply_fsdp(part, replica_mesh, dims.zero, bf16=dims.precision == "bf16")
         # 6. Allocate this rank's share and initialize it.
-        materialize(part, device)
+        if any(p.is_meta for p in part.parameters()):
+            materialize(part, device)
+        else:
+            part.to(device)
         # 7. Context parallel over the "cp" mesh dim: ring attention, global positions.
         if dims.cp > 1:
             apply_context_parallel(part, mesh.get_group("cp"), config.sequence_length, device)
