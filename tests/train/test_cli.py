@@ -189,7 +189,7 @@ def test_bad_flag_values_are_named_by_the_flag_not_the_bundled_file(shakespeare_
     err = capsys.readouterr().err
     assert err.startswith(f"tokenmill: error: {own}: 2 problems in the training config:\n")
     assert "  - --steps: must be at least 1, got -2\n" in err
-    assert "  - schedule.global_batch_size: must be at least 1, got 0\n" in err
+    assert "  - schedule.global_batch_size (line 2): must be at least 1, got 0\n" in err
     assert not (tmp_path / "r").exists()
 
 
