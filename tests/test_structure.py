@@ -396,3 +396,61 @@ def test_cited_names_are_found_and_missing_ones_named(tmp_path: Path) -> None:
         "architecture.md:16: `tests/x.py::test_y`: no such file",
         "architecture.md:17: `bench/timing.py::test_gone`: no test test_gone",
     ]
+
+
+# The files the project's text is in: code, tests, benchmarks and their results, docs, recipes.
+PROJECT_TEXT_ROOTS = ("README.md", "pyproject.toml", "Makefile", "docs", "tokenmill", "tests", "bench", "recipes")
+PROJECT_TEXT_SUFFIXES = frozenset({".md", ".py", ".sh", ".yaml", ".yml", ".toml", ".txt", ".html", ".cfg", ""})
+# A capitalised Markdown page (NOTES.md) must be one of the repository's own.
+CAPITALISED_PAGE = re.compile(r"\b[A-Z][A-Z0-9_]*\.md\b")
+# A path beside the clone: only the shared test data (../shared/data) is the project's to name.
+BESIDE_THE_CLONE = re.compile(r"(?<![\w/.])(?:\.\./)+shared/(?!data\b)\S*|\bshared/tools\b\S*")
+
+
+def project_text_files(root: Path) -> list[Path]:
+    files = []
+    for name in PROJECT_TEXT_ROOTS:
+        path = root / name
+        candidates = [path] if path.is_file() else sorted(path.rglob("*")) if path.is_dir() else []
+        files += [
+            file
+            for file in candidates
+            if file.is_file() and file.suffix in PROJECT_TEXT_SUFFIXES and "__pycache__" not in file.parts
+        ]
+    return files
+
+
+def citations_outside(root: Path, skip: frozenset[Path] = frozenset()) -> list[str]:
+    """Each place a project file cites a file the repository does not hold."""
+    files = project_text_files(root)
+    page_names = {file.name for file in files}
+    found = []
+    for file in files:
+        if file in skip:
+            continue
+        for number, line in enumerate(file.read_text(errors="replace").splitlines(), 1):
+            cited = [name for name in CAPITALISED_PAGE.findall(line) if name not in page_names]
+            cited += BESIDE_THE_CLONE.findall(line)
+            found += [f"{file.relative_to(root).as_posix()}:{number}: {name}" for name in cited]
+    return found
+
+
+def test_the_repository_cites_no_file_outside_it() -> None:
+    # This file names such citations to test the check on them.
+    assert citations_outside(REPO_ROOT, skip=frozenset({Path(__file__).resolve()})) == []
+
+
+def test_citations_of_files_outside_the_repository_are_found(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("See docs/NOTICE.md and README.md; data in ../shared/data/wiki.\n")
+    (tmp_path / "docs" / "NOTICE.md").write_text("")
+    (tmp_path / "docs" / "design.md").write_text(
+        "As DESIGN.md says, run\n../shared/tools/check.py or shared/tools/x.\n"
+    )
+    (tmp_path / "Makefile").write_text("check:\n\tpython3 ../../shared/bin/lint.py\n")
+    assert citations_outside(tmp_path) == [
+        "Makefile:2: ../../shared/bin/lint.py",
+        "docs/design.md:1: DESIGN.md",
+        "docs/design.md:2: ../shared/tools/check.py",
+        "docs/design.md:2: shared/tools/x.",
+    ]
