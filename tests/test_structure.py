@@ -415,19 +415,21 @@ def project_text_files(root: Path) -> list[Path]:
         files += [
             file
             for file in candidates
-            if file.is_file() and file.suffix in PROJECT_TEXT_SUFFIXES and "__pycache__" not in file.parts
+            if file.is_file()
+            and file.suffix in PROJECT_TEXT_SUFFIXES
+            and "__pycache__" not in file.parts
+            # this file names violations, to test the checks on them
+            and file != Path(__file__).resolve()
         ]
     return files
 
 
-def citations_outside(root: Path, skip: frozenset[Path] = frozenset()) -> list[str]:
+def citations_outside(root: Path) -> list[str]:
     """Each place a project file cites a file the repository does not hold."""
     files = project_text_files(root)
     page_names = {file.name for file in files}
     found = []
     for file in files:
-        if file in skip:
-            continue
         for number, line in enumerate(file.read_text(errors="replace").splitlines(), 1):
             cited = [name for name in CAPITALISED_PAGE.findall(line) if name not in page_names]
             cited += BESIDE_THE_CLONE.findall(line)
@@ -436,8 +438,7 @@ def citations_outside(root: Path, skip: frozenset[Path] = frozenset()) -> list[s
 
 
 def test_the_repository_cites_no_file_outside_it() -> None:
-    # This file names such citations to test the check on them.
-    assert citations_outside(REPO_ROOT, skip=frozenset({Path(__file__).resolve()})) == []
+    assert citations_outside(REPO_ROOT) == []
 
 
 def test_citations_of_files_outside_the_repository_are_found(tmp_path: Path) -> None:
@@ -454,3 +455,38 @@ def test_citations_of_files_outside_the_repository_are_found(tmp_path: Path) -> 
         "docs/design.md:2: ../shared/tools/check.py",
         "docs/design.md:2: shared/tools/x.",
     ]
+
+
+MAKE_IN_CODE_SPAN = re.compile(r"`make ([\w-]+)")
+MAKE_COMMAND_LINE = re.compile(r"^\s*make ([\w-]+)", re.M)
+MAKE_TARGET = re.compile(r"^([\w-]+):", re.M)
+
+
+def unknown_make_targets(root: Path) -> list[str]:
+    """Each `make TARGET` the project's text names (in a code span, or as a command line of a
+    Markdown code block) that the Makefile does not define."""
+    targets = set(MAKE_TARGET.findall((root / "Makefile").read_text()))
+    unknown = []
+    for file in project_text_files(root):
+        text = file.read_text(errors="replace")
+        named = [(match.start(), match.group(1)) for match in MAKE_IN_CODE_SPAN.finditer(text)]
+        if file.suffix == ".md":
+            for block in FENCED_BLOCK.finditer(text):
+                named += [(block.start() + m.start(), m.group(1)) for m in MAKE_COMMAND_LINE.finditer(block.group())]
+        unknown += [
+            f"{file.relative_to(root).as_posix()}:{text.count(chr(10), 0, at) + 1}: make {target}"
+            for at, target in sorted(named)
+            if target not in targets
+        ]
+    return unknown
+
+
+def test_every_make_target_the_project_names_exists() -> None:
+    assert unknown_make_targets(REPO_ROOT) == []
+
+
+def test_a_make_target_the_makefile_lacks_is_found(tmp_path: Path) -> None:
+    (tmp_path / "Makefile").write_text("test: install\n\tpytest\n\ninstall:\n\tpip install .\n")
+    (tmp_path / "README.md").write_text("Run `make test`, or\n\n```bash\nmake install\nmake test-all\n```\n")
+    (tmp_path / "pyproject.toml").write_text('markers = ["slow: run by `make test-all`"]\n')
+    assert unknown_make_targets(tmp_path) == ["README.md:5: make test-all", "pyproject.toml:1: make test-all"]
