@@ -9,8 +9,11 @@
 - Every module, file and code name the page cites exists (`cited_names_missing` says which
   spans count as citations).
 
-Each checker takes the repository root, so the tests below also run it on a tiny package made
-in tmp_path with one planted violation of each rule.
+And two rules of the repository's text: it cites no file outside the repository (but the test
+data under ../shared/data), and every `make TARGET` it names is one the Makefile defines.
+
+Each checker reads the repository root it is given, so the tests below also run it on a tiny
+repository made in tmp_path, with planted violations of each rule.
 """
 
 from __future__ import annotations
@@ -268,9 +271,8 @@ def cited_names_missing(page: Path, source: Source, package: str = PACKAGE) -> l
 
     missing: list[str] = []
     text = FENCED_BLOCK.sub(lambda block: "\n" * block.group().count("\n"), page.read_text())
-    units = [(number, line) for number, line in enumerate(text.splitlines(), 1)]
     paragraph_context: list[Path] = []
-    for number, line in units:
+    for number, line in enumerate(text.splitlines(), 1):
         in_table = line.lstrip().startswith("|")
         if in_table or not line.strip():
             paragraph_context = []
@@ -288,7 +290,7 @@ def cited_names_missing(page: Path, source: Source, package: str = PACKAGE) -> l
                 test = path_match["test"]
                 if test and test not in top_level_names(ast.parse(found.read_text()).body):
                     missing.append(f"{where}: no test {test}")
-            elif dotted_match and not PATH_SPAN.match(span):
+            elif dotted_match and not path_match:
                 owner, name = dotted_match["owner"], dotted_match["name"]
                 module = module_named(owner)
                 if module is not None:
