@@ -98,6 +98,9 @@ def run_page(page: Path, cwd: Path) -> None:
     # `tokenmill` is the one installed beside the Python running the tests.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("TOKENMILL_SHARED_DATA", None)  # the docs name ../shared/data; nothing else finds it
+    # A wrong output comment does not stop the page (the next blocks do not depend on it): the
+    # page runs to its end and the test names every wrong comment at once.
+    wrong_comments: list[str] = []
     for line, block in shell_blocks(page.read_text()):
         done = subprocess.run(
             ["bash", "-e", "-o", "pipefail", "-c", block],
@@ -117,10 +120,9 @@ def run_page(page: Path, cwd: Path) -> None:
         unmatched = unmatched_output_comments(block, done.stdout + done.stderr)
         if unmatched:
             comments = "\n".join(f"{page.name}:{line + 1 + number}: # {comment}" for number, comment in unmatched)
-            pytest.fail(
-                f"output comments that the commands do not print:\n{comments}\n--- output ---\n"
-                + (done.stdout + done.stderr)[-4000:]
-            )
+            wrong_comments.append(f"{comments}\n--- output ---\n{(done.stdout + done.stderr)[-4000:]}")
+    if wrong_comments:
+        pytest.fail("output comments that the commands do not print:\n" + "\n\n".join(wrong_comments))
 
 
 def test_output_comments_are_compared_with_what_the_block_prints() -> None:
