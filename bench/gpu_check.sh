@@ -48,7 +48,7 @@ LOG="$OUT/gpu_check.log"
 { # everything printed goes to the terminal and to $LOG (the group's status is the script's)
 
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-# The benchmark data travels inside .whl/ (make gpu-wheels copies it there): ../shared does not.
+# The benchmark data travels inside .whl/ (make gpu-wheels copies it there): ../shared/data does not.
 if [[ -d "$ROOT/.whl/data/eval" ]]; then
     export TOKENMILL_SHARED_DATA="$ROOT/.whl/data"
 fi

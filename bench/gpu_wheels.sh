@@ -3,7 +3,7 @@
 # tokenmill's own wheel, the CPython 3.12 manylinux wheels of the packages training, export-hf,
 # eval and lm-evaluation-harness's hf backend import that the image lacks, the lines of
 # bench/gpu-wheels.txt (torchtitan, torchao and their dependencies, for bench/train_mfu.py), and
-# a copy of the shared benchmark data under .whl/data/ (../shared does not travel; bench/eval.py
+# a copy of the shared benchmark data under .whl/data/ (../shared/data does not travel; bench/eval.py
 # reads it through TOKENMILL_SHARED_DATA). Downloads need the network: run it here, carry .whl/.
 #
 #   bench/gpu_wheels.sh [DEST]        (make gpu-wheels)

@@ -7,7 +7,14 @@ is substituted. Blocks fenced otherwise (```text for templates with placeholders
 output, ```yaml, ```python) are not run; `make demo` / `make test` are run by CI itself.
 
 README.md runs first; each docs page then runs in a copy of the directory the README left,
-as a reader who followed the README would have it. Comment lines inside a block show output.
+as a reader who followed the README would have it.
+
+Comment lines inside a block show output. The `#` lines directly below a command (no blank line
+between) are what it prints: each of them that holds a number must match a line the block
+printed that starts with the same word, its numbers appearing there in the same order, but for
+those that change from run to run (a duration such as `2.9s`, a rate in tokens/s, `memory_gib`,
+a process id). A comment that explains rather than shows output stands apart from the command
+above it, after a blank line.
 
 The commands' Dask work goes to the test session's LocalCluster through Dask's own
 `DASK_SCHEDULER_ADDRESS` (tests/conftest.py), as a user's shell on a cluster would name one,
@@ -38,6 +45,11 @@ CODE_PATH = re.compile(
     r"(?<![\w/.])(?:(?:tokenmill|tests|bench)/|(?:curate|tokenize|train|eval|pipelines|infra)/)[\w/]+\.py\b"
 )
 
+# A number standing alone (`kept 812`, `3.3%`, `0.8829`), not one inside a name (`step_60`) or
+# one with a unit glued to it (`2.9s`).
+NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w.])")
+VARYING = re.compile(r"\bpid \d+|[\d,.]+ tokens/s|\b(?:tokens_per_s|memory_gib) [\d.]+")
+
 
 def shell_blocks(markdown: str) -> list[tuple[int, str]]:
     """(line number, text) of each ```bash block, in order."""
@@ -48,11 +60,50 @@ def shell_blocks(markdown: str) -> list[tuple[int, str]]:
     return blocks
 
 
+def output_comments(block: str) -> list[tuple[int, str]]:
+    """(line in the block, text) of each `#` line that directly follows a command, or another
+    such line, and holds a number."""
+    shown = []
+    after_command = False
+    for number, line in enumerate(block.splitlines()):
+        text = line.strip()
+        if text.startswith("#"):
+            if after_command and NUMBER.search(VARYING.sub("", text)):
+                shown.append((number, text.removeprefix("#").strip()))
+        else:
+            after_command = bool(text)
+    return shown
+
+
+def numbers_of(line: str) -> list[str]:
+    return NUMBER.findall(VARYING.sub("", line))
+
+
+def bears_out(line: str, comment: str) -> bool:
+    """Whether an output line is the one a comment shows: the same first word, and the comment's
+    numbers in it in the same order."""
+    found = iter(numbers_of(line))
+    return line.split()[:1] == comment.split()[:1] and all(value in found for value in numbers_of(comment))
+
+
+def unmatched_output_comments(block: str, output: str) -> list[tuple[int, str]]:
+    """The output comments of a block that no line of its output bears out."""
+    lines = [line.strip() for line in output.splitlines()]
+    return [
+        (number, comment)
+        for number, comment in output_comments(block)
+        if not any(bears_out(line, comment) for line in lines)
+    ]
+
+
 def run_page(page: Path, cwd: Path) -> None:
     env = dict(os.environ)
     # `tokenmill` is the one installed beside the Python running the tests.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("TOKENMILL_SHARED_DATA", None)  # the docs name ../shared/data; nothing else finds it
+    # A wrong output comment does not stop the page (the next blocks do not depend on it): the
+    # page runs to its end and the test names every wrong comment at once.
+    wrong_comments: list[str] = []
     for line, block in shell_blocks(page.read_text()):
         done = subprocess.run(
             ["bash", "-e", "-o", "pipefail", "-c", block],
@@ -69,6 +120,45 @@ def run_page(page: Path, cwd: Path) -> None:
         if done.returncode != 0:
             output = (done.stdout + done.stderr)[-4000:]
             pytest.fail(f"{page.name}:{line}: block exited with {done.returncode}\n{block}\n--- output ---\n{output}")
+        unmatched = unmatched_output_comments(block, done.stdout + done.stderr)
+        if unmatched:
+            comments = "\n".join(f"{page.name}:{line + 1 + number}: # {comment}" for number, comment in unmatched)
+            wrong_comments.append(f"{comments}\n--- output ---\n{(done.stdout + done.stderr)[-4000:]}")
+    if wrong_comments:
+        pytest.fail("output comments that the commands do not print:\n" + "\n\n".join(wrong_comments))
+
+
+def test_output_comments_are_compared_with_what_the_block_prints() -> None:
+    block = (
+        "# ingest the corpus: 3 files\n"  # above any command: an explanation
+        "tokenmill curate ingest --input corpus --output work/docs\n"
+        "# ingest: in 65, kept 64, rejected 1 in 3.1s -> work/docs\n"
+        "#   empty_text: 1\n"
+        "#   ...\n"
+        "tokenmill train tiny --data shards --out runs/long &\n"
+        "# step 5 | loss 7.9164 | tokens_per_s 6325 | memory_gib 0.62\n"
+        "\n"
+        "# 2 more steps: an explanation after a blank line\n"
+        "tokenmill curate filter --input work/docs --output work/filter\n"
+        "# c4 removed 79 of 142 lines and edited 4 kept documents\n"
+        "# tokenmill: error: runs/long is being written by another `tokenmill train` (pid 18405)\n"
+    )
+    # the last comment holds only a process id: nothing to compare
+    assert [number for number, _ in output_comments(block)] == [2, 3, 6, 10]
+    printed = (
+        "ingest: in 65, kept 64, rejected 1 in 2.2s -> /tmp/x1/work/docs\n  empty_text: 1\n"
+        "step 5 | loss 7.9164 | tokens_per_s 9999 | memory_gib 0.71\n"
+        "c4 removed 79 of 142 lines and edited 4 kept documents\n"
+        "tokenmill: error: runs/long is being written by another `tokenmill train` (pid 31337)\n"
+    )
+    assert unmatched_output_comments(block, printed) == []
+    wrong = printed.replace("kept 64, rejected 1", "kept 63, rejected 2").replace("removed 79", "removed 80")
+    assert unmatched_output_comments(block, wrong) == [
+        (2, "ingest: in 65, kept 64, rejected 1 in 3.1s -> work/docs"),
+        (10, "c4 removed 79 of 142 lines and edited 4 kept documents"),
+    ]
+    # the comment's first word must start the line: `empty_text: 1` is not borne out by `ingest: ... 1`
+    assert unmatched_output_comments(block, printed.replace("  empty_text: 1\n", "")) == [(3, "empty_text: 1")]
 
 
 @pytest.fixture(scope="session")

@@ -82,21 +82,29 @@ def test_local_paths_stay_plain(tmp_path: Path) -> None:
     assert storage.absolute("file://" + str(tmp_path)) == str(tmp_path.resolve())
 
 
+def test_a_location_leaves_the_file_operations_to_the_module_functions() -> None:
+    """One way to do each thing: a Location names a place (and gives further ones); reading,
+    writing, listing and removing are `storage.exists(location)` and its siblings."""
+    members = {name for name in vars(storage.Location) if not name.startswith("_")}
+    assert members == {"local_path", "name", "absolute", "native", "join", "parent"}
+
+
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_a_location_works_the_same_on_disk_and_in_a_bucket(where: str, request: pytest.FixtureRequest) -> None:
     root = str(request.getfixturevalue("tmp_path")) if where == "local" else request.getfixturevalue("bucket")
     place = storage.Location(root + "/").join("stage")
     assert place.is_local == (where == "local") and place.name == "stage" and place.parent.path == root
-    place.write_text("{}", "manifest.json")
-    with place.open("kept/a.txt", "wb") as handle:
+    storage.write_text(place.join("manifest.json"), "{}")
+    with storage.open_output(place.join("kept/a.txt")) as handle:
         handle.write(b"alpha")
-    assert place.isdir() and place.isfile("manifest.json") and not place.exists("missing")
-    assert [rel for _, rel in place.list()] == ["kept/a.txt", "manifest.json"]
-    assert place.get("kept/a.txt").read_bytes() == b"alpha"  # the file itself, or a cached copy
+    assert storage.isdir(place) and storage.isfile(place.join("manifest.json"))
+    assert not storage.exists(place.join("missing"))
+    assert [rel for _, rel in storage.list_files(place)] == ["kept/a.txt", "manifest.json"]
+    assert storage.local_input(place.join("kept/a.txt")).read_bytes() == b"alpha"  # the file itself, or a cached copy
     storage.write_text(place.join(".stage.tmp-1-x").path + "/part", "half")
-    assert [storage.basename(p) for p in place.glob(".stage.tmp-*")] == [".stage.tmp-1-x"]
-    place.remove()
-    assert not place.exists()
+    assert [storage.basename(p) for p in storage.glob(place, ".stage.tmp-*")] == [".stage.tmp-1-x"]
+    storage.remove(place)
+    assert not storage.exists(place)
     if where == "local":
         assert place.local_path == Path(root) / "stage"
     else:

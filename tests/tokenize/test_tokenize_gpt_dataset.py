@@ -1,5 +1,6 @@
-"""GPTDataset indices against a plain Python rendering of Megatron's algorithm (REFERENCE.md
-section 4), and samples against the shuffled token stream they are cut from."""
+"""GPTDataset indices against a plain Python rendering of Megatron-Core's algorithm (document,
+sample and shuffle indices, `megatron/core/datasets/gpt_dataset.py`), and samples against the
+shuffled token stream they are cut from."""
 
 from __future__ import annotations
 

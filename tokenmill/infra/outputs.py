@@ -64,11 +64,11 @@ class OutputKind:
     def exists(self, target: storage.Location) -> bool:
         if self.layout == "prefix":
             return any(storage.exists(f"{target}{suffix}") for suffix in self.suffixes)
-        return target.exists()
+        return storage.exists(target)
 
     def is_own(self, target: storage.Location) -> bool:
         """Whether what is there is an earlier output of this kind, or an empty directory."""
-        if target.isdir() != (self.layout == "directory") and self.layout != "prefix":
+        if storage.isdir(target) != (self.layout == "directory") and self.layout != "prefix":
             return False
         if any(storage.exists(path) for path in self.marker_paths(target)):
             return True
@@ -128,9 +128,9 @@ def _check_local_parents(path: Path, flag: str, output: Any) -> None:
 
 
 def _why_not_own(target: storage.Location, kind: OutputKind) -> str:
-    if kind.layout == "directory" and not target.isdir():
+    if kind.layout == "directory" and not storage.isdir(target):
         return f"is a file, not {kind.noun}"
-    if kind.layout != "directory" and target.isdir():
+    if kind.layout != "directory" and storage.isdir(target):
         return f"is a directory, not {kind.noun}"
     marker = storage.basename(kind.marker_paths(target)[0])
     if kind.layout == "directory":

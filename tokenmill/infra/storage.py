@@ -470,7 +470,8 @@ class Location:
     path; local disk is a case of it (`is_local`, `local_path`) that keeps the plain `os` path.
 
     ``Location(path).absolute()`` is the form recorded in manifests; `join` and `parent` give
-    further locations; the file operations are this module's functions applied to it."""
+    further locations. The file operations are this module's functions, which take a `Location`
+    as well as a path or URL (``storage.exists(location)``)."""
 
     def __init__(self, path: str | os.PathLike | Location) -> None:
         text = path.path if isinstance(path, Location) else str(path)
@@ -514,62 +515,6 @@ class Location:
     @property
     def parent(self) -> Location:
         return Location(parent(self.path))
-
-    def exists(self, name: str = "") -> bool:
-        return exists(self._at(name))
-
-    def isdir(self, name: str = "") -> bool:
-        return isdir(self._at(name))
-
-    def isfile(self, name: str = "") -> bool:
-        return isfile(self._at(name))
-
-    def list(self, suffix: str | None = None) -> list[tuple[str, str]]:
-        return list_files(self.path, suffix)
-
-    def glob(self, pattern: str) -> list[str]:
-        return glob(self.path, pattern)
-
-    def open(self, name: str = "", mode: str = "rb"):
-        """A file here for reading (``rb``) or writing (``wb``: a context manager that publishes
-        the file whole when it closes)."""
-        if mode == "wb":
-            return open_output(self._at(name))
-        if mode != "rb":
-            raise ValueError(f"mode {mode!r}: a Location opens files as 'rb' or 'wb'")
-        return open_input(self._at(name))
-
-    def read_text(self, name: str = "") -> str:
-        return read_text(self._at(name))
-
-    def write_text(self, text: str, name: str = "") -> None:
-        write_text(self._at(name), text)
-
-    def remove(self, name: str = "") -> None:
-        remove(self._at(name))
-
-    def put(self, local: str | os.PathLike, name: str = "") -> None:
-        """Copy a local file here (a local copy is atomic; an upload is visible once complete)."""
-        target = self._at(name)
-        if is_url(target):
-            upload(local, target)
-        elif Path(local).resolve() != local_path(target).resolve():
-            from tokenmill.infra.atomic import atomic_path
-
-            local_path(target).parent.mkdir(parents=True, exist_ok=True)
-            with atomic_path(local_path(target)) as tmp:
-                shutil.copyfile(local, tmp)
-
-    def get(self, name: str = "") -> Path:
-        """A local file holding this file's bytes: the file itself, or a copy in the cache."""
-        return local_input(self._at(name))
-
-    def working_copy(self, kind: str) -> Path:
-        """Where work on this directory happens on local disk (see `working_copy`)."""
-        return working_copy(self.path, kind)
-
-    def _at(self, name: str) -> str:
-        return join(self.path, name) if name else self.path
 
 
 # ---- publication of a directory on object storage -------------------------------------------

@@ -446,7 +446,7 @@ def write_report(recipe: Recipe, workdir: Path, steps: list[Step]) -> tuple[Path
 
 
 def write_page(title: str, sections: list[Section], stem: Path) -> tuple[Path, Path]:
-    """The sections as STEM.md and a self-contained STEM.html."""
+    """The sections as Markdown (`stem` + .md) and as a self-contained page (`stem` + .html)."""
     md = [f"# {title}", ""]
     for s in sections:
         md += [f"## {s.title}", "", *[block + "\n" for block in s.md]]

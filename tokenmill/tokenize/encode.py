@@ -446,7 +446,7 @@ def _output_prefix(output_prefix: str | Path) -> tuple[str | None, Path]:
     target = storage.Location(output_prefix).absolute()
     # Shards bound for object storage are built in the local working copy of their directory
     # (kept between runs, so a re-run resumes its finished partitions) and pushed when complete.
-    prefix = target.parent.working_copy("staging") / target.name
+    prefix = storage.working_copy(target.parent, "staging") / target.name
     remote = None if target.is_local else target.path
     if prefix.name.endswith((".bin", ".idx", ".json")):
         raise TokenmillError(

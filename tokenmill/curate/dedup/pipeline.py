@@ -635,7 +635,7 @@ def _output_and_work_dir(output: str | Path) -> tuple[str | Path, Path]:
     output's local working copy (the phases' checkpoints stay on local disk; only the stage
     directory goes to a bucket)."""
     target = storage.Location(output).absolute()
-    return target.native(), target.parent.working_copy("staging") / f".{target.name}.work"
+    return target.native(), storage.working_copy(target.parent, "staging") / f".{target.name}.work"
 
 
 def _rows_in(files: list[str]) -> int:
