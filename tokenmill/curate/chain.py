@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from tokenmill.curate.documents import MANIFEST_FILE, input_list, read_manifest
+from tokenmill.curate.documents import input_list
 from tokenmill.curate.registry import (
     Stage,
     add_stage_arguments,
@@ -57,11 +57,15 @@ def can_lead(stage: Stage) -> bool:
     return stage.run is None and stage.io != "none" and issubclass(stage.options, StageOptions)
 
 
-def kept_written(stage_dir: str | Path) -> bool:
-    """Whether a stage directory holds its kept documents (a stage inside a chain may not)."""
-    if not storage.exists(storage.join(stage_dir, MANIFEST_FILE)):
-        return False
-    return read_manifest(stage_dir).get("chain", {}).get("kept_written", True)
+def check_chain(stages: Sequence[Stage]) -> None:
+    """One line for a stage that cannot take its place in a chain."""
+    if not can_lead(stages[0]):
+        raise ConfigError(f"stage `{stages[0].name}` cannot run in a chain: it has phases of its own")
+    for stage in stages[1:]:
+        if not per_document(stage):
+            raise ConfigError(
+                f"stage `{stage.name}` cannot follow another in a chain: it does not work document by document"
+            )
 
 
 def run_stages(
@@ -80,14 +84,8 @@ def run_stages(
     """Run `stages` over `input` in one pass, stage i writing `outputs[i]`; the first `replay`
     stages run only to feed the rest (their directories are up to date). Returns the manifests
     of the stages written."""
-    first_stage, first = stages[0]
-    if not can_lead(first_stage):
-        raise ConfigError(f"stage `{first_stage.name}` cannot run in a chain: it has phases of its own")
-    for stage, _ in stages[1:]:
-        if not per_document(stage):
-            raise ConfigError(
-                f"stage `{stage.name}` cannot follow another in a chain: it does not work document by document"
-            )
+    check_chain([stage for stage, _ in stages])
+    first = stages[0][1]
     inputs = input_list(input)
     links = [
         Link(
@@ -196,6 +194,7 @@ def parse_stages(names: str, settings: Sequence[str]) -> list[tuple[Stage, Stage
         )
     if len(set(chosen)) != len(chosen):
         raise ConfigError(f"--stages names a stage twice: {names}")
+    check_chain([stages[name] for name in chosen])
     values: dict[str, dict[str, Any]] = {name: {} for name in chosen}
     for setting in settings:
         key, sep, value = setting.partition("=")

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill import __version__
-from tokenmill.curate.chain import kept_written
 from tokenmill.errors import DiskFullError, TokenmillError
 from tokenmill.infra import faults, records, storage
 from tokenmill.infra.atomic import atomic_write_text, remove_leftovers
+from tokenmill.infra.document_dirs import kept_written
 from tokenmill.infra.outputs import check_output
 from tokenmill.pipelines.context import Context
 from tokenmill.pipelines.plan import (
