@@ -67,6 +67,7 @@ def runs(tmp_path_factory, shared_data, dask_client, curate_cli) -> dict[str, Pa
     return {"root": root, "one_by_one": root / "one_by_one", "fused": root / "fused"}
 
 
+@pytest.mark.slow
 def test_a_chain_writes_what_its_stages_write_one_by_one(runs) -> None:
     fused = {path.name.split("-", 1)[1]: path for path in sorted(runs["fused"].iterdir())}
     assert list(fused) == ["ingest", *STAGES]
@@ -93,6 +94,7 @@ def test_a_chain_writes_what_its_stages_write_one_by_one(runs) -> None:
     assert manifest(fused["url-filter"])["counts"]["rejected"] == {"url.blocklist:blocklist": 2}
 
 
+@pytest.mark.slow
 def test_rejected_documents_as_ids_or_counts_only(runs, dask_client, capsys) -> None:
     """From the extracted documents: rejected/ holds each rejected document's id and reason
     (`ids`, the default), the same ids and reasons the whole documents carry, or nothing (`none`)."""
@@ -121,6 +123,7 @@ def test_rejected_documents_as_ids_or_counts_only(runs, dask_client, capsys) -> 
     assert "--keep-intermediate" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_interrupted_chain_resumes_its_finished_partitions(runs) -> None:
     """The last stage fails on a partition after others finished (a worker's error, in one
     thread here); the rerun keeps the finished partitions' files in every stage, runs the
@@ -143,7 +146,9 @@ def test_an_interrupted_chain_resumes_its_finished_partitions(runs) -> None:
         partials = [next(path.parent.glob(f".{path.name}.partial-*")) for path in outputs]
         finished = {path.name for path in (partials[-1] / ".tasks").glob("task-*.json")}
         n_partitions = len(list((extracted / "kept").glob("*.parquet")))
-        assert 2 <= len(finished) < n_partitions and all({p.name for p in (d / ".tasks").glob("*")} >= finished for d in partials)
+        assert 2 <= len(finished) < n_partitions and all(
+            {p.name for p in (d / ".tasks").glob("*")} >= finished for d in partials
+        )
         before = {
             (link, sub, path.name): path.stat().st_ino
             for link, partial in enumerate(partials)
