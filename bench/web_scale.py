@@ -19,9 +19,11 @@ LocalPipelineExecutor with one worker), over the same WARC files:
   subprocess started with `--datatrove-worker`, as bench/curate_filter.py runs it.
 
 Corpora: the shared WARCs (`../shared/data/web/warc`: the five complete archives, the truncated
-one left out), and one `--multiple` times larger, each record repeated with another WARC-Record-ID
-and target URI (`?copy=K` appended) so that every copy is a distinct document to any step that
-looks at ids or URLs; the pages themselves are the same.
+one left out), and one `--multiple` times larger: each archive holds its records `--multiple`
+times over, each repetition with another WARC-Record-ID and target URI (`?copy=K` appended) so
+that every copy is a distinct document to any step that looks at ids or URLs (the pages
+themselves are the same, so datatrove's Trafilatura runs without its cache of paragraphs seen
+before, which would empty the copies). An archive stays one partition, as a crawl's are.
 
 Measured per run: CPU seconds of every process of the run (the command and, for tokenmill, the
 Dask scheduler and worker with the worker's extractor processes, by psutil; datatrove's process
@@ -61,6 +63,8 @@ BASE_ARCHIVES = (
     "whirlwind.warc.gz",
 )
 BLOCKED_HOST = "kyleclo.com"
+# A Common Crawl snapshot: ~3 billion pages in ~100 TB of WARC files of about 1 GB, ~30,000 pages each.
+PAGES_PER_ARCHIVE = 30_000
 STAGES = ("ingest", "extract", "langid", "url-filter", "pii", "filter")
 CHAIN_OPTIONS = ("langid.languages=[en]", "langid.min_score=0.65", "url-filter.blocklist=[BLOCKLIST]")
 STAGE_FLAGS = {"langid": ["--languages", "en", "--min-score", "0.65"], "url-filter": ["--blocklist", "BLOCKLIST"]}
@@ -86,6 +90,15 @@ def warc_records(path: Path) -> list[tuple[bytes, bytes]]:
     return records
 
 
+def copied_uri(uri: bytes, copy: int) -> bytes:
+    """`?copy=K` (or `&copy=K`) added to a URI's query, before its fragment; WARC 1.0 writes
+    some URIs in angle brackets, which stay around it."""
+    bracketed = uri.startswith(b"<") and uri.endswith(b">")
+    bare, hash_mark, fragment = uri.strip(b"<>").partition(b"#")
+    copied = bare + (b"&" if b"?" in bare else b"?") + f"copy={copy}".encode() + hash_mark + fragment
+    return b"<" + copied + b">" if bracketed else copied
+
+
 def copied_header(header: bytes, copy: int) -> bytes:
     """The header of copy `copy` of a record: another record id, and `?copy=K` on its URI."""
     lines = []
@@ -95,25 +108,26 @@ def copied_header(header: bytes, copy: int) -> bytes:
             record_id = uuid.uuid5(uuid.NAMESPACE_URL, f"{line.decode(errors='replace')}#{copy}")
             line = f"WARC-Record-ID: <urn:uuid:{record_id}>".encode()
         elif name == b"warc-target-uri":
-            uri = line.split(b":", 1)[1].strip()
-            line = b"WARC-Target-URI: " + uri + (b"&" if b"?" in uri else b"?") + f"copy={copy}".encode()
+            line = b"WARC-Target-URI: " + copied_uri(line.split(b":", 1)[1].strip(), copy)
         lines.append(line)
     return b"\r\n".join(lines)
 
 
 def make_corpus(directory: Path, multiple: int) -> Path:
-    """`multiple` copies of the base archives (copy 0 the archives as they are), each record in
-    a gzip member of its own, as Common Crawl writes them."""
+    """Each base archive with its records `multiple` times over (the first time as they are),
+    each record in a gzip member of its own as Common Crawl writes them: one archive stays one
+    partition, `multiple` times larger, as a crawl's archives of some 40,000 records are."""
     directory.mkdir(parents=True, exist_ok=True)
     for name in BASE_ARCHIVES:
+        if multiple == 1:
+            shutil.copyfile(WARCS / name, directory / name)
+            continue
         records = warc_records(WARCS / name)
-        for copy in range(multiple):
-            if copy == 0:
-                shutil.copyfile(WARCS / name, directory / name)
-                continue
-            with open(directory / f"{name.removesuffix('.warc.gz')}-copy{copy:03d}.warc.gz", "wb") as out:
+        with open(directory / name, "wb") as out:
+            for copy in range(multiple):
                 for header, body in records:
-                    out.write(gzip.compress(copied_header(header, copy) + b"\r\n\r\n" + body + b"\r\n\r\n", 6))
+                    header = copied_header(header, copy) if copy else header
+                    out.write(gzip.compress(header + b"\r\n\r\n" + body + b"\r\n\r\n", 6))
     return directory
 
 
@@ -122,6 +136,44 @@ def make_corpus(directory: Path, multiple: int) -> Path:
 
 def directory_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+def parquet_bytes(directory: Path) -> tuple[int, int, int]:
+    """Rows, bytes of their column data, and files of the Parquet files under a directory: a
+    file's size beyond its column data is its footer, paid once per file."""
+    import pyarrow.parquet as pq
+
+    rows = data = files = 0
+    for path in directory.rglob("*.parquet"):
+        metadata = pq.ParquetFile(path).metadata
+        rows += metadata.num_rows
+        files += 1
+        for group in range(metadata.num_row_groups):
+            row_group = metadata.row_group(group)
+            data += sum(row_group.column(c).total_compressed_size for c in range(row_group.num_columns))
+    return rows, data, files
+
+
+def written_at_partition_size(stage_dirs: list[Path], pages: int, records_per_partition: int) -> str:
+    """Bytes written over kept bytes for partitions of a crawl's size, from this run's bytes per
+    kept document, per rejected id, per file footer and per manifest."""
+    kept_rows, kept_data, kept_files = parquet_bytes(stage_dirs[-1] / "kept")
+    rejected = [parquet_bytes(d / "rejected") for d in stage_dirs]
+    rejected_rows, rejected_data, rejected_files = (sum(values) for values in zip(*rejected))
+    footers = (
+        sum(directory_bytes(d / sub) for d in stage_dirs for sub in ("kept", "rejected")) - kept_data - rejected_data
+    )
+    footer = footers / (kept_files + rejected_files)
+    manifests = sum((d / "manifest.json").stat().st_size for d in stage_dirs)
+    scale = records_per_partition / pages
+    kept = kept_data * scale + footer
+    written = kept + rejected_data * scale + footer * len(stage_dirs) + manifests
+    return (
+        f"at {records_per_partition:,} pages a partition (a Common Crawl archive), with this run's"
+        f" {kept_data / kept_rows:.0f} B per kept document, {rejected_data / rejected_rows:.0f} B per rejected id,"
+        f" {footer:.0f} B per Parquet footer and {manifests / len(stage_dirs):.0f} B per manifest:"
+        f" written / kept {written / kept:.3f}x"
+    )
 
 
 def tree_cpu(pids: list[int]) -> float:
@@ -262,7 +314,10 @@ def datatrove_worker(corpus: str, output: str, result_path: str) -> None:
     # left the extractor's sandbox process unanswered here, each page timing out.)
     data = counted(WarcReader(corpus, glob_pattern="*.warc.gz").run(None, 0, 1), "read")
     for step in (
-        Trafilatura(favour_precision=True, timeout=60.0),  # no page times out on a loaded machine
+        # favour_precision as FineWeb runs it; a 60 s timeout, so that no page times out on a loaded
+        # machine; without trafilatura's cache of paragraphs seen before, which would empty the
+        # copies of a page in the larger corpus (they are the same pages).
+        Trafilatura(favour_precision=True, timeout=60.0, deduplicate=False),
         LanguageFilter(languages=["en"], language_threshold=0.65),
         URLFilter(extra_domains=[BLOCKED_HOST], use_integrated_lists=False),  # the blocklist alone, as ours
         PIIFormatter(),
@@ -300,7 +355,10 @@ def run_datatrove(corpus: Path, output: Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- the report
 
 
-def run_corpus(label: str, corpus: Path, work: Path, repeat: int, with_datatrove: bool) -> list[str]:
+def run_corpus(label: str, corpus: Path, work: Path, repeat: int, with_datatrove: bool, extrapolate: bool) -> list[str]:
+    """Every contender over one corpus, `repeat` rounds; `extrapolate`: the bytes written at a
+    crawl's partition size too, from the documents of this corpus (not of one whose copies of a
+    page compress into each other)."""
     blocklist = work / "blocklist.txt"
     blocklist.write_text(f"{BLOCKED_HOST}\n")
     runs: dict[str, list[dict[str, Any]]] = {"fused": [], "one_by_one": [], "datatrove": []}
@@ -353,6 +411,9 @@ def run_corpus(label: str, corpus: Path, work: Path, repeat: int, with_datatrove
             f" {pages / cpu:.1f} | {wall:.1f} | {written / 2**20:.2f} MiB | {written / kept_bytes:.2f}x |"
         )
     lines += ["", f"kept documents (the chain's last kept/): {kept_bytes / 2**20:.2f} MiB"]
+    if extrapolate:
+        stage_dirs = sorted(p for p in runs["fused"][-1]["output"].iterdir() if p.is_dir())
+        lines.append(written_at_partition_size(stage_dirs, pages, PAGES_PER_ARCHIVE))
     lines.append(f"peak RSS of the Dask worker (one core, every stage's state loaded): {worker_rss:.0f} MiB")
     if runs["datatrove"]:
         result = runs["datatrove"][-1]["result"]
@@ -393,7 +454,7 @@ def main() -> int:
         ):
             work = tmp_path / f"work-{corpus.name}"
             work.mkdir()
-            lines += run_corpus(label, corpus, work, repeat, with_datatrove)
+            lines += run_corpus(label, corpus, work, repeat, with_datatrove, extrapolate=corpus is base)
     lines += [check_load("after the run")]
     emit_report(lines, args.out)
     return 0
