@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from tokenmill.pipelines.recipe import load_recipe
-from tokenmill.pipelines.runner import run_recipe
+from tokenmill.pipelines.runner import format_plan, run_recipe
 from tokenmill.recipes import resolve_recipe
 
 pytestmark = pytest.mark.slow
@@ -72,6 +72,8 @@ def test_common_crawl_recipe_from_warcs_to_tokens(tmp_path, shared_data, dask_cl
     # extract .. filter ran in one pass: only filter wrote kept documents, and every stage its
     # rejected ones as ids and reasons.
     fused = ["extract", "langid", "url-filter", "pii", "filter"]
+    one_pass = " -> ".join(f"curate.cc.{stage}" for stage in fused)
+    assert format_plan(recipe, work).count(f"one pass: {one_pass}") == len(fused)  # what --dry-run shows
     assert all(manifests[stage]["chain"]["stages"] == fused for stage in fused)
     assert [stage for stage in fused if list((work / "curate" / "cc").glob(f"*-{stage}/kept/*"))] == ["filter"]
     rejected = pd.read_parquet(next((work / "curate" / "cc").glob("*-url-filter")) / "rejected")

@@ -347,6 +347,8 @@ def format_plan(
             status = "will run"
         lines.append(f"{index:>3}. {step.name}  [{status}]  fingerprint {step.fingerprint}")
         lines.append(f"       {step.description}")
+        if len(step.chain) > 1:
+            lines.append(f"       one pass: {' -> '.join(step.chain)}")
         for item in step.inputs:
             lines.append(f"       in:  {item}")
         lines.append(f"       out: {step.output}")
