@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from tokenmill.pipelines.recipe import load_recipe
-from tokenmill.pipelines.runner import run_recipe
+from tokenmill.pipelines.runner import format_plan, run_recipe
 from tokenmill.recipes import resolve_recipe
 
 pytestmark = pytest.mark.slow
@@ -68,3 +68,30 @@ def test_common_crawl_recipe_from_warcs_to_tokens(tmp_path, shared_data, dask_cl
     meta = json.loads((work / "shards" / "cc" / "cc.json").read_text())
     assert meta["documents"] == previous_kept and meta["tokens"] > 10_000
     assert (work / "shards" / "cc" / "cc.bin").stat().st_size == meta["tokens"] * 2
+
+    # extract .. filter ran in one pass: only filter wrote kept documents, and every stage its
+    # rejected ones as ids and reasons.
+    fused = ["extract", "langid", "url-filter", "pii", "filter"]
+    one_pass = " -> ".join(f"curate.cc.{stage}" for stage in fused)
+    assert format_plan(recipe, work).count(f"one pass: {one_pass}") == len(fused)  # what --dry-run shows
+    assert all(manifests[stage]["chain"]["stages"] == fused for stage in fused)
+    assert [stage for stage in fused if list((work / "curate" / "cc").glob(f"*-{stage}/kept/*"))] == ["filter"]
+    rejected = pd.read_parquet(next((work / "curate" / "cc").glob("*-url-filter")) / "rejected")
+    assert list(rejected.columns) == ["id", "reason"] and len(rejected) == 2
+
+    # A changed filter reruns from the filter, its stages before it replayed in memory from
+    # the ingested documents (their directories untouched).
+    before = {d.name: (d / "manifest.json").stat().st_mtime_ns for d in stage_dirs}
+    recipe.curate[4].options = {"disable": ["c4"]}
+    rerun = run_recipe(recipe, project / "work", until=["curate.cc.filter"], progress=False, client=dask_client)
+    assert [s.name for s in rerun.steps if s.status == "ran"] == ["curate.cc.filter"]
+    after = {d.name: (d / "manifest.json").stat().st_mtime_ns for d in stage_dirs}
+    assert {name for name in before if before[name] != after[name]} == {"05-filter"}
+    refiltered = json.loads((work / "curate" / "cc" / "05-filter" / "manifest.json").read_text())
+    counts = refiltered["counts"]
+    assert counts["in"] == manifests["pii"]["counts"]["kept"] == counts["kept"] + sum(counts["rejected"].values())
+    assert (
+        refiltered["config"]["rules"]["c4"]["enabled"] is False
+        and manifests["filter"]["counts"]["rejected"]["c4.min_sentences"]
+    )
+    assert not [reason for reason in counts["rejected"] if reason.startswith("c4.")]

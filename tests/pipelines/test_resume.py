@@ -140,9 +140,11 @@ def test_killed_during_curation_and_training_resumes_to_the_same_outputs(tmp_pat
     recipe, reference = reference
     resumed = tmp_path / "resumed"
 
-    # 1. Killed while a curation stage runs: that stage has no state and no published output.
-    run_and_kill(recipe, resumed, when_line="] curate.plays.langid: langid")
+    # 1. Killed while curation stages run (normalize and langid, in one pass): they have no state
+    # and no published output.
+    run_and_kill(recipe, resumed, when_line="] curate.plays.normalize: normalize")
     assert (resumed / ".state" / "curate.wiki.langid.json").exists()
+    assert not (resumed / ".state" / "curate.plays.normalize.json").exists()
     assert not (resumed / ".state" / "curate.plays.langid.json").exists()
     assert not (resumed / ".state" / "train.json").exists()
 

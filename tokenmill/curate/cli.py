@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from tokenmill.curate import chain
 from tokenmill.curate.registry import cli_stages
 
 
@@ -23,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     curate.set_defaults(func=lambda args: curate.print_help() or 2)
     for stage in cli_stages():
         stage.add_cli(stages)
+    chain.add_cli(stages)
 
     inspect = subparsers.add_parser(
         "inspect",

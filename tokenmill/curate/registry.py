@@ -218,9 +218,9 @@ class Stage:
             value = getattr(args, f.name)
             if meta["path"] and value:
                 value = (
-                    [_for_workers(v, meta["path"]) for v in value]
+                    [for_workers(v, meta["path"]) for v in value]
                     if isinstance(value, list)
-                    else _for_workers(value, meta["path"])
+                    else for_workers(value, meta["path"])
                 )
             values[f.name] = meta["parse"](value) if meta["parse"] is not None and value is not None else value
         if self.from_cli is not None:
@@ -240,7 +240,7 @@ class Stage:
         return 0
 
 
-def _for_workers(value: Any, kind: bool | str) -> Any:
+def for_workers(value: Any, kind: bool | str) -> Any:
     """A path option's value as the stage's Dask workers (on a cluster, in another working
     directory) must read it: a local file or directory made absolute, and so is a location the
     stage creates ("state"). Anything else (a URL, a `NAME=PATH` spec the stage parses) is left
@@ -254,18 +254,17 @@ def _for_workers(value: Any, kind: bool | str) -> Any:
 # The options and the summary every stage's command shares
 
 
-def add_stage_arguments(parser: argparse.ArgumentParser, *, document_input: bool = True) -> None:
+def add_stage_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    document_input: bool = True,
+    input_help: str = "a stage directory (its kept/ is read) or Parquet files / directories",
+    output_help: str = "the stage directory to write (kept/, rejected/, manifest.json)",
+) -> None:
     """Options shared by every curate stage."""
     if document_input:
-        parser.add_argument(
-            "--input",
-            required=True,
-            nargs="+",
-            help="a stage directory (its kept/ is read) or Parquet files / directories",
-        )
-    parser.add_argument(
-        "--output", required=True, help="the stage directory to write (kept/, rejected/, manifest.json)"
-    )
+        parser.add_argument("--input", required=True, nargs="+", help=input_help)
+    parser.add_argument("--output", required=True, help=output_help)
     parser.add_argument(
         "--scheduler",
         default=None,

@@ -203,28 +203,92 @@ def _library_versions() -> dict[str, str]:
     }
 
 
-def _run_task(task: PartitionTask, task_index: int, tmp_dir: str) -> dict[str, Any]:
-    """Worker side: run one task, write its batches, return its counts."""
-    counts: dict[str, Any] = {"in": 0, "kept": 0, "rejected": Counter(), "stats": Counter()}
+# How a stage records the documents it rejects in `rejected/`: whole (every column, as kept
+# documents have them, plus the reason), ids (`id` and `reason` only) or none (the manifest's
+# counts only).
+REJECTED_MODES = ("whole", "ids", "none")
+REJECTED_ID_COLUMNS = ["id", "reason"]
+
+
+@dataclass
+class Link:
+    """One stage of a pass over the partitions: the first link's batches come from the partition
+    tasks, each later link's `process` takes the documents the link before it kept.
+
+    `write` False: the link runs only to feed the links after it (its directory is up to date);
+    `keep` False: its kept documents go only to the next link, not to `kept/`."""
+
+    name: str
+    config: dict[str, Any]
+    output: str | Path
+    process: Callable[[pd.DataFrame], Batch] | None = None
+    inputs: list[str] = field(default_factory=list)
+    upstream: dict[str, Any] | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    finalize: Callable[[dict[str, Any]], None] | None = None
+    write: bool = True
+    keep: bool = True
+
+
+@dataclass
+class _LinkWork:
+    """What a worker needs of a link: its `process`, and where it writes (None: nowhere)."""
+
+    name: str
+    process: Callable[[pd.DataFrame], Batch] | None
+    work_dir: str | None
+    keep: bool
+
+
+def _new_counts() -> dict[str, Any]:
+    return {"in": 0, "kept": 0, "rejected": Counter(), "stats": Counter()}
+
+
+def _check_batch(output: Batch, task_index: int, stage_name: str) -> None:
+    n_rejected = len(output.rejected)
+    if output.n_in != len(output.kept) + n_rejected:
+        raise RuntimeError(
+            f"{stage_name} lost documents in task {task_index}:"
+            f" in={output.n_in} kept={len(output.kept)} rejected={n_rejected}"
+        )
+    if n_rejected and "reason" not in output.rejected.columns:
+        raise RuntimeError("rejected documents must carry a `reason`")
+
+
+def _write_batch(output: Batch, link: _LinkWork, name: str, rejected: str) -> None:
+    assert link.work_dir is not None
+    if link.keep:
+        write_documents(output.kept, storage.join(link.work_dir, KEPT_DIR, name))
+    if len(output.rejected) and rejected != "none":
+        frame = output.rejected if rejected == "whole" else output.rejected[REJECTED_ID_COLUMNS]
+        write_documents(frame, storage.join(link.work_dir, REJECTED_DIR, name))
+
+
+def _run_task(task: PartitionTask, task_index: int, links: Sequence[_LinkWork], rejected: str) -> list[dict[str, Any]]:
+    """Worker side: run one partition through every link, each batch through the links in turn,
+    write what each link writes, record the partition as finished in each link's directory (the
+    last link last) and return each link's counts."""
+    counts = [_new_counts() for _ in links]
     for batch_index, output in enumerate(task.run()):
-        n_rejected = len(output.rejected)
-        if output.n_in != len(output.kept) + n_rejected:
-            raise RuntimeError(
-                f"stage lost documents in task {task_index}: in={output.n_in} kept={len(output.kept)} rejected={n_rejected}"
-            )
-        if n_rejected and "reason" not in output.rejected.columns:
-            raise RuntimeError("rejected documents must carry a `reason`")
         name = f"part-{task_index:05d}-{batch_index:04d}.parquet"
-        write_documents(output.kept, storage.join(tmp_dir, KEPT_DIR, name))
-        if n_rejected:
-            write_documents(output.rejected, storage.join(tmp_dir, REJECTED_DIR, name))
-        counts["in"] += output.n_in
-        counts["kept"] += len(output.kept)
-        if n_rejected:
-            counts["rejected"].update(output.rejected["reason"].astype(str).value_counts().to_dict())
-        counts["stats"].update(output.stats)
-    resume.record_done(tmp_dir, task_index, counts)
+        for position, link in enumerate(links):
+            if position:
+                assert link.process is not None
+                # A fresh index, as the frame read back from the previous link's Parquet has.
+                output = link.process(output.kept.reset_index(drop=True))
+            _check_batch(output, task_index, link.name)
+            if link.work_dir is not None:
+                _write_batch(output, link, name, rejected)
+            _add_counts(counts[position], _batch_counts(output))
+    for link, link_counts in zip(links, counts):
+        if link.work_dir is not None:
+            resume.record_done(link.work_dir, task_index, link_counts)
     return counts
+
+
+def _batch_counts(output: Batch) -> dict[str, Any]:
+    rejected = Counter(output.rejected["reason"].astype(str).value_counts().to_dict()) if len(output.rejected) else {}
+    return {"in": output.n_in, "kept": len(output.kept), "rejected": rejected, "stats": output.stats}
 
 
 def publish(tmp_dir: Path, output: Path) -> None:
@@ -257,73 +321,192 @@ def run_tasks(
     what: str | None = None,
     also_kept: Callable[[], str | None] | None = None,
 ) -> dict[str, Any]:
-    """Run partition tasks on Dask and publish `output` (kept/, rejected/, manifest.json).
+    """Run partition tasks on Dask and publish `output` (kept/, rejected/, manifest.json): the
+    one-link case of `run_chain`, whose documentation says the rest."""
+    link = Link(
+        stage_name,
+        config,
+        output,
+        inputs=inputs,
+        upstream=upstream,
+        versions=versions or {},
+        finalize=finalize,
+    )
+    (manifest,) = run_chain(
+        [link],
+        tasks,
+        client=client,
+        scheduler=scheduler,
+        workers=workers,
+        progress=progress,
+        what=what,
+        also_kept=also_kept,
+    )
+    return manifest
 
-    `finalize` may add stage-specific entries to the manifest before it is written, so the
-    published directory is complete the moment it appears. A rerun after a crash runs only the
-    partitions that the crashed run did not finish (`tokenmill.curate.resume`). A full disk or
-    a lost scheduler ends the stage with one line naming `what` ran (default `curate NAME`)
-    and what a rerun resumes: the finished partitions, and `also_kept()` (a caller's own
-    checkpoints).
+
+def run_chain(
+    links: Sequence[Link],
+    tasks: Sequence[PartitionTask],
+    *,
+    rejected: str = "whole",
+    client=None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    what: str | None = None,
+    also_kept: Callable[[], str | None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run partition tasks through `links` in one pass on Dask and publish each written link's
+    stage directory (kept/ where the link keeps, rejected/ as `rejected` says, manifest.json);
+    returns their manifests, in order.
+
+    Each manifest's `finalize` may add entries before it is written, so a published directory is
+    complete the moment it appears. A rerun after a crash runs only the partitions that the
+    crashed run did not finish in every link (`tokenmill.curate.resume`). A full disk or a lost
+    scheduler ends the run with one line naming `what` ran (default `curate NAME`) and what a
+    rerun resumes: the finished partitions, and `also_kept()` (a caller's own checkpoints).
     """
-    target = storage.Location(output).absolute()
-    remote = not target.is_local
-    versions = {**_library_versions(), **(versions or {})}
-    output = target.native()
+    if rejected not in REJECTED_MODES:
+        raise ValueError(f"rejected must be one of {REJECTED_MODES}, got {rejected!r}")
+    written = [link for link in links if link.write]
+    targets = [storage.Location(link.output).absolute() for link in written]
+    remote = not targets[-1].is_local
+    outputs = [target.native() for target in targets]
+    versions = [{**_library_versions(), **link.versions} for link in links]
     if remote:
         # Object storage has no rename: the partial prefix is copied into place by
         # `publish_prefix`, manifest last.
-        storage.remove_stale_temporaries(output)
-    key = resume.stage_key(stage_name, config, inputs, versions, len(tasks))
+        for output in outputs:
+            storage.remove_stale_temporaries(output)
+    key = _chain_key(links, versions, rejected, len(tasks))
     started = time.time()
-    totals: dict[str, Any] = {"in": 0, "kept": 0, "rejected": Counter(), "stats": Counter()}
-    tmp_dir: Any = None
+    totals = [_new_counts() for _ in links]
+    tmp_dirs: list[Any] = []
     address: str | None = None
+    last = written[-1]
 
-    def tally(_index: int, counts: dict[str, Any]) -> dict[str, int]:
-        _add_counts(totals, counts)
-        return {"kept": totals["kept"], "rejected": sum(totals["rejected"].values())}
+    def tally(_index: int, counts: list[dict[str, Any]]) -> dict[str, int]:
+        for link_totals, link_counts in zip(totals, counts):
+            _add_counts(link_totals, link_counts)
+        end = totals[links.index(last)]
+        return {"kept": end["kept"], "rejected": sum(end["rejected"].values())}
 
     try:
         with client_or_new(client, scheduler, workers) as dask:
             address = external_scheduler(dask)
-            # The work directory only once the cluster answers: an unreachable scheduler leaves
-            # nothing beside the output (and an older run's partitions where they are).
-            tmp_dir = _work_dir(output, key, remote)
-            done = _resumed_tasks(stage_name, tmp_dir, len(tasks), totals)
+            # The work directories only once the cluster answers: an unreachable scheduler leaves
+            # nothing beside the outputs (and an older run's partitions where they are).
+            tmp_dirs = [_work_dir(output, key, remote) for output in outputs]
+            work = _link_work(links, tmp_dirs)
+            done = _resumed_tasks(" + ".join(link.name for link in written), work, len(tasks), totals)
             n_workers = len(dask.scheduler_info(n_workers=-1).get("workers", {}))
             submit_and_collect(
                 dask,
                 _run_task,
-                ((index, (task, index, str(tmp_dir))) for index, task in enumerate(tasks) if index not in done),
+                ((index, (task, index, work, rejected)) for index, task in enumerate(tasks) if index not in done),
                 tally,
-                desc=stage_name,
+                desc=" + ".join(link.name for link in written),
                 unit="part",
                 progress=progress,
                 total=len(tasks),
                 initial=len(done),
             )
-        manifest = _stage_manifest(
-            stage_name, config, inputs, upstream, versions, started, n_workers, len(tasks), len(done), totals
-        )
-        if finalize is not None:
-            finalize(manifest)
-        _publish_stage(tmp_dir, output, manifest, remote)
+        manifests = _chain_manifests(links, versions, totals, rejected, started, n_workers, len(tasks), len(done))
+        for tmp_dir, output, manifest in zip(tmp_dirs, outputs, manifests):
+            _publish_stage(tmp_dir, output, manifest, remote)
     except BaseException as error:
         # Finished partitions stay for a rerun to resume; a run that finished none leaves nothing.
-        if tmp_dir is not None:
+        for tmp_dir in tmp_dirs:
             _discard_unfinished(tmp_dir, len(tasks), remote)
+        last_dir = tmp_dirs[-1] if tmp_dirs else None
         fault = machine_faults.as_user_error(
             error,
-            what or f"curate {stage_name}",
-            str(output),
-            lambda: _kept_for_rerun(tmp_dir, len(tasks), also_kept),
+            what or f"curate {' + '.join(link.name for link in written)}",
+            str(outputs[-1]),
+            lambda: _kept_for_rerun(last_dir, len(tasks), also_kept),
             address,
         )
         if fault is not None:
             raise fault from error
         raise
-    return manifest
+    return manifests
+
+
+def _chain_key(links: Sequence[Link], versions: list[dict[str, str]], rejected: str, n_tasks: int) -> str:
+    """The key of a pass's work directories: a single stage's (`resume.stage_key`) for one link
+    writing whole documents; for a chain, every link's config and what it writes as well."""
+    first = links[0]
+    if len(links) == 1 and rejected == "whole":
+        return resume.stage_key(first.name, first.config, first.inputs, versions[0], n_tasks)
+    chain = {
+        "links": [
+            {"stage": link.name, "config": link.config, "write": link.write, "keep": link.keep} for link in links
+        ],
+        "rejected": rejected,
+    }
+    merged = {name: value for link_versions in versions for name, value in link_versions.items()}
+    return resume.stage_key(" + ".join(link.name for link in links), chain, first.inputs, merged, n_tasks)
+
+
+def _link_work(links: Sequence[Link], tmp_dirs: list[Any]) -> list[_LinkWork]:
+    dirs = iter(tmp_dirs)
+    return [
+        _LinkWork(link.name, link.process, str(next(dirs)) if link.write else None, link.keep and link.write)
+        for link in links
+    ]
+
+
+def _chain_manifests(
+    links: Sequence[Link],
+    versions: list[dict[str, str]],
+    totals: list[dict[str, Any]],
+    rejected: str,
+    started: float,
+    n_workers: int,
+    n_tasks: int,
+    n_resumed: int,
+) -> list[dict[str, Any]]:
+    """The manifest of each written link: its own counts, and the link before it as upstream."""
+    manifests = []
+    for position, link in enumerate(links):
+        if not link.write:
+            continue
+        inputs, upstream = link.inputs, link.upstream
+        if position and link.upstream is None:
+            before = links[position - 1]
+            inputs = [storage.absolute(str(before.output))]
+            upstream = (
+                {"stage": before.name, "counts": _published_counts(totals[position - 1])}
+                if before.write
+                else upstream_manifest(before.output)
+            )
+        manifest = _stage_manifest(
+            link.name,
+            link.config,
+            inputs,
+            upstream,
+            versions[position],
+            started,
+            n_workers,
+            n_tasks,
+            n_resumed,
+            totals[position],
+        )
+        if len(links) > 1 or rejected != "whole":
+            manifest["chain"] = {
+                "stages": [other.name for other in links],
+                "kept_written": link.keep,
+                "rejected": rejected,
+            }
+        if link.finalize is not None:
+            link.finalize(manifest)
+        manifests.append(manifest)
+    return manifests
+
+
+def _published_counts(totals: dict[str, Any]) -> dict[str, Any]:
+    return {"in": totals["in"], "kept": totals["kept"], "rejected": dict(sorted(totals["rejected"].items()))}
 
 
 def _stage_manifest(
@@ -353,22 +536,21 @@ def _stage_manifest(
         },
         "partitions": n_tasks,
         "resumed_partitions": n_resumed,
-        "counts": {
-            "in": totals["in"],
-            "kept": totals["kept"],
-            "rejected": dict(sorted(totals["rejected"].items())),
-        },
+        "counts": _published_counts(totals),
         "stats": dict(sorted(totals["stats"].items())),
     }
 
 
-def _resumed_tasks(stage_name: str, tmp_dir: Any, n_tasks: int, totals: dict[str, Any]) -> dict[int, Any]:
-    """The partitions an earlier run finished, their counts added to `totals`."""
-    done = resume.finished_tasks(tmp_dir, n_tasks)
-    for counts in done.values():
-        _add_counts(totals, counts)
+def _resumed_tasks(what: str, links: Sequence[_LinkWork], n_tasks: int, totals: list[dict[str, Any]]) -> set[int]:
+    """The partitions an earlier run finished in every written link, their counts added to
+    `totals` (a partition some link did not record runs again in all of them)."""
+    recorded = [resume.finished_tasks(link.work_dir, n_tasks) if link.work_dir else None for link in links]
+    done = set.intersection(*(set(records) for records in recorded if records is not None))
+    for link_totals, records in zip(totals, recorded):
+        for index in done if records is not None else ():
+            _add_counts(link_totals, records[index])
     if done:
-        log.info("%s: resumed %d of %d partitions finished by an earlier run", stage_name, len(done), n_tasks)
+        log.info("%s: resumed %d of %d partitions finished by an earlier run", what, len(done), n_tasks)
     return done
 
 

@@ -47,6 +47,12 @@ def resolve_input_files(path: str | Path | list[str | Path]) -> list[Path | str]
     # on a cluster given by --scheduler or DASK_SCHEDULER_ADDRESS.
     path = path.absolute()
     if (path / KEPT_DIR).is_dir() and (path / MANIFEST_FILE).exists():
+        if not kept_written(path):
+            stages = " + ".join(read_manifest(path)["chain"]["stages"])
+            raise TokenmillError(
+                f"{path} ran inside a chain ({stages}) whose last stage alone wrote its kept documents: read"
+                " that one, or run the chain with --keep-intermediate (keep_intermediate: true in a recipe)"
+            )
         path = path / KEPT_DIR
     files = sorted(
         p for p in path.rglob("*.parquet") if not any(part.startswith(".") for part in p.relative_to(path).parts)
@@ -96,6 +102,14 @@ def check_document_columns(table_columns: list[str], where: str | Path) -> None:
 def read_manifest(stage_dir: str | Path) -> dict[str, Any]:
     path = storage.join(stage_dir, MANIFEST_FILE)
     return storage.read_json(path, missing=f"{stage_dir} is not a stage directory: {MANIFEST_FILE} is missing")
+
+
+def kept_written(stage_dir: str | Path) -> bool:
+    """Whether a stage directory holds its kept documents: a stage inside a chain
+    (`tokenmill curate chain`) may leave them to the next stage alone."""
+    if not storage.exists(storage.join(stage_dir, MANIFEST_FILE)):
+        return False
+    return (read_manifest(stage_dir).get("chain") or {}).get("kept_written", True)
 
 
 def upstream_manifest(path: str | Path | list) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from tokenmill import __version__
 from tokenmill.errors import DiskFullError, TokenmillError
 from tokenmill.infra import machine_faults, records, storage
 from tokenmill.infra.atomic import atomic_write_text, remove_leftovers
+from tokenmill.infra.document_dirs import kept_written
 from tokenmill.infra.outputs import check_output
 from tokenmill.pipelines.context import Context
 from tokenmill.pipelines.recipe import Recipe
@@ -36,7 +37,7 @@ from tokenmill.pipelines.step_graph import (
     select,
     state_path,
 )
-from tokenmill.pipelines.steps import RUNNERS, summarise
+from tokenmill.pipelines.steps import RUNNERS, curate_in_one_pass, summarise
 from tokenmill.pipelines.workdir import WORKDIR_OUTPUT, RemoteWorkdir, WorkdirLock, default_workdir, resolve_workdir
 
 log = logging.getLogger(__name__)
@@ -124,9 +125,17 @@ def run_recipe(
     )
     ctx.remote = remote
     result = RunResult(workdir)
+    ran_in_a_pass: dict[str, StepResult] = {}  # steps that ran in one pass with an earlier one
     try:
         for index, step in enumerate(steps, start=1):
-            result.steps.append(_run_step(ctx, step, f"[{index}/{len(steps)}] {step.name}", selection))
+            tag = f"[{index}/{len(steps)}] {step.name}"
+            if step.name in ran_in_a_pass:
+                result.steps.append(ran_in_a_pass.pop(step.name))
+                log.info(f"{tag}: ran in the pass of {step.chain[0]}: {result.steps[-1].summary}")
+                continue
+            first, *others = _run_step(ctx, step, tag, selection)
+            result.steps.append(first)
+            ran_in_a_pass.update((other.name, other) for other in others)
     finally:
         ctx.close_client()
         lock.__exit__()
@@ -167,21 +176,26 @@ def _lock_workdir(recipe: Recipe, workdir: Path, remote: RemoteWorkdir | None) -
     return lock
 
 
-def _run_step(ctx: Context, step: Step, tag: str, selection: Selection) -> StepResult:
-    """Run `step` if it is selected and out of date (or forced); say why not otherwise."""
-    fresh = is_fresh(ctx.workdir, step)
-    if step.name not in selection.runnable:
-        note = _not_selected(ctx, step, selection, fresh)
-        log.info(f"{tag}: {note}")
-        return StepResult(step.name, "skipped" if fresh else "not-selected", summary=note)
-    if fresh and step.name not in selection.forced:
+def _run_step(ctx: Context, step: Step, tag: str, selection: Selection) -> list[StepResult]:
+    """Run `step` if it is selected and out of date (or forced), with the steps after it that
+    share its pass and must run too; say why not otherwise."""
+    if not _must_run(ctx, step, selection):
+        fresh = is_fresh(ctx.workdir, step)
+        if step.name not in selection.runnable:
+            note = _not_selected(ctx, step, selection, fresh)
+            log.info(f"{tag}: {note}")
+            return [StepResult(step.name, "skipped" if fresh else "not-selected", summary=note)]
         state = read_state(ctx.workdir, step) or {}
         log.info(f"{tag}: up to date, skipped ({state.get('summary', '')})")
-        return StepResult(step.name, "skipped", summary=state.get("summary", ""))
+        return [StepResult(step.name, "skipped", summary=state.get("summary", ""))]
     log.info(f"{tag}: {step.description}")
-    result = _execute(ctx, step)
-    log.info(f"{tag}: done in {result.seconds:.1f}s: {result.summary}")
-    return result
+    results = _execute_chain(ctx, step, selection) if step.chain else [_execute(ctx, step)]
+    log.info(f"{tag}: done in {results[0].seconds:.1f}s: {results[0].summary}")
+    return results
+
+
+def _must_run(ctx: Context, step: Step, selection: Selection) -> bool:
+    return step.name in selection.runnable and (step.name in selection.forced or not is_fresh(ctx.workdir, step))
 
 
 def _not_selected(ctx: Context, step: Step, selection: Selection, fresh: bool) -> str:
@@ -201,15 +215,49 @@ def _not_selected(ctx: Context, step: Step, selection: Selection, fresh: bool) -
 def _execute(ctx: Context, step: Step) -> StepResult:
     """Run a step: it stops counting as finished, runs, and records its fingerprint (and, for a
     remote work directory, publishes its output and then its state)."""
-    workdir, remote = ctx.workdir, ctx.remote
-    state_path(workdir, step).unlink(missing_ok=True)
-    if remote is not None:
-        remote.forget(step)
-    _remove_leftovers(step)
+    _forget(ctx, step)
     t0 = time.time()
-    with _disk_full_is_an_error(step.name, workdir):
+    with _disk_full_is_an_error(step.name, ctx.workdir):
         outcome = RUNNERS[step.kind](ctx, step)
+    return _record(ctx, step, outcome, time.time() - t0)
+
+
+def _execute_chain(ctx: Context, step: Step, selection: Selection) -> list[StepResult]:
+    """Run `step` and the steps after it in its chain that must run too, in one pass. The chain's
+    steps before it are up to date; the pass starts from the last of them that kept its documents
+    (or the chain's input) and runs the others again in memory."""
+    chain = [ctx.steps[name] for name in step.chain]
+    start = chain.index(step)
+    running = [step]
+    for later in chain[start + 1 :]:
+        if not _must_run(ctx, later, selection):
+            break
+        running.append(later)
+    replay_from = next((i + 1 for i in range(start - 1, -1, -1) if kept_written(chain[i].output)), 0)
+    for member in running:
+        _forget(ctx, member)
+    t0 = time.time()
+    with _disk_full_is_an_error(" + ".join(member.name for member in running), ctx.workdir):
+        manifests = curate_in_one_pass(ctx, running, chain[replay_from:start])
     seconds = time.time() - t0
+    # The pass's time goes to its first step; the others say they ran in it.
+    return [
+        _record(ctx, member, manifest, seconds if member is step else 0.0)
+        for member, manifest in zip(running, manifests)
+    ]
+
+
+def _forget(ctx: Context, step: Step) -> None:
+    """A step about to run stops counting as finished; a killed run's temporaries go."""
+    state_path(ctx.workdir, step).unlink(missing_ok=True)
+    if ctx.remote is not None:
+        ctx.remote.forget(step)
+    _remove_leftovers(step)
+
+
+def _record(ctx: Context, step: Step, outcome: dict[str, Any], seconds: float) -> StepResult:
+    """Record a finished step's fingerprint (and, for a remote work directory, publish its
+    output and then its state)."""
     summary = summarise(step, outcome)
     state = {
         "step": step.name,
@@ -220,10 +268,10 @@ def _execute(ctx: Context, step: Step) -> StepResult:
         "version": __version__,
         "result": outcome,
     }
-    with _disk_full_is_an_error(step.name, workdir):
-        records.write_record(state_path(workdir, step), state, indent=2)
-    if remote is not None:
-        remote.push_step(step)
+    with _disk_full_is_an_error(step.name, ctx.workdir):
+        records.write_record(state_path(ctx.workdir, step), state, indent=2)
+    if ctx.remote is not None:
+        ctx.remote.push_step(step)
     return StepResult(step.name, "ran", seconds, summary)
 
 
@@ -299,6 +347,8 @@ def format_plan(
             status = "will run"
         lines.append(f"{index:>3}. {step.name}  [{status}]  fingerprint {step.fingerprint}")
         lines.append(f"       {step.description}")
+        if len(step.chain) > 1:
+            lines.append(f"       one pass: {' -> '.join(step.chain)}")
         for item in step.inputs:
             lines.append(f"       in:  {item}")
         lines.append(f"       out: {step.output}")

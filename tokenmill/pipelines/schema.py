@@ -64,6 +64,17 @@ class CurateStep(_Strict):
         return self.name or self.stage
 
 
+class ChainSpec(_Strict):
+    """How the curation steps that work document by document (extract, normalize, langid,
+    url-filter, pii, filter, classify) run: consecutive ones in one pass over the data (`fuse`),
+    what their `rejected/` holds (whole documents, `ids` with reasons, or `none`: counts only),
+    and whether each writes its `kept/` (only the last of a pass does unless `keep_intermediate`)."""
+
+    fuse: bool = True
+    rejected: Literal["whole", "ids", "none"] = "ids"
+    keep_intermediate: bool = False
+
+
 class ClassifierSpec(_Strict):
     """A fastText quality classifier trained inside the run (GPT-3 / MT-NLG): `positive`
     sources (reference-quality text) against `negative` ones (raw web text), read as ingested.
@@ -189,6 +200,7 @@ class Recipe(_Strict):
     sources: list[Source] = Field(min_length=1)
     classifiers: list[ClassifierSpec] = Field(default_factory=list)
     curate: list[CurateStep] = Field(default_factory=list)
+    chain: ChainSpec = Field(default_factory=ChainSpec)
     tokenize: TokenizerSpec | None = None
     blend: list[BlendEntry] | None = None
     train: TrainSpec | None = None

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill import __version__
+from tokenmill.curate.chain import per_document
 from tokenmill.curate.registry import recipe_stage
 from tokenmill.errors import TokenmillError, suggest
 from tokenmill.infra import records
@@ -91,6 +92,9 @@ class Step:
     fingerprint: str = ""
     description: str = ""
     inputs: list[str] = field(default_factory=list)  # human-readable, for the plan
+    # The curation steps that run in one pass with this one, in order (`tokenmill.curate.chain`),
+    # this one among them; empty for a step that runs alone.
+    chain: list[StepRef] = field(default_factory=list)
 
 
 def curate_steps_for(recipe: Recipe, source: str) -> list[tuple[int, Any]]:
@@ -119,11 +123,31 @@ def build_plan(recipe: Recipe, workdir: Path) -> list[Step]:
 
 
 def _source_steps(recipe: Recipe, workdir: Path, source: Source) -> list[Step]:
-    """A source's ingest step, then its curation steps, each reading the one before."""
+    """A source's ingest step, then its curation steps, each reading the one before; consecutive
+    per-document ones run in one pass (`chain`)."""
     steps = [_ingest_step(recipe, workdir, source)]
     for n, (i, c) in enumerate(curate_steps_for(recipe, source.name), start=1):
         steps.append(_curate_step(recipe, workdir, source.name, steps[-1], n, i, c))
+    _join_chains(recipe, steps[1:])
     return steps
+
+
+def _join_chains(recipe: Recipe, steps: list[Step]) -> None:
+    """Set `chain` on the per-document curation steps: runs of consecutive ones when the recipe
+    fuses them, each alone otherwise. A step that waits for another step than the one before it
+    (a classifier trained in the run) starts a chain of its own, which runs after that step."""
+    chain: list[Step] = []
+    for step in steps:
+        if not per_document(recipe_stage(step.config["stage"])):
+            chain = []
+            continue
+        # What the step writes is part of its output, so of its fingerprint.
+        step.config["chain"] = recipe.chain.model_dump()
+        if not recipe.chain.fuse or len(step.deps) > 1 or not chain:
+            chain = []
+        chain.append(step)
+        for member in chain:
+            member.chain = [m.name for m in chain]
 
 
 def _ingest_step(recipe: Recipe, workdir: Path, source: Source) -> Step:

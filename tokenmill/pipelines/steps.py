@@ -53,20 +53,45 @@ def _ingest(ctx: Context, step: Step) -> dict[str, Any]:
 
 
 def _curate(ctx: Context, step: Step) -> dict[str, Any]:
-    from tokenmill.curate.registry import recipe_stage
-
-    kind = recipe_stage(step.config["stage"])
-    options = dict(step.config["options"])
-    if "classifier" in step.config:
-        options["model"] = str(classifier_model_path(ctx.workdir, step.config["classifier"]))
+    kind, config = _stage_options(ctx, step)
     upstream = ctx.steps[step.deps[0]].output
-    config = kind.recipe_options(options)
     if getattr(config, "index", None) and hasattr(config, "index_owner"):
         # A dedup index: what this step added to it is replaced when the step reruns (--from,
         # --force, a changed upstream), instead of being found there as duplicates of itself.
         where = ctx.remote.url if ctx.remote is not None else str(ctx.workdir)
         config = replace(config, index_owner=f"{where}#{step.name}")
     return kind.execute(config, str(upstream), step.output, client=ctx.client(), progress=ctx.progress)
+
+
+def _stage_options(ctx: Context, step: Step) -> tuple[Any, Any]:
+    """A curation step's stage and its options object."""
+    from tokenmill.curate.registry import recipe_stage
+
+    kind = recipe_stage(step.config["stage"])
+    options = dict(step.config["options"])
+    if "classifier" in step.config:
+        options["model"] = str(classifier_model_path(ctx.workdir, step.config["classifier"]))
+    return kind, kind.recipe_options(options)
+
+
+def curate_in_one_pass(ctx: Context, steps: list[Step], replay: list[Step]) -> list[dict[str, Any]]:
+    """Run consecutive curation steps of one chain in one pass, after `replay`, the steps of the
+    chain before them whose outputs are up to date but hold no kept documents (they run again in
+    memory, writing nothing); returns the manifests of `steps`."""
+    from tokenmill.curate.chain import run_stages
+
+    members = [*replay, *steps]
+    spec = ctx.recipe.chain
+    return run_stages(
+        [_stage_options(ctx, member) for member in members],
+        str(ctx.steps[members[0].deps[0]].output),
+        [member.output for member in members],
+        replay=len(replay),
+        rejected=spec.rejected,
+        keep_intermediate=spec.keep_intermediate,
+        client=ctx.client(),
+        progress=ctx.progress,
+    )
 
 
 def _classifier(ctx: Context, step: Step) -> dict[str, Any]:
