@@ -101,6 +101,8 @@ def proxy_config(recipe: Recipe, steps: int | None = None) -> dict[str, Any]:
             "schedule.global_batch_size": recipe.proxies.batch_size,
             "schedule.micro_batch_size": recipe.proxies.batch_size,  # one micro-batch: a proxy is small
             "dataset.seq_len": recipe.proxies.seq_len,
+            # Common random numbers: proxies differ only by their weights, not by data order.
+            "dataset.same_source_order": True,
             "checkpoint.interval": steps,
             "checkpoint.keep_last": 1,
             "logging.interval": steps,
