@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from bench.mix import TRUE_BLEND, build_known_blend, l1_distance
 from tests.conftest import REPO_ROOT, SHARED_DATA
 from tokenmill.cli import main
 from tokenmill.pipelines.mix import apply_blend, sample_mixtures
+from tokenmill.pipelines.report import number_cell
 
 MIXTURES = 8
 STEPS = 150
@@ -111,6 +113,28 @@ def test_a_killed_mix_reruns_only_the_unfinished_proxies_and_equals_an_uninterru
     ours, theirs = _results(workdir), _results(uninterrupted)
     assert {k: v["target_bpb"] for k, v in ours.items()} == {k: v["target_bpb"] for k, v in theirs.items()}
     assert _chosen(workdir / "mix.md") == _chosen(uninterrupted / "mix.md") != {}
+
+
+def test_mix_with_a_suite_as_its_target_chooses_by_the_suite_score(
+    known: dict[str, Path], uninterrupted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The uninterrupted run's shards, linked: only the proxies train (tiny ones, in this process).
+    workdir = tmp_path / "suite"
+    shutil.copytree(uninterrupted / "data", workdir / "data", copy_function=os.link)
+    suite = f"{{suite: core, tasks: [copa], limit: 6, data_dir: {SHARED_DATA}/eval/icl}}"
+    recipe = known["recipe"].with_name("suite.yaml")
+    recipe.write_text(known["recipe"].read_text().replace("target: target.jsonl", f"target: {suite}"))
+    argv = ["mix", str(recipe), "--workdir", str(workdir), "--mixtures", "4", "--steps", "4", "--workers", "1"]
+    assert main([*argv, "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^chosen: -?[0-9.]+ core score$", out, re.M), out
+    proxies = [p for p in _results(workdir).values() if p["label"].startswith("mixture-")]
+    assert len(proxies) == 4 and all(p["target_bpb"] is None and p["suite_tasks"].keys() == {"copa"} for p in proxies)
+    # Higher is better: the best proxy is the one with the highest score.
+    best = max(proxies, key=lambda p: p["suite_score"])
+    report = (workdir / "mix.md").read_text()
+    assert f"| best proxy ({best['label']}) | {number_cell(best['suite_score'])} |" in report, report
+    assert "| blend | core score |" in report
 
 
 def test_more_mixtures_keep_the_first_ones() -> None:

@@ -5,7 +5,8 @@ with proxy models as RegMix finds it (Liu et al., 2024).
    is Dirichlet(c * k * token shares) with its own spread c, from a generator seeded by
    (seed, i), so a later run with more mixtures keeps the first N and their proxies.
 2. A proxy trains on each mixture for the same budget; its target is the held-out text's bits
-   per byte.
+   per byte, or, with a suite as the only target, the suite's score (the regression fits its
+   negative, so that lower is better in both).
 3. A regression from weights to target is fitted: scikit-learn's non-negative least squares
    (`LinearRegression(positive=True)`) on the features -log(w_i + eps). The model says "the
    target's loss falls as each source's share grows, with diminishing returns"; with few proxies
@@ -32,6 +33,7 @@ from typing import Any
 
 from tokenmill.errors import ConfigError
 from tokenmill.infra.atomic import atomic_write_text
+from tokenmill.infra.slurm import SlurmSpec
 from tokenmill.pipelines.proxies import (
     ProxyJob,
     TokenizedData,
@@ -73,6 +75,8 @@ class MixResult:
     predicted: float
     checks: dict[str, dict[str, Any]]  # chosen / uniform / token-proportional / best proxy: their runs
     coefficients: dict[str, float]
+    objective: str = "target_bpb"  # the records' key of the score fitted
+    objective_name: str = "target bits/byte"
     recipe_out: Path | None = None
     compute: dict[str, float] = field(default_factory=dict)
     data: TokenizedData | None = None  # the shards the proxies read
@@ -175,6 +179,7 @@ def run_mix(
     out: Path | None = None,
     apply: bool = False,
     progress: bool = True,
+    slurm: SlurmSpec | None = None,
 ) -> MixResult:
     """Sample, train, fit, search, check (the module's steps 1-6); write the chosen blend into a
     copy of `recipe_file` (`out`, default NAME-mixed.yaml beside it) and, with `apply`, into
@@ -184,8 +189,9 @@ def run_mix(
     if len(sources) < 2:
         raise ConfigError(f"mix: the recipe blends one source ({sources[0]}); a mixture needs at least two")
     explicit = [Mixture(f"given-{i}", parse_mixture(text, sources)) for i, text in enumerate(extra or [])]
-    target_files = check_targets(recipe, targets or recipe.proxies.targets(), "mix")
-    config = proxy_config(recipe, steps)
+    scoring = check_targets(recipe, targets or recipe.proxies.targets(), "mix")
+    config = proxy_config(recipe, steps, scoring.suite)
+    objective, sign, objective_name = scoring.objective()
     count = mixtures or recipe.proxies.mixtures
     if count + len(explicit) < 4:
         raise ConfigError(f"mix: {count + len(explicit)} mixtures are too few to fit and cross-validate; use 4 or more")
@@ -198,14 +204,14 @@ def run_mix(
     sampled = sample_mixtures(shares, count, seed) + explicit
 
     def job(mixture: Mixture) -> ProxyJob:
-        return _job(mixture, data, config, seed, target_files)
+        return _job(mixture, data, config, seed, scoring.files)
 
-    results = run_proxies([job(m) for m in sampled], workdir, workers)
+    results = run_proxies([job(m) for m in sampled], workdir, workers, slurm=slurm)
     proxies = [results[job(m).fingerprint] | {"name": m.name} for m in sampled]
     import numpy as np
 
     weights = np.array([[p["weights"][s] for s in sources] for p in proxies])
-    measured = np.array([p["target_bpb"] for p in proxies])
+    measured = np.array([sign * p[objective] for p in proxies])  # lower is better
     rho = loo_rank_correlation(weights, measured)
     model = fit(weights, measured)
     chosen_list, predicted = search(model, len(sources), seed)
@@ -216,7 +222,7 @@ def run_mix(
         "uniform": dict(zip(sources, _clean([1.0] * len(sources)))),
         "token-proportional": dict(zip(sources, _clean([shares[s] for s in sources]))),
     }
-    check_results = run_proxies([job(Mixture(n, w)) for n, w in candidates.items()], workdir, workers)
+    check_results = run_proxies([job(Mixture(n, w)) for n, w in candidates.items()], workdir, workers, slurm=slurm)
     checks = {n: check_results[job(Mixture(n, w)).fingerprint] for n, w in candidates.items()}
     checks[f"best proxy ({best['name']})"] = best
     all_runs = [*proxies, *checks.values()]
@@ -231,9 +237,11 @@ def run_mix(
         proxies,
         rho,
         chosen,
-        predicted,
+        sign * predicted,
         checks,
         dict(zip(sources, [float(c) for c in model.coef_])),
+        objective,
+        objective_name,
         compute=compute,
     )
     result.recipe_out = write_chosen_recipe(
