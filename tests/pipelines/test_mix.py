@@ -18,7 +18,7 @@ import pytest
 from bench.mix import TRUE_BLEND, build_known_blend, l1_distance
 from tests.conftest import REPO_ROOT, SHARED_DATA
 from tokenmill.cli import main
-from tokenmill.pipelines.mix import apply_blend, sample_mixtures
+from tokenmill.pipelines.mix import apply_blend, features, sample_mixtures, select_model
 from tokenmill.pipelines.report import number_cell
 
 MIXTURES = 8
@@ -143,6 +143,19 @@ def test_more_mixtures_keep_the_first_ones() -> None:
     assert [m.weights for m in more[:8]] == [m.weights for m in first]
     assert all(abs(sum(m.weights.values()) - 1) < 1e-3 for m in more)
     assert len({tuple(m.weights.values()) for m in more}) == 12
+
+
+def test_the_regression_that_ranks_the_held_out_proxies_best_is_used() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    weights = rng.dirichlet(np.ones(3), 24)
+    x = features(weights)
+    additive = 3 + x @ np.array([0.1, 0.2, 0.05]) + rng.normal(0, 0.01, len(weights))
+    assert select_model(weights, additive)[0] == "additive"
+    # Two sources that help each other: the pairwise model ranks the held-out proxies better.
+    model, correlations = select_model(weights, additive + 0.1 * x[:, 0] * x[:, 1])
+    assert model == "interactions" and correlations["interactions"] > correlations["additive"], correlations
 
 
 def test_apply_replaces_only_the_blend_block(tmp_path: Path) -> None:

@@ -223,7 +223,10 @@ def _mix_command(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         slurm=proxy_slurm_spec(recipe, args.slurm, slurm_overrides(args)),
     )
-    print(f"rank correlation (leave-one-out, {len(result.proxies)} proxies): {result.rank_correlation:.3f}")
+    print(
+        f"rank correlation (leave-one-out, {len(result.proxies)} proxies, {result.model} regression):"
+        f" {result.rank_correlation:.3f}"
+    )
     print("chosen blend: " + ", ".join(f"{s}={w:.3f}" for s, w in result.chosen.items()))
     for name, run in result.checks.items():
         print(f"{name}: {run[result.objective]:.4f} {result.objective_name}")

@@ -101,10 +101,11 @@ def write_mix_report(result: MixResult, workdir: Path) -> Path:
         ),
         "chosen, token-proportional and uniform weights",
     )
+    tried = ", ".join(f"{model} {rho:.3f}" for model, rho in result.correlations.items())
     choice.text(
         f"Rank correlation (Spearman) of leave-one-out predictions with the measured targets over"
-        f" {len(result.proxies)} proxies: {result.rank_correlation:.3f}. Predicted {result.objective_name} of the"
-        f" chosen blend: {result.predicted:.4f}."
+        f" {len(result.proxies)} proxies: {result.rank_correlation:.3f}, with the {result.model} regression (of"
+        f" {tried}). Predicted {result.objective_name} of the chosen blend: {result.predicted:.4f}."
     )
     if result.recipe_out is not None:
         choice.text(f"Written as a recipe: {result.recipe_out}")

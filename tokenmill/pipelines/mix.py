@@ -7,14 +7,17 @@ with proxy models as RegMix finds it (Liu et al., 2024).
 2. A proxy trains on each mixture for the same budget; its target is the held-out text's bits
    per byte, or, with a suite as the only target, the suite's score (the regression fits its
    negative, so that lower is better in both).
-3. A regression from weights to target is fitted: scikit-learn's non-negative least squares
-   (`LinearRegression(positive=True)`) on the features -log(w_i + eps). The model says "the
-   target's loss falls as each source's share grows, with diminishing returns"; with few proxies
-   (tens, not RegMix's hundreds) its k + 1 parameters fit where a boosted tree ensemble
-   (RegMix's LightGBM) has too few points to learn from, and its minimum lies inside the
-   simplex, not at a corner as a linear model's would.
-4. Its quality is the rank correlation (Spearman) of leave-one-out predictions with the
-   measured targets, over the proxy runs.
+3. A regression from weights to target is fitted on the features -log(w_i + eps), one of two:
+   `additive`, scikit-learn's non-negative least squares (`LinearRegression(positive=True)`):
+   "the target's loss falls as each source's share grows, with diminishing returns", k + 1
+   parameters that fit from tens of proxies where a boosted tree ensemble (RegMix's LightGBM)
+   has too few points to learn from, with its minimum inside the simplex, not at a corner as a
+   linear model's would be; and `interactions`, a ridge regression on those features and their
+   pairwise products (sources that help each other: one kind of English helps another), its
+   penalty chosen by cross-validation (`RidgeCV`), which needs more proxies to be worth it.
+4. Each model's quality is the rank correlation (Spearman) of its leave-one-out predictions with
+   the measured targets, over the proxy runs; the better one is used (the additive one on a
+   tie), so a run of few proxies keeps the simple model and a run of many gets the richer one.
 5. The simplex is searched with it: many random mixtures are predicted and the best ones
    averaged (RegMix averages its top 100). The chosen weights are written as a recipe.
 6. The chosen blend is trained once more, beside the uniform and the token-proportional blends,
@@ -52,6 +55,9 @@ log = logging.getLogger(__name__)
 MIN_WEIGHT = 0.01
 # The smoothing of -log(w + EPS): a source left out costs a finite amount.
 EPS = 0.02
+# The regressions of step 3, simplest first, and the ridge penalties RidgeCV tries.
+MODELS = ("additive", "interactions")
+RIDGE_ALPHAS = 20
 # Random mixtures predicted in the search, and how many of the best are averaged.
 SEARCH_SAMPLES = 100_000
 SEARCH_TOP = 100
@@ -77,6 +83,8 @@ class MixResult:
     coefficients: dict[str, float]
     objective: str = "target_bpb"  # the records' key of the score fitted
     objective_name: str = "target bits/byte"
+    model: str = "additive"  # the regression used (MODELS)
+    correlations: dict[str, float] = field(default_factory=dict)  # each model's leave-one-out rank correlation
     recipe_out: Path | None = None
     compute: dict[str, float] = field(default_factory=dict)
     data: TokenizedData | None = None  # the shards the proxies read
@@ -133,13 +141,24 @@ def features(weights: Any) -> Any:
     return -np.log(np.asarray(weights, dtype=float) + EPS)
 
 
-def fit(weights: Any, targets: Any) -> Any:
-    from sklearn.linear_model import LinearRegression
+def fit(weights: Any, targets: Any, model: str = "additive") -> Any:
+    """The regression `model` (MODELS) fitted to the features of `weights`."""
+    from sklearn.linear_model import LinearRegression, RidgeCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import PolynomialFeatures
 
-    return LinearRegression(positive=True).fit(features(weights), targets)
+    if model == "additive":
+        regression = LinearRegression(positive=True)
+    else:
+        import numpy as np
+
+        regression = make_pipeline(
+            PolynomialFeatures(2, include_bias=False), RidgeCV(alphas=np.logspace(-4, 2, RIDGE_ALPHAS))
+        )
+    return regression.fit(features(weights), targets)
 
 
-def loo_rank_correlation(weights: Any, targets: Any) -> float:
+def loo_rank_correlation(weights: Any, targets: Any, model: str = "additive") -> float:
     """Spearman's rank correlation between each proxy's measured target and the prediction of a
     model fitted to the other proxies (leave-one-out cross-validation)."""
     import numpy as np
@@ -147,11 +166,23 @@ def loo_rank_correlation(weights: Any, targets: Any) -> float:
 
     weights, targets = np.asarray(weights), np.asarray(targets)
     predicted = [
-        fit(np.delete(weights, i, axis=0), np.delete(targets, i)).predict(features(weights[i : i + 1]))[0]
+        fit(np.delete(weights, i, axis=0), np.delete(targets, i), model).predict(features(weights[i : i + 1]))[0]
         for i in range(len(targets))
     ]
     rho = spearmanr(predicted, targets).statistic
     return float(rho) if math.isfinite(rho) else 0.0
+
+
+def select_model(weights: Any, targets: Any) -> tuple[str, dict[str, float]]:
+    """The model of MODELS whose leave-one-out predictions rank the proxies best (the first on a
+    tie), and every model's rank correlation."""
+    correlations = {model: loo_rank_correlation(weights, targets, model) for model in MODELS}
+    return max(MODELS, key=lambda m: (correlations[m], -MODELS.index(m))), correlations
+
+
+def linear_coefficients(model: Any, k: int) -> list[float]:
+    """Each source's coefficient of -log(w + EPS) (the interactions model's first-order ones)."""
+    return [float(c) for c in (model.coef_ if hasattr(model, "coef_") else model[-1].coef_)[:k]]
 
 
 def search(model: Any, k: int, seed: int) -> tuple[list[float], float]:
@@ -212,8 +243,9 @@ def run_mix(
 
     weights = np.array([[p["weights"][s] for s in sources] for p in proxies])
     measured = np.array([sign * p[objective] for p in proxies])  # lower is better
-    rho = loo_rank_correlation(weights, measured)
-    model = fit(weights, measured)
+    model_name, correlations = select_model(weights, measured)
+    rho = correlations[model_name]
+    model = fit(weights, measured, model_name)
     chosen_list, predicted = search(model, len(sources), seed)
     chosen = dict(zip(sources, chosen_list))
     best = proxies[int(np.argmin(measured))]
@@ -239,9 +271,11 @@ def run_mix(
         chosen,
         sign * predicted,
         checks,
-        dict(zip(sources, [float(c) for c in model.coef_])),
+        dict(zip(sources, linear_coefficients(model, len(sources)))),
         objective,
         objective_name,
+        model_name,
+        correlations,
         compute=compute,
     )
     result.recipe_out = write_chosen_recipe(
