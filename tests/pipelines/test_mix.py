@@ -154,8 +154,12 @@ def test_the_regression_that_ranks_the_held_out_proxies_best_is_used() -> None:
     additive = 3 + x @ np.array([0.1, 0.2, 0.05]) + rng.normal(0, 0.01, len(weights))
     assert select_model(weights, additive)[0] == "additive"
     # Two sources that help each other: the pairwise model ranks the held-out proxies better.
-    model, correlations = select_model(weights, additive + 0.1 * x[:, 0] * x[:, 1])
+    interacting = additive + 0.1 * x[:, 0] * x[:, 1]
+    model, correlations = select_model(weights, interacting)
     assert model == "interactions" and correlations["interactions"] > correlations["additive"], correlations
+    # With fewer than two proxies per coefficient (9 for 3 sources) it is not tried at all.
+    model, correlations = select_model(weights[:17], interacting[:17])
+    assert model == "additive" and set(correlations) == {"additive"}
 
 
 def test_apply_replaces_only_the_blend_block(tmp_path: Path) -> None:

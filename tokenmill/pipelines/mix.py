@@ -14,10 +14,11 @@ with proxy models as RegMix finds it (Liu et al., 2024).
    has too few points to learn from, with its minimum inside the simplex, not at a corner as a
    linear model's would be; and `interactions`, a ridge regression on those features and their
    pairwise products (sources that help each other: one kind of English helps another), its
-   penalty chosen by cross-validation (`RidgeCV`), which needs more proxies to be worth it.
+   penalty chosen by cross-validation (`RidgeCV`), tried with two proxies or more per
+   coefficient (28 for 4 sources).
 4. Each model's quality is the rank correlation (Spearman) of its leave-one-out predictions with
    the measured targets, over the proxy runs; the better one is used (the additive one on a
-   tie), so a run of few proxies keeps the simple model and a run of many gets the richer one.
+   tie), so a run of few proxies keeps the simple model and a run of many may get the richer one.
 5. The simplex is searched with it: many random mixtures are predicted and the best ones
    averaged (RegMix averages its top 100). The chosen weights are written as a recipe.
 6. The chosen blend is trained once more, beside the uniform and the token-proportional blends,
@@ -175,9 +176,13 @@ def loo_rank_correlation(weights: Any, targets: Any, model: str = "additive") ->
 
 def select_model(weights: Any, targets: Any) -> tuple[str, dict[str, float]]:
     """The model of MODELS whose leave-one-out predictions rank the proxies best (the first on a
-    tie), and every model's rank correlation."""
-    correlations = {model: loo_rank_correlation(weights, targets, model) for model in MODELS}
-    return max(MODELS, key=lambda m: (correlations[m], -MODELS.index(m))), correlations
+    tie), and the rank correlation of each model tried. The interactions model is tried only
+    with two proxies or more per coefficient: with fewer, a ranking of a handful of held-out
+    proxies picks it by chance as often as not."""
+    n, k = len(targets), len(weights[0])
+    tried = [m for m in MODELS if m == "additive" or n >= 2 * (k + k * (k + 1) // 2)]
+    correlations = {model: loo_rank_correlation(weights, targets, model) for model in tried}
+    return max(tried, key=lambda m: (correlations[m], -MODELS.index(m))), correlations
 
 
 def linear_coefficients(model: Any, k: int) -> list[float]:
