@@ -21,8 +21,8 @@ from tokenmill.cli import main
 from tokenmill.pipelines.mix import apply_blend, features, sample_mixtures, select_model
 from tokenmill.pipelines.report import number_cell
 
-MIXTURES = 8
-STEPS = 150
+MIXTURES = 12
+STEPS = 100
 SEED_NOISE = 0.02  # twice the spread of a proxy's target over seeds (tests/pipelines/test_ablate.py)
 
 
