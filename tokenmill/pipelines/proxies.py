@@ -124,7 +124,7 @@ def proxy_config(recipe: Recipe, steps: int | None = None, suite: SuiteTarget | 
     checkpoint before the last step, no validation and one log line per proxy; with `suite`, its
     `eval:` section scores the suite at the last step (checked here: one line for an unknown
     suite or task, or a missing folder)."""
-    from tokenmill.train.config import apply_overrides, config_from_dict
+    from tokenmill.train.config import apply_overrides
     from tokenmill.train.preflight import check_eval
 
     steps = steps or recipe.proxies.steps
@@ -156,15 +156,20 @@ def proxy_config(recipe: Recipe, steps: int | None = None, suite: SuiteTarget | 
         },
     )
     if suite is not None:
-        check_eval(config_from_dict({**config, "dataset": {**config.get("dataset", {}), "path": "unused"}}))
+        check_eval(train_config(config))
     return config
+
+
+def train_config(config: dict[str, Any]) -> Any:
+    """The proxies' config as the trainer reads it, its data (each proxy's own) left out."""
+    from tokenmill.train.config import config_from_dict
+
+    return config_from_dict({**config, "dataset": {**config.get("dataset", {}), "path": "unused"}})
 
 
 def budget_tokens(config: dict[str, Any]) -> int:
     """Tokens one proxy trains on: steps x global batch x sequence length."""
-    from tokenmill.train.config import config_from_dict
-
-    cfg = config_from_dict({**config, "dataset": {**config.get("dataset", {}), "path": "unused"}})
+    cfg = train_config(config)
     return cfg.schedule.steps * cfg.schedule.global_batch_size * cfg.sequence_length
 
 
