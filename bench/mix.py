@@ -98,7 +98,8 @@ def build_known_blend(
     paths["target"] = directory / "target.jsonl"
     _write_jsonl(paths["target"], target)
     paths["recipe"] = directory / "sources.yaml"
-    paths["recipe"].write_text(
+    _write_if_changed(
+        paths["recipe"],
         "name: known-blend\n"
         "sources:\n"
         + "".join(f"  - {{name: {name}, path: {name}.jsonl, format: jsonl}}\n" for name in sources)
@@ -107,15 +108,22 @@ def build_known_blend(
         "  config: tiny\n"
         f"  batch_size: {batch_size}\n"
         f"  seq_len: {seq_len}\n"
-        "  target: target.jsonl\n"
+        "  target: target.jsonl\n",
     )
     return paths
 
 
 def _write_jsonl(path: Path, docs: list[str]) -> None:
-    with path.open("w", encoding="utf-8") as handle:
-        for i, text in enumerate(docs):
-            handle.write(json.dumps({"id": f"{path.stem}-{i}", "text": text}) + "\n")
+    _write_if_changed(
+        path, "".join(json.dumps({"id": f"{path.stem}-{i}", "text": t}) + "\n" for i, t in enumerate(docs))
+    )
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Files rewritten unchanged would change their identity (mtime) and so every fingerprint
+    after them: a rerun in the same work directory reuses its shards and proxies."""
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
 
 
 def l1_distance(chosen: dict[str, float], true: dict[str, float] = TRUE_BLEND) -> float:
@@ -156,7 +164,8 @@ def main() -> int:
         f"proxies: {args.mixtures} mixtures x {args.steps} steps x {args.batch_size} x {args.seq_len} tokens of the"
         f" tiny model, {args.chars:,} characters per source"
     )
-    print(f"rank correlation (leave-one-out): {result.rank_correlation:.3f}")
+    tried = ", ".join(f"{model} {rho:.3f}" for model, rho in result.correlations.items())
+    print(f"rank correlation (leave-one-out): {result.rank_correlation:.3f} ({result.model} regression; {tried})")
     print("true blend:   " + ", ".join(f"{s}={w:.2f}" for s, w in TRUE_BLEND.items()))
     print("chosen blend: " + ", ".join(f"{s}={result.chosen[s]:.2f}" for s in TRUE_BLEND))
     print(f"L1 distance chosen - true: {l1_distance(result.chosen):.3f}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,10 +18,11 @@ import pytest
 from bench.mix import TRUE_BLEND, build_known_blend, l1_distance
 from tests.conftest import REPO_ROOT, SHARED_DATA
 from tokenmill.cli import main
-from tokenmill.pipelines.mix import apply_blend, sample_mixtures
+from tokenmill.pipelines.mix import apply_blend, features, sample_mixtures, select_model
+from tokenmill.pipelines.report import number_cell
 
-MIXTURES = 8
-STEPS = 150
+MIXTURES = 12
+STEPS = 100
 SEED_NOISE = 0.02  # twice the spread of a proxy's target over seeds (tests/pipelines/test_ablate.py)
 
 
@@ -67,7 +69,7 @@ def test_mix_finds_a_blend_better_than_the_obvious_ones(known: dict[str, Path], 
     assert set(targets) >= {"chosen", "uniform", "token-proportional"} and len(targets) == 4, text
     best_proxy = next(v for k, v in targets.items() if k.startswith("best proxy"))
     assert targets["chosen"] < min(targets["uniform"], targets["token-proportional"]), targets
-    # The best of 8 small proxies is partly the luckiest one: at this size the choice beats it or
+    # The best of 12 small proxies is partly the luckiest one: at this size the choice beats it or
     # ties it within the seed-to-seed noise (about 0.01 bits/byte); bench/mix.py shows the margin.
     assert targets["chosen"] < best_proxy + SEED_NOISE, targets
     rho = float(re.search(r"over \d+ proxies: (-?[0-9]+\.[0-9]+)", text).group(1))
@@ -113,12 +115,51 @@ def test_a_killed_mix_reruns_only_the_unfinished_proxies_and_equals_an_uninterru
     assert _chosen(workdir / "mix.md") == _chosen(uninterrupted / "mix.md") != {}
 
 
+def test_mix_with_a_suite_as_its_target_chooses_by_the_suite_score(
+    known: dict[str, Path], uninterrupted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The uninterrupted run's shards, linked: only the proxies train (tiny ones, in this process).
+    workdir = tmp_path / "suite"
+    shutil.copytree(uninterrupted / "data", workdir / "data", copy_function=os.link)
+    suite = f"{{suite: core, tasks: [copa], limit: 6, data_dir: {SHARED_DATA}/eval/icl}}"
+    recipe = known["recipe"].with_name("suite.yaml")
+    recipe.write_text(known["recipe"].read_text().replace("target: target.jsonl", f"target: {suite}"))
+    argv = ["mix", str(recipe), "--workdir", str(workdir), "--mixtures", "4", "--steps", "4", "--workers", "1"]
+    assert main([*argv, "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^chosen: -?[0-9.]+ core score$", out, re.M), out
+    proxies = [p for p in _results(workdir).values() if p["label"].startswith("mixture-")]
+    assert len(proxies) == 4 and all(p["target_bpb"] is None and p["suite_tasks"].keys() == {"copa"} for p in proxies)
+    # Higher is better: the best proxy is the one with the highest score (the first on a tie).
+    best = max(sorted(proxies, key=lambda p: p["label"]), key=lambda p: p["suite_score"])
+    report = (workdir / "mix.md").read_text()
+    assert f"| best proxy ({best['label']}) | {number_cell(best['suite_score'])} |" in report, report
+    assert "| blend | core score |" in report
+
+
 def test_more_mixtures_keep_the_first_ones() -> None:
     shares = {"a": 0.5, "b": 0.3, "c": 0.2}
     first, more = sample_mixtures(shares, 8, seed=3), sample_mixtures(shares, 12, seed=3)
     assert [m.weights for m in more[:8]] == [m.weights for m in first]
     assert all(abs(sum(m.weights.values()) - 1) < 1e-3 for m in more)
     assert len({tuple(m.weights.values()) for m in more}) == 12
+
+
+def test_the_regression_that_ranks_the_held_out_proxies_best_is_used() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    weights = rng.dirichlet(np.ones(3), 24)
+    x = features(weights)
+    additive = 3 + x @ np.array([0.1, 0.2, 0.05]) + rng.normal(0, 0.01, len(weights))
+    assert select_model(weights, additive)[0] == "additive"
+    # Two sources that help each other: the pairwise model ranks the held-out proxies better.
+    interacting = additive + 0.1 * x[:, 0] * x[:, 1]
+    model, correlations = select_model(weights, interacting)
+    assert model == "interactions" and correlations["interactions"] > correlations["additive"], correlations
+    # With fewer than two proxies per coefficient (9 for 3 sources) it is not tried at all.
+    model, correlations = select_model(weights[:17], interacting[:17])
+    assert model == "additive" and set(correlations) == {"additive"}
 
 
 def test_apply_replaces_only_the_blend_block(tmp_path: Path) -> None:

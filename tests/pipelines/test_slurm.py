@@ -289,6 +289,31 @@ def test_recipe_job_gives_the_outputs_of_a_local_run(slurm, local_run, tmp_path)
     assert losses(work / "train" / "run") == pytest.approx(losses(local / "train" / "run"), rel=1e-6)
 
 
+@pytest.mark.slow
+def test_ablate_proxies_as_a_job_array_equal_the_local_ones_and_a_rerun_submits_nothing(
+    slurm, local_run, shared_data, tmp_path
+):
+    recipe, _ = local_run
+    target = tmp_path / "target.jsonl"
+    held_out = (shared_data / "corpus" / "wikitext2_test.txt").read_text()[:4000]
+    target.write_text(json.dumps({"text": held_out}) + "\n")
+    proxies = f"proxies: {{config: tiny, steps: 8, batch_size: 4, seq_len: 32, seeds: 2, target: {target}}}\n"
+    (tmp_path / "ablate.yaml").write_text(recipe.read_text() + proxies)
+    argv = ["ablate", str(tmp_path / "ablate.yaml"), "--variant", "a:", "--variant", "b:", "--no-progress"]
+    local = tokenmill(*argv, "--workdir", str(tmp_path / "local"), "--workers", "1", env=_env())
+    assert local.returncode == 0, local.stderr[-3000:]
+    work = tmp_path / "array"
+    done = tokenmill(*argv, "--workdir", str(work), "--slurm", "--cpus-per-node", "1", env=slurm)
+    assert done.returncode == 0, done.stderr[-3000:] + job_logs(work / "slurm")
+    assert "Slurm job array" in done.stderr and "#SBATCH --array=0-1" in (work / "slurm" / "proxies.sbatch").read_text()
+    # Two seeds, one proxy each (the variants are the same data): two tasks, the local numbers.
+    assert done.stdout == local.stdout.replace(str(tmp_path / "local"), str(work))
+    assert len(list((work / "proxies").glob("*.json"))) == 2
+    again = tokenmill(*argv, "--workdir", str(work), "--slurm", env=slurm)
+    assert again.returncode == 0 and "proxies: 2 of 2 found done" in again.stderr, again.stderr[-3000:]
+    assert "Slurm job array" not in again.stderr
+
+
 def submit_training_chain(local_run: tuple[Path, Path], tmp_path: Path, env: dict[str, str]) -> tuple[Path, str, str]:
     """A chain of 2 jobs training the local run's config (12 steps, a checkpoint every 2) into
     a new run directory; the first job has just saved its first checkpoint when this returns.

@@ -73,6 +73,30 @@ def test_blended_dataset_sizes_counts_and_samples(tmp_path):
             np.testing.assert_array_equal(sample, solo[k])
 
 
+def _samples_of(blend, dataset):
+    return [blend[i].tolist() for i in range(len(blend)) if blend.dataset_index[i] == dataset]
+
+
+def test_same_source_order_reads_each_source_alike_whatever_the_weights(tmp_path):
+    # About 100 samples of 8 tokens each: 60 samples are one epoch, 120 two.
+    a, b = _shard(tmp_path / "a", 35, 1), _shard(tmp_path / "b", 35, 2)
+
+    def blend(weight_a, same_order):
+        entries = parse_blend([{"prefix": a, "weight": weight_a}, {"prefix": b, "weight": 1 - weight_a}])
+        return BlendedDataset(
+            entries, seq_len=8, num_samples=200, seed=5, split_ratios="1", same_source_order=same_order
+        )
+
+    # Built for another number of epochs, a source is shuffled otherwise: blends differ in which
+    # of its samples they read, not only in how many.
+    less, more = _samples_of(blend(0.3, False), 0), _samples_of(blend(0.6, False), 0)
+    assert more[: len(less)] != less
+    less, more = _samples_of(blend(0.3, True), 0), _samples_of(blend(0.6, True), 0)
+    assert len(less) == 60 and more[: len(less)] == less
+    less, more = _samples_of(blend(0.6, True), 1), _samples_of(blend(0.3, True), 1)
+    assert len(less) == 80 and more[: len(less)] == less
+
+
 def test_blend_files_yaml_and_json(tmp_path):
     _shard(tmp_path / "a", 10, 1)
     _shard(tmp_path / "b", 10, 2)

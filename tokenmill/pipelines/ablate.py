@@ -11,7 +11,8 @@ there, not run again, and proxies of identical data are one proxy (proxies.py).
 
 The verdict for each pair: the difference of the mean targets, and whether it exceeds twice
 its standard error (the seed-to-seed spread of each variant, sd / sqrt(S), combined), which
-is the noise a single pair of runs cannot tell from a real effect.
+is the noise a single pair of runs cannot tell from a real effect. With a suite among the
+targets (CORE, DCLM's early-signal suite), every pair has a second verdict on its score.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 import yaml
 
 from tokenmill.errors import ConfigError
+from tokenmill.infra.slurm import SlurmSpec
 from tokenmill.pipelines.proxies import (
     ProxyJob,
     TokenizedData,
@@ -59,7 +61,7 @@ class Variant:
 @dataclass
 class VariantScore:
     name: str
-    scores: list[float]  # target bits per byte, one per seed
+    scores: list[float]  # one per seed: the target's bits per byte, or the suite's score
     curves: list[list[list[float]]]  # training loss curves, one per seed
 
     @property
@@ -75,23 +77,30 @@ class VariantScore:
 class Comparison:
     better: str
     worse: str
-    difference: float  # worse - better, bits per byte (>= 0)
+    difference: float  # how much better, in `unit` (>= 0)
     noise: float  # NOISE_MULTIPLE standard errors of the difference
     significant: bool
+    unit: str = "bits/byte"
 
     @property
     def verdict(self) -> str:
         if self.significant:
-            return f"{self.better} beats {self.worse} by {self.difference:.4f} bits/byte (noise {self.noise:.4f})"
-        return f"no difference between {self.better} and {self.worse} ({self.difference:.4f} bits/byte, noise {self.noise:.4f})"
+            return f"{self.better} beats {self.worse} by {self.difference:.4f} {self.unit} (noise {self.noise:.4f})"
+        return (
+            f"no difference between {self.better} and {self.worse}"
+            f" ({self.difference:.4f} {self.unit}, noise {self.noise:.4f})"
+        )
 
 
 @dataclass
 class AblateResult:
-    variants: list[VariantScore]
+    variants: list[VariantScore]  # by the target's bits per byte (empty without text to score)
     comparisons: list[Comparison]
     seeds: int
     compute: dict[str, float] = field(default_factory=dict)
+    suite: str | None = None  # the suite's name, when the proxies were scored on one
+    suite_variants: list[VariantScore] = field(default_factory=list)  # by its score
+    suite_comparisons: list[Comparison] = field(default_factory=list)
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
@@ -211,17 +220,17 @@ def share_finished_steps(recipe: Recipe, workdir: Path, earlier: list[Path]) -> 
     return shared
 
 
-def compare(scores: list[VariantScore]) -> list[Comparison]:
+def compare(scores: list[VariantScore], unit: str = "bits/byte", higher_is_better: bool = False) -> list[Comparison]:
     out = []
     for i, a in enumerate(scores):
         for b in scores[i + 1 :]:
-            better, worse = (a, b) if a.mean <= b.mean else (b, a)
+            better, worse = (a, b) if (a.mean >= b.mean if higher_is_better else a.mean <= b.mean) else (b, a)
             error = math.sqrt(a.sd**2 / len(a.scores) + b.sd**2 / len(b.scores))
             noise = NOISE_MULTIPLE * error
-            difference = worse.mean - better.mean
+            difference = abs(worse.mean - better.mean)
             # Identical runs (zero spread, zero difference) are no difference, not a tie broken by order.
             significant = difference > noise and difference > 0 and len(a.scores) > 1 and len(b.scores) > 1
-            out.append(Comparison(better.name, worse.name, difference, noise, significant))
+            out.append(Comparison(better.name, worse.name, difference, noise, significant, unit))
     return out
 
 
@@ -234,12 +243,13 @@ def run_ablate(
     steps: int | None = None,
     workers: int | None = None,
     progress: bool = True,
+    slurm: SlurmSpec | None = None,
 ) -> AblateResult:
     started = time.time()
     base = variants[0].recipe
     seeds = seeds or base.proxies.seeds
-    target_files = check_targets(base, targets or base.proxies.targets(), "ablate")
-    config = proxy_config(base, steps)
+    scoring = check_targets(base, targets or base.proxies.targets(), "ablate")
+    config = proxy_config(base, steps, scoring.suite)
     workers = default_workers(base, workers)
     prepared: dict[str, TokenizedData] = {}
     done_dirs: list[Path] = []
@@ -253,20 +263,22 @@ def run_ablate(
         budget = check_budget(prepared[variant.name], config, f"ablate: variant {variant.name}")
     jobs = {
         variant.name: [
-            _job(variant.name, prepared[variant.name], config, base.proxies.seed + s, target_files)
+            _job(variant.name, prepared[variant.name], config, base.proxies.seed + s, scoring.files)
             for s in range(seeds)
         ]
         for variant in variants
     }
-    results = run_proxies([j for js in jobs.values() for j in js], workdir, workers)
-    scores = [
-        VariantScore(
-            name,
-            [results[j.fingerprint]["target_bpb"] for j in js],
-            [results[j.fingerprint]["curve"] for j in js],
-        )
-        for name, js in jobs.items()
-    ]
+    results = run_proxies([j for js in jobs.values() for j in js], workdir, workers, slurm=slurm)
+
+    def by(key: str) -> list[VariantScore]:
+        return [
+            VariantScore(name, [results[j.fingerprint][key] for j in js], [results[j.fingerprint]["curve"] for j in js])
+            for name, js in jobs.items()
+        ]
+
+    scores = by("target_bpb") if scoring.files else []
+    suite_scores = by("suite_score") if scoring.suite else []
+    suite = scoring.suite.suite if scoring.suite else None
     unique = {r["key"]: r for r in results.values()}
     return AblateResult(
         scores,
@@ -278,6 +290,9 @@ def run_ablate(
             "proxy_seconds": sum(r["seconds"] for r in unique.values()),
             "wall_seconds": time.time() - started,
         },
+        suite=suite,
+        suite_variants=suite_scores,
+        suite_comparisons=compare(suite_scores, f"{suite} score", higher_is_better=True),
     )
 
 

@@ -103,6 +103,8 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--workdir", default=None, help="work directory (default: ./NAME-COMMAND)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (log lines only)")
+    # With --slurm the proxies train as one job array (one task each), the command waits for it.
+    add_slurm_options(parser)
 
 
 def _register_decisions(subparsers: argparse._SubParsersAction) -> None:
@@ -163,10 +165,13 @@ def _positive(args: argparse.Namespace, *names: str) -> None:
 
 
 def _ablate_command(args: argparse.Namespace) -> int:
+    from tokenmill.infra.slurm_options import slurm_overrides
     from tokenmill.pipelines.ablate import load_variants, run_ablate
     from tokenmill.pipelines.decision_report import write_ablate_report
+    from tokenmill.pipelines.proxies import proxy_slurm_spec
 
     _positive(args, "seeds", "steps", "workers")
+    check_slurm_only_options(args)
     variants = load_variants(args.recipe, args.variant)
     workdir = Path(args.workdir or f"{variants[0].recipe.name}-ablate").resolve()
     result = run_ablate(
@@ -177,10 +182,13 @@ def _ablate_command(args: argparse.Namespace) -> int:
         steps=args.steps,
         workers=args.workers,
         progress=not args.no_progress,
+        slurm=proxy_slurm_spec(variants[0].recipe, args.slurm, slurm_overrides(args)),
     )
     for score in result.variants:
         print(f"{score.name}: {score.mean:.4f} bits/byte (sd {score.sd:.4f} over {len(score.scores)} seeds)")
-    for comparison in result.comparisons:
+    for score in result.suite_variants:
+        print(f"{score.name}: {result.suite} {score.mean:.4f} (sd {score.sd:.4f} over {len(score.scores)} seeds)")
+    for comparison in result.comparisons + result.suite_comparisons:
         print(comparison.verdict)
     print(f"report: {write_ablate_report(result, workdir)}")
     return 0
@@ -188,11 +196,14 @@ def _ablate_command(args: argparse.Namespace) -> int:
 
 def _mix_command(args: argparse.Namespace) -> int:
     from tokenmill.errors import ConfigError
+    from tokenmill.infra.slurm_options import slurm_overrides
     from tokenmill.pipelines.decision_report import write_mix_report
     from tokenmill.pipelines.mix import run_mix
+    from tokenmill.pipelines.proxies import proxy_slurm_spec
     from tokenmill.pipelines.recipe import load_recipe
 
     _positive(args, "mixtures", "steps", "workers")
+    check_slurm_only_options(args)
     path = Path(args.recipe)
     if not path.is_file():
         raise ConfigError(f"recipe not found: {args.recipe}")
@@ -210,11 +221,15 @@ def _mix_command(args: argparse.Namespace) -> int:
         out=Path(args.out).resolve() if args.out else None,
         apply=args.apply,
         progress=not args.no_progress,
+        slurm=proxy_slurm_spec(recipe, args.slurm, slurm_overrides(args)),
     )
-    print(f"rank correlation (leave-one-out, {len(result.proxies)} proxies): {result.rank_correlation:.3f}")
+    print(
+        f"rank correlation (leave-one-out, {len(result.proxies)} proxies, {result.model} regression):"
+        f" {result.rank_correlation:.3f}"
+    )
     print("chosen blend: " + ", ".join(f"{s}={w:.3f}" for s, w in result.chosen.items()))
     for name, run in result.checks.items():
-        print(f"{name}: {run['target_bpb']:.4f} bits/byte")
+        print(f"{name}: {run[result.objective]:.4f} {result.objective_name}")
     print(f"recipe: {result.recipe_out}")
     print(f"report: {write_mix_report(result, workdir)}")
     return 0

@@ -25,36 +25,43 @@ def _compute(section: Section, compute: dict[str, float]) -> None:
 
 def write_ablate_report(result: AblateResult, workdir: Path) -> Path:
     verdict = Section("verdict", "Verdict")
-    for comparison in result.comparisons:
+    for comparison in result.comparisons + result.suite_comparisons:
         verdict.text(comparison.verdict)
     verdict.text(
         f"A difference counts when it exceeds twice its standard error over {result.seeds} seeds per variant"
         " (the noise of the proxies' seeds)."
     )
     variants = Section("variants", "Variants")
-    variants.table(
-        ["variant", "target bits/byte (mean)", "sd over seeds", "seeds", "per seed"],
-        [[v.name, v.mean, v.sd, len(v.scores), ", ".join(f"{s:.4f}" for s in v.scores)] for v in result.variants],
-    )
-    variants.chart(
-        bar_chart(
-            "Target bits per byte (mean, +-1 sd over seeds)",
-            [v.name for v in result.variants],
-            {"bits/byte": [v.mean for v in result.variants]},
-            "bits/byte",
-            errors={"bits/byte": [v.sd for v in result.variants]},
-        ),
-        "target bits per byte by variant",
-    )
     pairs = Section("pairs", "Pairs")
-    pairs.table(
-        ["better", "worse", "difference (bits/byte)", "noise (2 standard errors)", "exceeds noise"],
-        [[c.better, c.worse, c.difference, c.noise, "yes" if c.significant else "no"] for c in result.comparisons],
-    )
+    measures = [("target bits/byte", "bits/byte", result.variants, result.comparisons)]
+    if result.suite:
+        measures.append((f"{result.suite} score", "score", result.suite_variants, result.suite_comparisons))
+    for title, unit, scores, comparisons in measures:
+        if not scores:
+            continue
+        variants.table(
+            ["variant", f"{title} (mean)", "sd over seeds", "seeds", "per seed"],
+            [[v.name, v.mean, v.sd, len(v.scores), ", ".join(f"{s:.4f}" for s in v.scores)] for v in scores],
+        )
+        variants.chart(
+            bar_chart(
+                f"{title[0].upper()}{title[1:]} (mean, +-1 sd over seeds)",
+                [v.name for v in scores],
+                {unit: [v.mean for v in scores]},
+                unit,
+                errors={unit: [v.sd for v in scores]},
+            ),
+            f"{title} by variant",
+        )
+        pairs.table(
+            ["better", "worse", f"difference ({title})", "noise (2 standard errors)", "exceeds noise"],
+            [[c.better, c.worse, c.difference, c.noise, "yes" if c.significant else "no"] for c in comparisons],
+        )
     curves = Section("curves", "Training loss")
+    any_scores = result.variants or result.suite_variants
     curves.chart(
         line_chart(
-            "Training loss (mean over seeds)", {v.name: _mean_curve(v.curves) for v in result.variants}, "step", "loss"
+            "Training loss (mean over seeds)", {v.name: _mean_curve(v.curves) for v in any_scores}, "step", "loss"
         ),
         "training loss by variant",
     )
@@ -94,20 +101,21 @@ def write_mix_report(result: MixResult, workdir: Path) -> Path:
         ),
         "chosen, token-proportional and uniform weights",
     )
+    tried = ", ".join(f"{model} {rho:.3f}" for model, rho in result.correlations.items())
     choice.text(
         f"Rank correlation (Spearman) of leave-one-out predictions with the measured targets over"
-        f" {len(result.proxies)} proxies: {result.rank_correlation:.3f}. Predicted target of the chosen blend:"
-        f" {result.predicted:.4f} bits/byte."
+        f" {len(result.proxies)} proxies: {result.rank_correlation:.3f}, with the {result.model} regression (of"
+        f" {tried}). Predicted {result.objective_name} of the chosen blend: {result.predicted:.4f}."
     )
     if result.recipe_out is not None:
         choice.text(f"Written as a recipe: {result.recipe_out}")
     checks = Section("checks", "The chosen blend trained once more")
     checks.table(
-        ["blend", "target bits/byte", *[f"{s} loss" for s in sources], "weights"],
+        ["blend", result.objective_name, *[f"{s} loss" for s in sources], "weights"],
         [
             [
                 name,
-                run["target_bpb"],
+                run[result.objective],
                 *[run["source_loss"].get(s) or "-" for s in sources],
                 _weights_text(run["weights"]),
             ]
@@ -116,11 +124,11 @@ def write_mix_report(result: MixResult, workdir: Path) -> Path:
     )
     proxies = Section("proxies", "Proxies")
     proxies.table(
-        ["mixture", "target bits/byte", *[f"{s} loss" for s in sources], "weights"],
+        ["mixture", result.objective_name, *[f"{s} loss" for s in sources], "weights"],
         [
             [
                 p["name"],
-                p["target_bpb"],
+                p[result.objective],
                 *[p["source_loss"].get(s) or "-" for s in sources],
                 _weights_text(p["weights"]),
             ]

@@ -5,15 +5,20 @@ with proxy models as RegMix finds it (Liu et al., 2024).
    is Dirichlet(c * k * token shares) with its own spread c, from a generator seeded by
    (seed, i), so a later run with more mixtures keeps the first N and their proxies.
 2. A proxy trains on each mixture for the same budget; its target is the held-out text's bits
-   per byte.
-3. A regression from weights to target is fitted: scikit-learn's non-negative least squares
-   (`LinearRegression(positive=True)`) on the features -log(w_i + eps). The model says "the
-   target's loss falls as each source's share grows, with diminishing returns"; with few proxies
-   (tens, not RegMix's hundreds) its k + 1 parameters fit where a boosted tree ensemble
-   (RegMix's LightGBM) has too few points to learn from, and its minimum lies inside the
-   simplex, not at a corner as a linear model's would.
-4. Its quality is the rank correlation (Spearman) of leave-one-out predictions with the
-   measured targets, over the proxy runs.
+   per byte, or, with a suite as the only target, the suite's score (the regression fits its
+   negative, so that lower is better in both).
+3. A regression from weights to target is fitted on the features -log(w_i + eps), one of two:
+   `additive`, scikit-learn's non-negative least squares (`LinearRegression(positive=True)`):
+   "the target's loss falls as each source's share grows, with diminishing returns", k + 1
+   parameters that fit from tens of proxies where a boosted tree ensemble (RegMix's LightGBM)
+   has too few points to learn from, with its minimum inside the simplex, not at a corner as a
+   linear model's would be; and `interactions`, a ridge regression on those features and their
+   pairwise products (sources that help each other: one kind of English helps another), its
+   penalty chosen by cross-validation (`RidgeCV`), tried with two proxies or more per
+   coefficient (28 for 4 sources).
+4. Each model's quality is the rank correlation (Spearman) of its leave-one-out predictions with
+   the measured targets, over the proxy runs; the better one is used (the additive one on a
+   tie), so a run of few proxies keeps the simple model and a run of many may get the richer one.
 5. The simplex is searched with it: many random mixtures are predicted and the best ones
    averaged (RegMix averages its top 100). The chosen weights are written as a recipe.
 6. The chosen blend is trained once more, beside the uniform and the token-proportional blends,
@@ -32,6 +37,7 @@ from typing import Any
 
 from tokenmill.errors import ConfigError
 from tokenmill.infra.atomic import atomic_write_text
+from tokenmill.infra.slurm import SlurmSpec
 from tokenmill.pipelines.proxies import (
     ProxyJob,
     TokenizedData,
@@ -50,6 +56,9 @@ log = logging.getLogger(__name__)
 MIN_WEIGHT = 0.01
 # The smoothing of -log(w + EPS): a source left out costs a finite amount.
 EPS = 0.02
+# The regressions of step 3, simplest first, and the ridge penalties RidgeCV tries.
+MODELS = ("additive", "interactions")
+RIDGE_ALPHAS = 20
 # Random mixtures predicted in the search, and how many of the best are averaged.
 SEARCH_SAMPLES = 100_000
 SEARCH_TOP = 100
@@ -73,6 +82,10 @@ class MixResult:
     predicted: float
     checks: dict[str, dict[str, Any]]  # chosen / uniform / token-proportional / best proxy: their runs
     coefficients: dict[str, float]
+    objective: str = "target_bpb"  # the records' key of the score fitted
+    objective_name: str = "target bits/byte"
+    model: str = "additive"  # the regression used (MODELS)
+    correlations: dict[str, float] = field(default_factory=dict)  # each model's leave-one-out rank correlation
     recipe_out: Path | None = None
     compute: dict[str, float] = field(default_factory=dict)
     data: TokenizedData | None = None  # the shards the proxies read
@@ -129,13 +142,24 @@ def features(weights: Any) -> Any:
     return -np.log(np.asarray(weights, dtype=float) + EPS)
 
 
-def fit(weights: Any, targets: Any) -> Any:
-    from sklearn.linear_model import LinearRegression
+def fit(weights: Any, targets: Any, model: str = "additive") -> Any:
+    """The regression `model` (MODELS) fitted to the features of `weights`."""
+    from sklearn.linear_model import LinearRegression, RidgeCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import PolynomialFeatures
 
-    return LinearRegression(positive=True).fit(features(weights), targets)
+    if model == "additive":
+        regression = LinearRegression(positive=True)
+    else:
+        import numpy as np
+
+        regression = make_pipeline(
+            PolynomialFeatures(2, include_bias=False), RidgeCV(alphas=np.logspace(-4, 2, RIDGE_ALPHAS))
+        )
+    return regression.fit(features(weights), targets)
 
 
-def loo_rank_correlation(weights: Any, targets: Any) -> float:
+def loo_rank_correlation(weights: Any, targets: Any, model: str = "additive") -> float:
     """Spearman's rank correlation between each proxy's measured target and the prediction of a
     model fitted to the other proxies (leave-one-out cross-validation)."""
     import numpy as np
@@ -143,11 +167,27 @@ def loo_rank_correlation(weights: Any, targets: Any) -> float:
 
     weights, targets = np.asarray(weights), np.asarray(targets)
     predicted = [
-        fit(np.delete(weights, i, axis=0), np.delete(targets, i)).predict(features(weights[i : i + 1]))[0]
+        fit(np.delete(weights, i, axis=0), np.delete(targets, i), model).predict(features(weights[i : i + 1]))[0]
         for i in range(len(targets))
     ]
     rho = spearmanr(predicted, targets).statistic
     return float(rho) if math.isfinite(rho) else 0.0
+
+
+def select_model(weights: Any, targets: Any) -> tuple[str, dict[str, float]]:
+    """The model of MODELS whose leave-one-out predictions rank the proxies best (the first on a
+    tie), and the rank correlation of each model tried. The interactions model is tried only
+    with two proxies or more per coefficient: with fewer, a ranking of a handful of held-out
+    proxies picks it by chance as often as not."""
+    n, k = len(targets), len(weights[0])
+    tried = [m for m in MODELS if m == "additive" or n >= 2 * (k + k * (k + 1) // 2)]
+    correlations = {model: loo_rank_correlation(weights, targets, model) for model in tried}
+    return max(tried, key=lambda m: (correlations[m], -MODELS.index(m))), correlations
+
+
+def linear_coefficients(model: Any, k: int) -> list[float]:
+    """Each source's coefficient of -log(w + EPS) (the interactions model's first-order ones)."""
+    return [float(c) for c in (model.coef_ if hasattr(model, "coef_") else model[-1].coef_)[:k]]
 
 
 def search(model: Any, k: int, seed: int) -> tuple[list[float], float]:
@@ -175,6 +215,7 @@ def run_mix(
     out: Path | None = None,
     apply: bool = False,
     progress: bool = True,
+    slurm: SlurmSpec | None = None,
 ) -> MixResult:
     """Sample, train, fit, search, check (the module's steps 1-6); write the chosen blend into a
     copy of `recipe_file` (`out`, default NAME-mixed.yaml beside it) and, with `apply`, into
@@ -184,8 +225,9 @@ def run_mix(
     if len(sources) < 2:
         raise ConfigError(f"mix: the recipe blends one source ({sources[0]}); a mixture needs at least two")
     explicit = [Mixture(f"given-{i}", parse_mixture(text, sources)) for i, text in enumerate(extra or [])]
-    target_files = check_targets(recipe, targets or recipe.proxies.targets(), "mix")
-    config = proxy_config(recipe, steps)
+    scoring = check_targets(recipe, targets or recipe.proxies.targets(), "mix")
+    config = proxy_config(recipe, steps, scoring.suite)
+    objective, sign, objective_name = scoring.objective()
     count = mixtures or recipe.proxies.mixtures
     if count + len(explicit) < 4:
         raise ConfigError(f"mix: {count + len(explicit)} mixtures are too few to fit and cross-validate; use 4 or more")
@@ -198,16 +240,17 @@ def run_mix(
     sampled = sample_mixtures(shares, count, seed) + explicit
 
     def job(mixture: Mixture) -> ProxyJob:
-        return _job(mixture, data, config, seed, target_files)
+        return _job(mixture, data, config, seed, scoring.files)
 
-    results = run_proxies([job(m) for m in sampled], workdir, workers)
+    results = run_proxies([job(m) for m in sampled], workdir, workers, slurm=slurm)
     proxies = [results[job(m).fingerprint] | {"name": m.name} for m in sampled]
     import numpy as np
 
     weights = np.array([[p["weights"][s] for s in sources] for p in proxies])
-    measured = np.array([p["target_bpb"] for p in proxies])
-    rho = loo_rank_correlation(weights, measured)
-    model = fit(weights, measured)
+    measured = np.array([sign * p[objective] for p in proxies])  # lower is better
+    model_name, correlations = select_model(weights, measured)
+    rho = correlations[model_name]
+    model = fit(weights, measured, model_name)
     chosen_list, predicted = search(model, len(sources), seed)
     chosen = dict(zip(sources, chosen_list))
     best = proxies[int(np.argmin(measured))]
@@ -216,7 +259,7 @@ def run_mix(
         "uniform": dict(zip(sources, _clean([1.0] * len(sources)))),
         "token-proportional": dict(zip(sources, _clean([shares[s] for s in sources]))),
     }
-    check_results = run_proxies([job(Mixture(n, w)) for n, w in candidates.items()], workdir, workers)
+    check_results = run_proxies([job(Mixture(n, w)) for n, w in candidates.items()], workdir, workers, slurm=slurm)
     checks = {n: check_results[job(Mixture(n, w)).fingerprint] for n, w in candidates.items()}
     checks[f"best proxy ({best['name']})"] = best
     all_runs = [*proxies, *checks.values()]
@@ -231,9 +274,13 @@ def run_mix(
         proxies,
         rho,
         chosen,
-        predicted,
+        sign * predicted,
         checks,
-        dict(zip(sources, [float(c) for c in model.coef_])),
+        dict(zip(sources, linear_coefficients(model, len(sources)))),
+        objective,
+        objective_name,
+        model_name,
+        correlations,
         compute=compute,
     )
     result.recipe_out = write_chosen_recipe(

@@ -2,12 +2,14 @@
 `tokenmill mix`.
 
 A proxy job is a blend of token shards, a training config and a seed. Its result is the
-held-out text's bits per byte (the target), the loss on each source's held-out split, and the
-training loss curve. Each result is a record `WORKDIR/proxies/<fingerprint>.json`, written
+held-out text's bits per byte (the target) and/or an ICL suite's score (scored by the trainer's
+`eval:` section at the last step), the loss on each source's held-out split, and the training
+loss curve. Each result is a record `WORKDIR/proxies/<fingerprint>.json`, written
 after the proxy finished; the fingerprint hashes the shards' own step fingerprints (not their
 paths), the weights, the config, the seed and the target files, so a later run in the same work
 directory (more mixtures, another variant, a killed run started again) trains only the proxies
-it has no record of. Proxies are independent: they train side by side in worker processes.
+it has no record of. Proxies are independent: they train side by side in worker processes, or
+as the tasks of one Slurm job array (`train_on_slurm`), each task writing its own record.
 """
 
 from __future__ import annotations
@@ -18,17 +20,24 @@ import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tokenmill import __version__
+from tokenmill.entry import run_reported
 from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.eval.suites import BUNDLED_SUITES
 from tokenmill.infra import records
+from tokenmill.infra.atomic import atomic_write_text
+from tokenmill.infra.slurm import SLURM_DIR, SlurmSpec, header, prologue, quote, submit, write_script
 from tokenmill.pipelines.recipe import Recipe
 from tokenmill.pipelines.report import train_split_tokens
+from tokenmill.pipelines.schema import SuiteTarget
 from tokenmill.pipelines.step_graph import StepRef, build_plan
 from tokenmill.pipelines.steps import blend_weights
 from tokenmill.tokenize import DEFAULT_SPLIT
@@ -40,6 +49,11 @@ PROXIES_DIR = "proxies"
 CURVE_POINTS = 50
 # Samples of each source's held-out split scored for its loss.
 HELDOUT_SAMPLES = 32
+# The job array's script and its list of proxies, in WORKDIR/slurm/.
+ARRAY_SCRIPT = "proxies.sbatch"
+ARRAY_JOBS = "proxies.json"
+# Seconds between looks for the array's results.
+POLL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -89,34 +103,74 @@ class ProxyJob:
         )
 
 
-def proxy_config(recipe: Recipe, steps: int | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Scoring:
+    """What the proxies are scored on: held-out text files (bits per byte, lower is better)
+    and an ICL suite (its aggregate, higher is better), either or both."""
+
+    files: list[str]
+    suite: SuiteTarget | None
+
+    def objective(self) -> tuple[str, float, str]:
+        """The score a decision rests on, when there is one: the record's key, the sign that
+        makes lower better, and its name. The text's bits per byte, else the suite's score."""
+        if self.files:
+            return "target_bpb", 1.0, "target bits/byte"
+        assert self.suite is not None
+        return "suite_score", -1.0, f"{self.suite.suite} score"
+
+
+def proxy_config(recipe: Recipe, steps: int | None = None, suite: SuiteTarget | None = None) -> dict[str, Any]:
     """The proxies' training config: the recipe's `proxies.config` with the budget in steps, no
-    checkpoint before the last step, no validation and one log line per proxy."""
+    checkpoint before the last step, no validation and one log line per proxy; with `suite`, its
+    `eval:` section scores the suite at the last step (checked here: one line for an unknown
+    suite or task, or a missing folder)."""
     from tokenmill.train.config import apply_overrides
+    from tokenmill.train.preflight import check_eval
 
     steps = steps or recipe.proxies.steps
-    return apply_overrides(
+    evaluation = {}
+    if suite is not None:
+        evaluation = {
+            "eval.suite": suite.suite if suite.suite in BUNDLED_SUITES else str(recipe.resolve(suite.suite)),
+            "eval.tasks": suite.tasks,
+            "eval.data_dir": str(recipe.resolve(suite.data_dir)) if suite.data_dir else None,
+            "eval.limit": suite.limit,
+            "eval.every": steps,
+        }
+    config = apply_overrides(
         recipe.config_data(recipe.proxies.config),
         {
             "schedule.steps": steps,
             "schedule.global_batch_size": recipe.proxies.batch_size,
             "schedule.micro_batch_size": recipe.proxies.batch_size,  # one micro-batch: a proxy is small
             "dataset.seq_len": recipe.proxies.seq_len,
+            # Common random numbers: proxies differ only by their weights, not by data order.
+            "dataset.same_source_order": True,
             "checkpoint.interval": steps,
             "checkpoint.keep_last": 1,
             "logging.interval": steps,
             "logging.eval_interval": 0,
             "logging.tensorboard": False,
             "logging.progress": False,
+            **evaluation,
         },
     )
+    if suite is not None:
+        check_eval(train_config(config))
+    return config
+
+
+def train_config(config: dict[str, Any]) -> Any:
+    """The proxies' config as the trainer reads it, its data (each proxy's own) left out."""
+    from tokenmill.train.config import config_from_dict
+
+    return config_from_dict({**config, "dataset": {**config.get("dataset", {}), "path": "unused"}})
 
 
 def budget_tokens(config: dict[str, Any]) -> int:
     """Tokens one proxy trains on: steps x global batch x sequence length."""
-    from tokenmill.train.config import config_from_dict
-
-    cfg = config_from_dict({**config, "dataset": {**config.get("dataset", {}), "path": "unused"}})
+    cfg = train_config(config)
     return cfg.schedule.steps * cfg.schedule.global_batch_size * cfg.sequence_length
 
 
@@ -151,19 +205,49 @@ def _dataset_section(recipe: Recipe) -> dict[str, Any]:
     return section if isinstance(section, dict) else {}
 
 
-def check_targets(recipe: Recipe, targets: list[str], command: str) -> list[str]:
-    """The held-out text files, absolute, each checked to exist: one line for a missing one."""
+def check_targets(recipe: Recipe, targets: list[str | SuiteTarget], command: str) -> Scoring:
+    """The held-out text files, absolute, each checked to exist (one line for a missing one),
+    and the suite, if one is named."""
     if not targets:
-        raise ConfigError(f"{command}: no held-out text to score the proxies on; give --target FILE or proxies.target")
-    resolved = [str(recipe.resolve(t)) for t in targets]
+        raise ConfigError(
+            f"{command}: nothing to score the proxies on; give --target FILE or proxies.target (text or a suite)"
+        )
+    resolved = [str(recipe.resolve(t)) for t in targets if isinstance(t, str)]
     for path in resolved:
         if not Path(path).exists():
             raise ConfigError(f"{command}: the target {path} does not exist")
-    return resolved
+    return Scoring(resolved, next((t for t in targets if isinstance(t, SuiteTarget)), None))
+
+
+def describe(record: dict[str, Any]) -> str:
+    """A proxy's scores in a few words."""
+    parts = []
+    if record.get("target_bpb") is not None:
+        parts.append(f"target {record['target_bpb']:.4f} bits/byte")
+    if record.get("suite_score") is not None:
+        parts.append(f"suite {record['suite_score']:.4f}")
+    return ", ".join(parts)
 
 
 def result_path(workdir: Path, job: ProxyJob) -> Path:
     return workdir / PROXIES_DIR / f"{job.fingerprint}.json"
+
+
+def job_spec(job: ProxyJob) -> dict[str, Any]:
+    """The job as JSON, for a process that trains it elsewhere (`job_from_spec` reads it)."""
+    return {
+        "label": job.label,
+        "shards": [vars(s) for s in job.shards],
+        "weights": job.weights,
+        "seed": job.seed,
+        "config": job.config,
+        "tokenizer": job.tokenizer,
+        "targets": job.targets,
+    }
+
+
+def job_from_spec(spec: dict[str, Any]) -> ProxyJob:
+    return ProxyJob(**{**spec, "shards": [Shard(**s) for s in spec["shards"]]})
 
 
 def run_proxies(
@@ -171,9 +255,11 @@ def run_proxies(
     workdir: Path,
     workers: int,
     on_result: Callable[[ProxyJob, dict[str, Any]], None] | None = None,
+    slurm: SlurmSpec | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every job's result by fingerprint: recorded ones read back, the others trained, `workers`
-    at a time (in this process when 1), each recorded as soon as it finishes."""
+    at a time (in this process when 1) or as one Slurm job array (`slurm`), each recorded as
+    soon as it finishes."""
     unique: dict[str, ProxyJob] = {}
     for job in jobs:
         unique.setdefault(job.fingerprint, job)
@@ -190,13 +276,16 @@ def run_proxies(
 
     def finished(job: ProxyJob, record: dict[str, Any]) -> None:
         results[job.fingerprint] = record
-        log.info(f"proxy {job.label}: target {record['target_bpb']:.4f} bits/byte ({record['seconds']:.0f}s)")
+        log.info(f"proxy {job.label}: {describe(record)} ({record['seconds']:.0f}s)")
         if on_result is not None:
             on_result(job, record)
 
     # With workers, every proxy trains in one (one thread each when workers = cores): a rerun
     # that has one proxy left trains it as the first run would have, to the same numbers.
-    if workers <= 1:
+    if slurm is not None and pending:
+        for job, record in train_on_slurm(pending, workdir, slurm):
+            finished(job, record)
+    elif workers <= 1:
         for job in pending:
             finished(job, train_proxy(job, workdir))
     else:
@@ -212,6 +301,70 @@ def run_proxies(
     return {job.fingerprint: results[job.fingerprint] for job in jobs}
 
 
+def array_script(jobs_file: Path, count: int, workdir: Path, spec: SlurmSpec) -> str:
+    """The sbatch script of a job array of `count` proxies: task i trains the i-th job of
+    `jobs_file` on one node and writes its record."""
+    # A proxy has no checkpoint to stop at: the time limit's warning signal would only kill it.
+    spec = spec.model_copy(update={"stop_seconds": 0})
+    lines = header(spec, "tokenmill-proxies", 1, workdir / SLURM_DIR, workdir)
+    lines += [
+        f"#SBATCH --array=0-{count - 1}",
+        f"# {count} proxy models of `tokenmill ablate` or `tokenmill mix`, one per task",
+        *prologue(spec),
+        f'exec $PYTHON -m tokenmill.pipelines.proxies {quote(jobs_file)} "$SLURM_ARRAY_TASK_ID"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def train_on_slurm(
+    pending: list[ProxyJob], workdir: Path, spec: SlurmSpec
+) -> Iterator[tuple[ProxyJob, dict[str, Any]]]:
+    """Train `pending` as one Slurm job array and yield each result as its record appears. A
+    task that leaves the queue without a record is one line naming its log; the array is
+    cancelled when the command stops waiting for it (as the local workers end with it)."""
+    log_dir = workdir / SLURM_DIR
+    jobs_file = log_dir / ARRAY_JOBS
+    log_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(jobs_file, json.dumps({"workdir": str(workdir), "jobs": [job_spec(j) for j in pending]}))
+    script = write_script(log_dir / ARRAY_SCRIPT, array_script(jobs_file, len(pending), workdir, spec))
+    array = submit(script).job_ids[0]
+    log.info(f"proxies: Slurm job array {array} of {len(pending)} tasks, logs in {log_dir}")
+    waiting = {job.fingerprint: job for job in pending}
+    try:
+        while waiting:
+            queued = _in_queue(array)  # before the records: a task's record precedes its leaving
+            for fingerprint, job in list(waiting.items()):
+                record = records.read_record(result_path(workdir, job), key=fingerprint)
+                if record is not None:
+                    del waiting[fingerprint]
+                    yield job, record
+            if waiting and not queued:
+                failed = [i for i, job in enumerate(pending) if job.fingerprint in waiting]
+                raise TokenmillError(
+                    f"proxies: {len(failed)} of {len(pending)} tasks of Slurm job array {array} ended without a"
+                    f" result (tasks {', '.join(map(str, failed))}); see {log_dir}/*.out, then rerun: the others are kept"
+                )
+            if waiting:
+                time.sleep(POLL_SECONDS)
+    finally:
+        if waiting:
+            subprocess.run(["scancel", array], capture_output=True)
+
+
+def _in_queue(job_id: str) -> bool:
+    """Whether any task of the job is pending, running or completing."""
+    done = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%i"], capture_output=True, text=True)
+    return done.returncode == 0 and bool(done.stdout.strip())
+
+
+def train_array_task(jobs_file: Path, index: int) -> None:
+    """One task of the job array: train the `index`-th proxy of `jobs_file`."""
+    listed = json.loads(jobs_file.read_text())
+    job = job_from_spec(listed["jobs"][index])
+    record = train_proxy(job, Path(listed["workdir"]))
+    print(f"proxy {job.label}: {describe(record)} ({record['seconds']:.0f}s)")
+
+
 def _limit_threads(threads: int) -> None:
     import torch
 
@@ -223,6 +376,7 @@ def train_proxy(job: ProxyJob, workdir: Path) -> dict[str, Any]:
     (a proxy killed midway starts over: it is seconds to minutes of work)."""
     from tokenmill.eval.bpb import bits_per_byte, read_documents
     from tokenmill.eval.models import NativeModel
+    from tokenmill.eval.suites import load_suite
     from tokenmill.train.config import apply_overrides, config_from_dict
     from tokenmill.train.loop import train
 
@@ -251,14 +405,19 @@ def train_proxy(job: ProxyJob, workdir: Path) -> dict[str, Any]:
     # Windows of the trained length: positions past it were never trained.
     model = NativeModel(trained.checkpoint, max_length=cfg.sequence_length)
     documents = [d for path in job.targets for d in read_documents(path)]
-    target = bits_per_byte(model, documents, progress=False)
+    target = bits_per_byte(model, documents, progress=False)["bits_per_byte"] if documents else None
+    # The trainer's eval section scored the suite at the last step: `eval/<suite>`, `eval/<task>/...`.
+    scores = trained.eval_scores.get(cfg.schedule.steps, {}) if cfg.eval.suite else {}
+    suite = load_suite(cfg.eval.suite).name if cfg.eval.suite else None
     step_every = max(1, len(trained.losses) // CURVE_POINTS)
     record = {
         "key": job.fingerprint,
         "label": job.label,
         "weights": {s.source: w for s, w in zip(job.shards, job.weights)},
         "seed": job.seed,
-        "target_bpb": target["bits_per_byte"],
+        "target_bpb": target,
+        "suite_score": scores.get(f"eval/{suite}"),
+        "suite_tasks": {k[5:-13]: v for k, v in scores.items() if k.endswith("/centered_acc")},
         "source_loss": {s.source: heldout_loss(model, s.prefix, cfg) for s in job.shards},
         "curve": [[step, loss] for step, loss in sorted(trained.losses.items()) if step % step_every == 0],
         "tokens": cfg.schedule.steps * cfg.schedule.global_batch_size * cfg.sequence_length,
@@ -297,6 +456,17 @@ def heldout_loss(model: Any, prefix: str, cfg: Any) -> float | None:
     return float(cross_entropy(logits, tokens[:, 1:]))
 
 
+def proxy_slurm_spec(recipe: Recipe, requested: bool, overrides: dict[str, object]) -> SlurmSpec | None:
+    """Where the proxies' job array runs (the recipe's `slurm:` section with the command line's
+    options), when `--slurm` or `proxies.slurm` asks for one; None: they train here."""
+    if not (requested or recipe.proxies.slurm):
+        return None
+    spec = (recipe.slurm or SlurmSpec()).merged(overrides)
+    if spec.nodes not in (None, 1) or spec.chain != 1:
+        raise ConfigError("proxies on Slurm: each task of the array trains one proxy on one node; drop nodes and chain")
+    return spec
+
+
 def default_workers(recipe: Recipe, workers: int | None) -> int:
     """Proxies trained at once: the flag's, the recipe's, else one per two cores (each proxy's
     matrix products use the two)."""
@@ -313,3 +483,7 @@ def check_budget(data: TokenizedData, config: dict[str, Any], what: str) -> int:
             f" its {available:,} training tokens; lower proxies.steps or --steps"
         )
     return budget
+
+
+if __name__ == "__main__":
+    sys.exit(run_reported(lambda: train_array_task(Path(sys.argv[1]), int(sys.argv[2])), "proxy"))

@@ -171,6 +171,16 @@ class EvalSpec(_Strict):
         return value
 
 
+class SuiteTarget(_Strict):
+    """An ICL suite the proxies are scored on at their last step (the training config's `eval:`
+    section, as `tokenmill eval --suite` scores): its aggregate, higher is better."""
+
+    suite: str = "core"  # a bundled suite (core: DCLM's early-signal suite) or a suite YAML file
+    tasks: list[str] | None = None  # a subset of its tasks
+    data_dir: str | None = None  # the folder its task files are under
+    limit: int = Field(default=50, ge=1)  # the first `limit` examples of each task
+
+
 class ProxySpec(_Strict):
     """Small proxy models for `tokenmill ablate` and `tokenmill mix` (pipelines/proxies.py): the
     training config they share, the budget in steps, and how many runs each command trains.
@@ -185,10 +195,20 @@ class ProxySpec(_Strict):
     mixtures: int = Field(default=16, ge=2)  # mix: mixtures sampled over the sources
     seed: int = 0  # mix: the mixtures' sampling and the proxies' seed; ablate: the first seed
     workers: int | None = Field(default=None, ge=1)  # proxies trained at once (default: one per 2 cores)
-    target: str | list[str] | None = None  # held-out text scored in bits per byte
+    slurm: bool = False  # train them as one Slurm job array, where the recipe's `slurm:` section says
+    # What the proxies are scored on: held-out text (bits per byte), a suite, or a list of texts
+    # and at most one suite.
+    target: str | SuiteTarget | list[str | SuiteTarget] | None = None
 
-    def targets(self) -> list[str]:
-        return [] if self.target is None else [self.target] if isinstance(self.target, str) else list(self.target)
+    @field_validator("target")
+    @classmethod
+    def _one_suite(cls, value: Any) -> Any:
+        if isinstance(value, list) and sum(isinstance(t, SuiteTarget) for t in value) > 1:
+            raise ValueError("at most one suite")
+        return value
+
+    def targets(self) -> list[str | SuiteTarget]:
+        return [] if self.target is None else list(self.target) if isinstance(self.target, list) else [self.target]
 
 
 class Recipe(_Strict):
@@ -206,7 +226,8 @@ class Recipe(_Strict):
     train: TrainSpec | None = None
     eval: EvalSpec | None = None
     proxies: ProxySpec = Field(default_factory=ProxySpec)
-    # How `tokenmill run --slurm` submits the recipe (recipe_job.py); ignored otherwise.
+    # How `tokenmill run --slurm` submits the recipe (recipe_job.py), and where the proxies'
+    # job array runs (`--slurm` of ablate and mix, or proxies.slurm); ignored otherwise.
     slurm: SlurmSpec | None = None
 
     # Set by `load_recipe`: the recipe file's directory, against which relative paths resolve.

@@ -1,7 +1,9 @@
 """Blend several shards by weight with Megatron-Core's greedy blending (`BlendedDataset`).
 
 For a request of N samples with normalised weights w:
-- dataset j is built with `ceil(ceil(N * w[j]) * 1.005)` samples (Megatron's 0.5% surplus);
+- dataset j is built with `ceil(ceil(N * w[j]) * 1.005)` samples (Megatron's 0.5% surplus),
+  or, with `same_source_order`, with `ceil(N * 1.005)` whatever its weight, so that its sample
+  order (which depends on the number of samples built) is the same in every blend of it;
 - the blend has `sum_j ceil(N * w[j])` samples (>= N; Megatron-Core >= 0.10 sizes it so);
 - sample i goes to the dataset with the largest error `w[j] * max(i, 1) - count[j]` (ties to
   the lowest index), and is that dataset's sample `count[j]`.
@@ -136,13 +138,17 @@ class BlendedDataset(SampleDataset):
         split: str = "train",
         split_ratios: str = DEFAULT_SPLIT,
         cache: bool = True,
+        same_source_order: bool = False,
     ) -> None:
         if not entries:
             raise TokenmillError("a blend needs at least one shard")
         self.entries = entries
         self.seq_len = seq_len
         self.weights = normalize_weights([e.weight for e in entries])
-        build_sizes = blend_sizes(self.weights, num_samples, MID_LEVEL_SURPLUS)
+        # A source's shuffle depends on the samples it is built for: built for all N, blends
+        # that differ only in weights read each source's samples in the same order.
+        build_weights = [1.0] * len(entries) if same_source_order else self.weights
+        build_sizes = blend_sizes(build_weights, num_samples, MID_LEVEL_SURPLUS)
         self.datasets = [
             GPTDataset(
                 e.prefix, seq_len=seq_len, num_samples=n, seed=seed, split=split, split_ratios=split_ratios, cache=cache

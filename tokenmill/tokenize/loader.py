@@ -54,15 +54,18 @@ def build_dataset(
     seed: int,
     split: str = "train",
     split_ratios: str = DEFAULT_SPLIT,
+    same_source_order: bool = False,
 ) -> SampleDataset:
     """Samples of `seq_len + 1` tokens from a shard prefix, a blend file (YAML/JSON list of
-    {prefix, weight}) or such a list. At least `num_samples` samples; indices are cached."""
+    {prefix, weight}) or such a list. At least `num_samples` samples; indices are cached.
+    `same_source_order`: a blend reads each source's samples in an order that does not depend
+    on the weights (`BlendedDataset`)."""
     resolved = resolve_blend(data)
     options = dict(seq_len=seq_len, num_samples=num_samples, seed=seed, split=split, split_ratios=split_ratios)
     if isinstance(resolved, str):
         return GPTDataset(resolved, **options)
     # Like Megatron, a weighted list is always a blend, even of one shard.
-    return BlendedDataset(resolved, **options)
+    return BlendedDataset(resolved, **options, same_source_order=same_source_order)
 
 
 class SampleStream:

@@ -215,6 +215,10 @@ class DataConfig(_Section):
     document_masking: Bool = False
     document_positions: Bool = True
     eod_id: NonNegativeInt | None = None
+    # A blend reads each source's samples in the same order whatever the weights (each source
+    # indexed as if its weight were 1): runs that differ only in weights, such as proxy models,
+    # then differ only by the weights, not by which documents each source happened to give.
+    same_source_order: Bool = False
 
 
 class OptimizerConfig(_Section):

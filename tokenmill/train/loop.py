@@ -77,6 +77,7 @@ def build_streams(
         seed=cfg.schedule.seed,
         split="train",
         split_ratios=cfg.dataset.split,
+        same_source_order=cfg.dataset.same_source_order,
     )
     stream = SampleStream(train_ds, dp_rank=dp_rank, dp_size=dp_size, consumed_samples=consumed)
     valid_batches: list[torch.Tensor] = []
