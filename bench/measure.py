@@ -145,11 +145,12 @@ def torchrun_rows(script: str | Path, nproc: int, *args: str) -> Any:
         return ast.literal_eval(out.read_text())
 
 
-def main_or_worker(main: Callable[[], None], worker: Callable[[Path], None]) -> None:
-    """The entry point of a bench that `torchrun_rows` re-runs as its workers (`--worker OUT`)."""
+def main_or_worker(main: Callable[[], None], worker: Callable[..., None]) -> None:
+    """The entry point of a bench that `torchrun_rows` re-runs as its workers (`--worker OUT
+    ARGS...`: the worker is called with OUT and ARGS)."""
     import sys
 
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        worker(Path(sys.argv[2]))
+        worker(Path(sys.argv[2]), *sys.argv[3:])
     else:
         main()
