@@ -142,12 +142,12 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
 
 
 def _redact_worker_logs(client) -> None:  # noqa: ANN001 - a distributed.Client
-    """Every worker of the cluster, now and joining later, redacts URLs in what it logs. (This
-    process's own records, the LocalCluster's nannies' among them, are redacted by the entry
-    point.)"""
-    from tokenmill.infra.worker_logs import PLUGIN_NAME, RedactedWorkerLogs
+    """Every worker and nanny of the cluster, now and joining later, redacts URLs in what it
+    logs. (This process's own records are redacted by its entry point.)"""
+    from tokenmill.infra.worker_logs import PLUGIN_NAME, RedactedNannyLogs, RedactedWorkerLogs
 
     client.register_plugin(RedactedWorkerLogs(), name=PLUGIN_NAME)
+    client.register_plugin(RedactedNannyLogs(), name=PLUGIN_NAME)
 
 
 def _own_children(children_before: set) -> list:
