@@ -46,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from measure import Timing, check_load, interleaved
+from measure import check_load, interleaved, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -336,7 +336,7 @@ def main() -> None:
         "",
     ]
     table: dict[int, dict] = {}
-    spreads: list[tuple[float, str, int]] = []  # (spread of a peak over its rounds, stage, size)
+    peak_spreads: list[tuple[float, str, int]] = []  # (spread of a peak over its rounds, stage, size)
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:
         tokenizer = None
         for size in args.sizes_mb:
@@ -372,8 +372,8 @@ def main() -> None:
             }
             results["whole-file read (pandas)"] = {"seconds": 0.0, "peaks": [max(whole_file)]}
             for stage in STAGES:
-                spreads.append((Timing([max(r[stage]["peaks"]) for r in rounds]).spread, stage, size))
-            spreads.append((Timing(whole_file).spread, "whole-file read", size))
+                peak_spreads.append((spread([max(r[stage]["peaks"]) for r in rounds]), stage, size))
+            peak_spreads.append((spread(whole_file), "whole-file read", size))
             table[size] = {"docs": docs, **results}
             print(
                 f"{size} MB ({docs} docs): " + ", ".join(f"{k} {max(v['peaks']):.0f}" for k, v in results.items()),
@@ -392,10 +392,10 @@ def main() -> None:
         if row in STAGES:
             worst = max(worst, *peaks)
     lines.append("")
-    spread, stage, size = max(spreads)
+    largest, stage, size = max(peak_spreads)
     lines.append(
         f"each peak: the highest of {args.rounds} interleaved rounds; the largest spread of a peak over its rounds:"
-        f" {spread:.0%} ({stage}, {size} MB)"
+        f" {largest:.0%} ({stage}, {size} MB)"
     )
     lines.append(
         "stage seconds (medians): "
