@@ -14,16 +14,23 @@ the engine's ring attention over cp processes. Step time is the second step's
 forward + backward, the slowest rank. torch's own `context_parallel` dispatches CUDA SDPA
 kernels only, so there is no peer to run beside ours on the CPU.
 
-    python bench/context_parallel.py       # launches torchrun itself; about 5 minutes on 2 cores
+The load is checked first; the cp = 1, 2 and 4 launches run interleaved, --rounds times each,
+and each step time is the median of its rounds with their spread (speedups are ratios of
+medians). The activation bytes are the same in every round (checked), so they need no
+repetition.
+
+    python bench/context_parallel.py [--rounds 3] [--seqs 4096 8192 16384]
+                                           # launches torchrun itself; about 15 minutes on 2 cores
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 from pathlib import Path
 
-from measure import check_load, emit_report, main_or_worker, torchrun_rows
+from measure import Timing, check_load, emit_report, interleaved, main_or_worker, torchrun_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "context_parallel.txt"
@@ -69,14 +76,14 @@ def measure(seq: int) -> dict[str, float]:
     return {"activations": float(sum(saved.values())), "seconds": seconds}
 
 
-def worker(out: Path) -> None:
+def worker(out: Path, *seqs: str) -> None:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rows = []
-    for seq in SEQS:
+    for seq in map(int, seqs):
         mine = measure(seq)
         every: list[dict[str, float]] = [{}] * dist.get_world_size()
         dist.all_gather_object(every, mine)
@@ -87,34 +94,49 @@ def worker(out: Path) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved launches per cp; the median counts")
+    parser.add_argument("--seqs", type=int, nargs="+", default=list(SEQS), help="sequence lengths")
+    parser.add_argument("--out", default=str(RESULT))
+    args = parser.parse_args()
     machine_load = check_load()
-    results = {cp: dict(torchrun_rows(__file__, cp)) for cp in CPS}
-    load = os.getloadavg()[0]
+    launches: dict[int, list[dict]] = {cp: [] for cp in CPS}
+
+    def launch(cp: int) -> None:
+        launches[cp].append(dict(torchrun_rows(__file__, cp, *map(str, args.seqs))))
+
+    interleaved({str(cp): (lambda cp=cp: launch(cp)) for cp in CPS}, args.rounds)
+    activations = {cp: launches[cp][0] for cp in CPS}
+    for cp in CPS:
+        for seq in args.seqs:
+            assert {r[seq]["activations"] for r in launches[cp]} == {activations[cp][seq]["activations"]}, (cp, seq)
+    steps = {(cp, seq): Timing([r[seq]["seconds"] for r in launches[cp]]) for cp in CPS for seq in args.seqs}
     lines = [
         machine_load,
         "Context parallelism (ring attention, load-balanced causal split), CPU gloo: activation memory per",
         "rank (bytes autograd saves for backward in one step's forward, parameters excluded; the most loaded",
-        "rank) and step time (forward + backward, slowest rank), tiny llama: 2 layers, hidden 64, 4 heads",
-        "(2 key/value heads), vocab 512, batch 1. MB = 1e6 bytes. ratio = measured / (cp=1 measured / cp).",
+        "rank) and step time (forward + backward, slowest rank; the median of the rounds), tiny llama: 2 layers,",
+        "hidden 64, 4 heads (2 key/value heads), vocab 512, batch 1. MB = 1e6 bytes. ratio = measured /",
+        f"(cp=1 measured / cp). {args.rounds} rounds, the cp launches interleaved.",
         "",
-        f"{'seq':>6} {'cp':>3} {'act MB':>9} {'ideal MB':>9} {'ratio':>6} {'step s':>8} {'speedup':>7}",
+        f"{'seq':>6} {'cp':>3} {'act MB':>9} {'ideal MB':>9} {'ratio':>6} {'step s':>8} {'spread':>7} {'speedup':>7}",
     ]
-    for seq in SEQS:
-        base = results[1][seq]
+    for seq in args.seqs:
+        base = activations[1][seq]["activations"]
         for cp in CPS:
-            row = results[cp][seq]
-            ideal = base["activations"] / cp
+            measured, ideal, step = activations[cp][seq]["activations"], base / cp, steps[(cp, seq)]
             lines.append(
-                f"{seq:>6} {cp:>3} {row['activations'] / 1e6:9.2f} {ideal / 1e6:9.2f} "
-                f"{row['activations'] / ideal:6.3f} {row['seconds']:8.2f} {base['seconds'] / row['seconds']:7.2f}"
+                f"{seq:>6} {cp:>3} {measured / 1e6:9.2f} {ideal / 1e6:9.2f} {measured / ideal:6.3f} "
+                f"{step.median:8.2f} {step.spread:7.0%} {steps[(1, seq)].median / step.median:7.2f}"
             )
     lines += [
         "",
-        f"Machine: {os.cpu_count()} CPU cores, load average {load:.1f} at the end of the run. Step times are",
-        "indicative only: one thread per rank, cp ranks beyond the core count time-share them, and other",
-        "jobs on a loaded machine add noise. speedup = cp=1 step time / this row's.",
+        f"Machine: {os.cpu_count()} CPU cores. Step times are indicative only: one thread per rank, cp ranks",
+        "beyond the core count time-share them, and other jobs on a loaded machine add noise. speedup = the",
+        "cp=1 median step time / this row's; spread = (slowest - fastest) / median of the row's rounds.",
+        check_load("after the run"),
     ]
-    emit_report(lines, str(RESULT))
+    emit_report(lines, args.out)
 
 
 if __name__ == "__main__":

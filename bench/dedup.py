@@ -1,7 +1,7 @@
 """End-to-end fuzzy dedup: tokenmill on Dask (1 and 2 workers) vs datasketch's MinHashLSH
 pipeline in one process, on a corpus grown from real text with planted near-duplicates.
 
-    python bench/dedup.py [--docs 20000] [--verify] [--out DIR]
+    python bench/dedup.py [--docs 20000] [--rounds 3] [--verify] [--out DIR]
 
 The corpus: documents made of 3-6 random paragraphs of the WikiText articles
 (../shared/data/corpus), plus planted copies edited at known rates (substitutions,
@@ -9,7 +9,10 @@ insertions, deletions, shuffled paragraphs). Reported: wall time, peak RSS per w
 (ru_maxrss of each worker process of a fresh LocalCluster), precision of the predicted pairs
 (exact Jaccard >= 0.8) and recall of planted pairs with true Jaccard >= 0.9, and agreement
 with the peer. On this shared 2-core machine the default is 20,000 documents; pass --docs
-200000 where there is room.
+200000 where there is room. The load is checked first; the three contenders (1 worker, 2
+workers, datasketch) run interleaved, --rounds times each, and each is reported as the median
+wall time of its rounds with their spread, the speed-ups as ratios of the medians, and peak RSS
+as the highest of its rounds.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bench.measure import check_load  # noqa: E402
+from bench.measure import Timing, check_load, interleaved  # noqa: E402
 
 DATA = Path(os.environ.get("TOKENMILL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -165,6 +168,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=20_000)
     parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved runs of each contender; the median counts")
     parser.add_argument("--verify", action="store_true")
     parser.add_argument("--scheme", default="legacy")
     parser.add_argument("--out", default=None)
@@ -188,35 +192,55 @@ def main(argv=None) -> int:
         f"corpus: {len(docs)} documents ({words / 1e6:.1f} M words) in {args.files} files, {len(planted.pairs)} planted copies;"
         f" threshold 0.8, 128 permutations, scheme {args.scheme}, verify={args.verify}"
     )
-    results = {}
+    runs: dict[str, list[dict]] = {"1": [], "2": [], "datasketch": []}
+
+    def ours(workers: int) -> None:
+        out = work / f"out-{workers}"
+        shutil.rmtree(out, ignore_errors=True)  # each round dedups from scratch
+        runs[str(workers)].append(run_tokenmill(work / "in", out, workers, args.verify, args.scheme))
+
+    def datasketch() -> None:
+        peer_file = work / "peer.json"
+        subprocess.run([sys.executable, __file__, "--peer-only", str(work / "in"), str(peer_file)], check=True)
+        runs["datasketch"].append(json.loads(peer_file.read_text()))
+
+    interleaved({"1": lambda: ours(1), "2": lambda: ours(2), "datasketch": datasketch}, args.rounds)
+    # Each run times its own dedup (the LocalCluster's start and the peer's imports left out).
+    walls = {name: Timing([r["wall"] for r in done]) for name, done in runs.items()}
+    rejected = {}
     for workers in (1, 2):
-        r = run_tokenmill(work / "in", work / f"out-{workers}", workers, args.verify, args.scheme)
+        r = runs[str(workers)][-1]
         out = work / f"out-{workers}"
         frame = pd.concat([pd.read_parquet(out / "kept"), pd.read_parquet(out / "rejected")], ignore_index=True)
-        r["quality"] = quality(frame, planted, texts)
-        r["rejected"] = set(pd.read_parquet(out / "rejected", columns=["id"])["id"])
-        results[workers] = r
-        phases = r["manifest"]["timings"]["phases"]
+        found = quality(frame, planted, texts)
+        rejected[workers] = set(pd.read_parquet(out / "rejected", columns=["id"])["id"])
+        wall = walls[str(workers)]
+        peaks = [max(run["peak_mb"][i] for run in runs[str(workers)]) for i in range(workers)]
+        phases = {
+            k: np.median([run["manifest"]["timings"]["phases"][k] for run in runs[str(workers)]])
+            for k in r["manifest"]["timings"]["phases"]
+        }
         print(
-            f"tokenmill {workers} worker(s): {r['wall']:.1f} s wall, {len(docs) / r['wall']:.0f} docs/s, "
-            f"peak RSS per worker {', '.join(f'{m:.0f}' for m in r['peak_mb'])} MB, rejected {len(r['rejected'])}, "
-            f"pairs {r['quality']['pairs']}, precision {r['quality']['precision']:.3f}, recall(J>=0.9) {r['quality']['recall_j090']:.3f}"
+            f"tokenmill {workers} worker(s): {wall.median:.1f} s wall ({wall}), {len(docs) / wall.median:.0f} docs/s, "
+            f"peak RSS per worker {', '.join(f'{m:.0f}' for m in peaks)} MB, rejected {len(rejected[workers])}, "
+            f"pairs {found['pairs']}, precision {found['precision']:.3f}, recall(J>=0.9) {found['recall_j090']:.3f}"
         )
-        print("   phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
-    assert results[1]["rejected"] == results[2]["rejected"], "1 and 2 workers disagree"
-    peer_file = work / "peer.json"
-    subprocess.run([sys.executable, __file__, "--peer-only", str(work / "in"), str(peer_file)], check=True)
-    p = json.loads(peer_file.read_text())
-    ours = results[1]["rejected"]
-    theirs = set(p["rejected"])
+        print("   phases (s, medians): " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
+    assert rejected[1] == rejected[2], "1 and 2 workers disagree"
+    peer_wall = walls["datasketch"]
+    theirs = set(runs["datasketch"][-1]["rejected"])
     print(
-        f"datasketch MinHashLSH (1 process): {p['wall']:.1f} s wall, {len(docs) / p['wall']:.0f} docs/s, peak RSS {p['peak_mb']:.0f} MB,"
-        f" rejected {len(theirs)}"
+        f"datasketch MinHashLSH (1 process): {peer_wall.median:.1f} s wall ({peer_wall}), {len(docs) / peer_wall.median:.0f}"
+        f" docs/s, peak RSS {max(run['peak_mb'] for run in runs['datasketch']):.0f} MB, rejected {len(theirs)}"
     )
+    ours_rejected = rejected[1]
     print(
-        f"speed: 1 worker {p['wall'] / results[1]['wall']:.2f}x, 2 workers {p['wall'] / results[2]['wall']:.2f}x datasketch;"
-        f" rejected-set agreement with datasketch (Jaccard of sets) {len(ours & theirs) / max(1, len(ours | theirs)):.3f}"
+        f"speed (ratios of the medians): 1 worker {peer_wall.median / walls['1'].median:.2f}x, 2 workers"
+        f" {peer_wall.median / walls['2'].median:.2f}x datasketch; rejected-set agreement with datasketch (Jaccard of sets)"
+        f" {len(ours_rejected & theirs) / max(1, len(ours_rejected | theirs)):.3f}"
     )
+    print(f"medians of {args.rounds} interleaved rounds; spread: (slowest - fastest) / median of a contender's rounds")
+    check_load("after the run")
     return 0
 
 

@@ -38,6 +38,12 @@ def check_load(when: str = "before the run") -> str:
     return line
 
 
+def spread(values: list[float]) -> float:
+    """(largest - smallest) / median of repeated measurements: how far one of them may be off."""
+    median = statistics.median(values)
+    return (max(values) - min(values)) / median if median else 0.0
+
+
 @dataclass(frozen=True)
 class Timing:
     """The seconds of each round of one contender."""
@@ -51,7 +57,7 @@ class Timing:
     @property
     def spread(self) -> float:
         """(slowest - fastest) / median of the rounds: how far one run may be off."""
-        return (max(self.seconds) - min(self.seconds)) / self.median if self.median else 0.0
+        return spread(self.seconds)
 
     def __str__(self) -> str:
         return f"median {self.median:.3f}s, spread {self.spread:.0%} over {len(self.seconds)} runs"
@@ -145,11 +151,12 @@ def torchrun_rows(script: str | Path, nproc: int, *args: str) -> Any:
         return ast.literal_eval(out.read_text())
 
 
-def main_or_worker(main: Callable[[], None], worker: Callable[[Path], None]) -> None:
-    """The entry point of a bench that `torchrun_rows` re-runs as its workers (`--worker OUT`)."""
+def main_or_worker(main: Callable[[], None], worker: Callable[..., None]) -> None:
+    """The entry point of a bench that `torchrun_rows` re-runs as its workers (`--worker OUT
+    ARGS...`: the worker is called with OUT and ARGS)."""
     import sys
 
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        worker(Path(sys.argv[2]))
+        worker(Path(sys.argv[2]), *sys.argv[3:])
     else:
         main()

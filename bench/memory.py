@@ -1,7 +1,7 @@
 """Bench: peak RSS per Dask worker against input size, for ingest, normalize, filter, fuzzy dedup
 and encode of one JSONL file, beside a whole-file read of the same file with pandas.
 
-    .venv/bin/python bench/memory.py [--sizes-mb 50 100 200] [--workers 2] [--limit-mb 1024]
+    .venv/bin/python bench/memory.py [--sizes-mb 50 100 200] [--rounds 2] [--workers 2] [--limit-mb 1024]
                                      [--out bench/results/memory.txt]
     .venv/bin/python bench/memory.py --hostile-mb 512 [--document-mb 50]
 
@@ -20,7 +20,13 @@ went over it would be paused and killed by Dask, so finishing is part of the cla
 workers are restarted before each stage, and each reports its peak resident memory after it (`VmHWM`):
 the peak of that stage on that worker. The claim: the peak stays under `--limit-mb`
 and does not grow with the input (largest / smallest size near 1), while a whole-file read
-(`pandas.read_json(lines=True)`, in a subprocess) grows with it. Megatron-LM's
+(`pandas.read_json(lines=True)`, in a subprocess) grows with it. A peak varies a little from
+run to run (when Dask and Python collect garbage), so each size runs the chain and the
+whole-file read interleaved, `--rounds` times each: the table gives each stage's highest peak
+over the rounds, the report the largest spread of a peak over its rounds, and stage seconds are
+medians (timing is not the claim: the machine's load is printed with them). The hostile inputs
+are run once each: their claim is a bound (every peak under the workers' memory limit), which
+one run over the bound disproves. Megatron-LM's
 `tools/preprocess_data.py` is not compared: no Megatron-LM checkout exists on this project's
 machines (megatron-core's wheel does not ship it).
 """
@@ -33,13 +39,14 @@ import os
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from measure import check_load
+from measure import check_load, interleaved, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -299,6 +306,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes-mb", type=int, nargs="+", default=[50, 100, 200])
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="interleaved runs of each size's chain and whole-file read"
+    )
     parser.add_argument("--limit-mb", type=int, default=1024, help="memory limit of each worker (the bound)")
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=None)
@@ -326,6 +336,7 @@ def main() -> None:
         "",
     ]
     table: dict[int, dict] = {}
+    peak_spreads: list[tuple[float, str, int]] = []  # (spread of a peak over its rounds, stage, size)
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:
         tokenizer = None
         for size in args.sizes_mb:
@@ -333,17 +344,42 @@ def main() -> None:
             work.mkdir()
             source = work / "input.jsonl"
             docs = write_jsonl(source, size * 1024 * 1024)
-            results = run_chain(args.workers, args.limit_mb, source, work, tokenizer)
-            tokenizer = results.pop("tokenizer")  # one tokenizer for every size
-            results["whole-file read (pandas)"] = {"seconds": 0.0, "peaks": [whole_file_peak(source)]}
+            rounds: list[dict[str, dict]] = []
+
+            def chain(work=work, source=source, rounds=rounds) -> None:
+                nonlocal tokenizer
+                results = run_chain(args.workers, args.limit_mb, source, work, tokenizer)
+                tokenizer = results.pop("tokenizer")  # one tokenizer for every size and round
+                rounds.append(results)
+                for path in work.iterdir():  # keep the scratch space to one run at a time
+                    if path not in (tokenizer, source):
+                        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+            whole_file: list[float] = []
+            interleaved(
+                {
+                    "chain": chain,
+                    "whole-file read": lambda peaks=whole_file, source=source: peaks.append(whole_file_peak(source)),
+                },
+                args.rounds,
+            )
+            results = {
+                stage: {
+                    "seconds": statistics.median(r[stage]["seconds"] for r in rounds),
+                    "peaks": [max(max(r[stage]["peaks"]) for r in rounds)],
+                }
+                for stage in STAGES
+            }
+            results["whole-file read (pandas)"] = {"seconds": 0.0, "peaks": [max(whole_file)]}
+            for stage in STAGES:
+                peak_spreads.append((spread([max(r[stage]["peaks"]) for r in rounds]), stage, size))
+            peak_spreads.append((spread(whole_file), "whole-file read", size))
             table[size] = {"docs": docs, **results}
             print(
                 f"{size} MB ({docs} docs): " + ", ".join(f"{k} {max(v['peaks']):.0f}" for k, v in results.items()),
                 flush=True,
             )
-            for path in work.iterdir():  # keep the scratch space to one size at a time
-                if path != tokenizer:
-                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            source.unlink()
 
     sizes = list(table)
     rows = [k for k in table[sizes[0]] if k != "docs"]
@@ -356,8 +392,13 @@ def main() -> None:
         if row in STAGES:
             worst = max(worst, *peaks)
     lines.append("")
+    largest, stage, size = max(peak_spreads)
     lines.append(
-        "stage seconds: "
+        f"each peak: the highest of {args.rounds} interleaved rounds; the largest spread of a peak over its rounds:"
+        f" {largest:.0%} ({stage}, {size} MB)"
+    )
+    lines.append(
+        "stage seconds (medians): "
         + "; ".join(f"{s} MB: " + ", ".join(f"{st} {table[s][st]['seconds']:.0f}" for st in STAGES) for s in sizes)
     )
     lines.append("documents: " + ", ".join(f"{s} MB {table[s]['docs']}" for s in sizes))
@@ -365,6 +406,7 @@ def main() -> None:
     lines.append(
         f"highest worker peak over every stage and size: {worst:.0f} MiB, {verdict} the {args.limit_mb} MiB bound"
     )
+    lines.append(check_load("after the run"))
     lines.append("Megatron-LM preprocess_data.py: not run (no Megatron-LM checkout or environment on this machine)")
     text = "\n".join(lines) + "\n"
     print(text)

@@ -5,20 +5,24 @@ Measured bubble = 1 - busy / step time, where busy is the time this rank spends 
 stages' forward and backward computations during the step (the rest is waiting for other
 stages and point-to-point transfers); averaged over the ranks.
 
-    python bench/parallel_throughput.py [--steps 4] [--device cpu|cuda]
+    python bench/parallel_throughput.py [--steps 4] [--rounds 3] [--layouts tp2 ...] [--device cpu|cuda]
 
 On the CPU two processes share the machine's cores: tokens/s per rank compares layouts with
 each other, not with a GPU. With --device cuda (one GPU) only the single-device layout runs.
+The load is checked first; each round runs the single-device layout, then every layout in one
+torchrun launch (each layout's step time: the median of its --steps steps), --rounds rounds;
+each row is the median of its rounds with their spread, the bubble the median of its rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
 
-from measure import check_load, torchrun_rows
+from measure import Timing, check_load, interleaved, torchrun_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "parallel_throughput.txt"
@@ -106,7 +110,7 @@ def worker(out: Path, names: list[str], steps: int) -> None:
             elif cfg.parallel.pp > 1:
                 bubbles.append(1 - busy[0] / t_pipe)
         step = sorted(times[1:])[len(times[1:]) // 2]
-        row = {"step_s": step, "tokens_per_s_per_rank": GLOBAL_BATCH * SEQ / step / dist.get_world_size()}
+        row = {"step_s": step}
         if cfg.parallel.pp > 1:
             n_micro = local // MICRO_BATCH
             row["bubble"] = sorted(bubbles)[len(bubbles) // 2]
@@ -147,34 +151,56 @@ def single_device(steps: int, device: str) -> dict:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     step = sorted(times[1:])[len(times[1:]) // 2]
-    return {"step_s": step, "tokens_per_s_per_rank": GLOBAL_BATCH * SEQ / step}
+    return {"step_s": step}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved runs of every layout; the median counts")
+    parser.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=list(LAYOUTS))
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     machine_load = check_load()
-    results = {"one (1 process, 1 thread)": single_device(args.steps, args.device)}
+    single = "one (1 process, 1 thread)"
+    rounds: dict[str, list[dict]] = {single: [], **{name: [] for name in args.layouts}}
+
+    def parallel() -> None:
+        for name, row in torchrun_rows(__file__, 2, str(args.steps), *args.layouts).items():
+            rounds[name].append(row)
+
+    contenders = {single: lambda: rounds[single].append(single_device(args.steps, args.device))}
     if args.device == "cpu":
-        results.update(torchrun_rows(__file__, 2, str(args.steps), *LAYOUTS))
+        contenders["parallel layouts"] = parallel
+    interleaved(contenders, args.rounds)
     lines = [
         machine_load,
         f"Parallel throughput on {args.device} (gpt2, 8 layers, hidden 256, vocab 1024, seq {SEQ}, global batch "
-        f"{GLOBAL_BATCH}, micro-batch {MICRO_BATCH}; 1 thread per rank; median of {args.steps} steps)",
+        f"{GLOBAL_BATCH}, micro-batch {MICRO_BATCH}; 1 thread per rank; a round's step time is the median of"
+        f" {args.steps} steps; each row the median of {args.rounds} interleaved rounds)",
         "",
-        f"{'layout':<28} {'step s':>8} {'tokens/s/rank':>14} {'m':>3} {'bubble':>8} {'theory':>8}",
+        f"{'layout':<28} {'step s':>8} {'spread':>7} {'tokens/s/rank':>14} {'m':>3} {'bubble':>8} {'theory':>8}",
     ]
-    for name, r in results.items():
-        bubble = f"{r['bubble']:8.1%} {r['bubble_theory']:8.1%}" if "bubble" in r else f"{'':>8} {'':>8}"
+    for name, done in rounds.items():
+        if not done:
+            continue
+        step = Timing([r["step_s"] for r in done])
+        world_size = 1 if name == single else 2
+        r = done[0]
+        if "bubble" in r:
+            bubble = f"{statistics.median(x['bubble'] for x in done):8.1%} {r['bubble_theory']:8.1%}"
+        else:
+            bubble = f"{'':>8} {'':>8}"
         m = f"{r['m']:>3}" if "m" in r else "   "
-        lines.append(f"{name:<28} {r['step_s']:8.3f} {r['tokens_per_s_per_rank']:14.0f} {m} {bubble}")
+        tokens = GLOBAL_BATCH * SEQ / step.median / world_size
+        lines.append(f"{name:<28} {step.median:8.3f} {step.spread:7.0%} {tokens:14.0f} {m} {bubble}")
     lines += [
         "",
         "bubble = 1 - (time in the stages' forward/backward) / (pipeline step time), mean over ranks: it",
         "counts gloo point-to-point transfers and any stage imbalance as well as the schedule's idle slots,",
         "so it sits above the theory on a CPU; `theory` is (p-1)/(m+p-1), (p-1)/(v*m+p-1) interleaved.",
+        "spread = (slowest - fastest) / median of the row's rounds.",
+        check_load("after the run"),
     ]
     text = "\n".join(lines)
     print(text)

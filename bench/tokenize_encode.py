@@ -7,12 +7,14 @@
 - datatrove: `DocumentTokenizer` (datatrove's ParquetReader -> DocumentTokenizer, no shuffle) on
   the same files with the same tokenizer and workers, run in its own virtual environment
   (`.venv-bench/`, skipped when absent).
-Each line prints tokens/s, the ratio to the ceiling, and the peak resident memory of the
-process tree. Corpora: WikiText-2 (valid + test) and Tiny Shakespeare from ../shared/data, one
-document per paragraph, repeated --repeat times (ids made unique) to make the run long enough
-to time.
+The load is checked first; the contenders run interleaved (ceiling, ours warm, ours cold,
+datatrove, and again), --rounds times each. Each line prints the median tokens/s of its rounds
+with their spread, the ratio of medians to the ceiling (wall time, and CPU seconds of the
+process tree), and the highest peak resident memory of the process tree over the rounds.
+Corpora: WikiText-2 (valid + test) and Tiny Shakespeare from ../shared/data, one document per
+paragraph, repeated --repeat times (ids made unique) to make the run long enough to time.
 
-Usage: python bench/tokenize_encode.py [--repeat 4] [--workers 2] [--vocab-size 8192]
+Usage: python bench/tokenize_encode.py [--repeat 4] [--rounds 3] [--workers 2] [--vocab-size 8192]
 """
 
 from __future__ import annotations
@@ -21,15 +23,15 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
 import threading
-import time
 from pathlib import Path
 
-from measure import check_load
+from measure import Timing, check_load, interleaved
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("TOKENMILL_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -42,10 +44,13 @@ class ProcessTreeMeter:
     CPU time matters here because the benchmark machine may be shared: wall time then measures
     the neighbours too, CPU seconds per token does not."""
 
-    def __init__(self, pid: int | None = None) -> None:
+    def __init__(self, pid: int | None = None, skip_children: bool = False) -> None:
+        """`skip_children`: leave out the children there now (a warm cluster idle beside the
+        contender measured)."""
         import psutil
 
         self.root = psutil.Process(pid or os.getpid())
+        self._skipped = {child.pid for child in self.root.children(recursive=True)} if skip_children else set()
         self.peak = 0
         self._cpu_start: dict[int, float] = {}
         self._cpu_last: dict[int, float] = {}
@@ -57,7 +62,7 @@ class ProcessTreeMeter:
 
         total = 0
         try:
-            procs = [self.root, *self.root.children(recursive=True)]
+            procs = [self.root, *(c for c in self.root.children(recursive=True) if c.pid not in self._skipped)]
         except psutil.Error:
             return
         for proc in procs:
@@ -148,6 +153,7 @@ def run_datatrove(docs: Path, tokenizer: Path, work: Path, workers: int, files: 
     script = work / "datatrove_run.py"
     script.write_text(DATATROVE_SCRIPT)
     out = work / "datatrove_out"
+    shutil.rmtree(out, ignore_errors=True)  # a fresh output per round
     proc = subprocess.Popen(
         [str(BENCH_PYTHON), str(script), str(docs), str(tokenizer), str(out), str(workers), str(files)],
         stdout=subprocess.PIPE,
@@ -166,7 +172,8 @@ def run_datatrove(docs: Path, tokenizer: Path, work: Path, workers: int, files: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=4, help="copies of the corpus")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved runs of each contender; the median counts")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--vocab-size", type=int, default=8192)
@@ -196,72 +203,90 @@ def main() -> None:
             f"{os.cpu_count()} cores, {args.workers} workers"
         )
 
-        # Ceiling: in-memory batched Rust encoding of the same texts (all cores).
         texts = [
             t for f in sorted((work / "docs").glob("*.parquet")) for t in pq.read_table(f).column("text").to_pylist()
         ]
         tokenizer = load_tokenizer(tokenizer_path)
         tokenizer.encode_batch_fast(texts[:2000], add_special_tokens=False)  # warm the thread pool
-        with ProcessTreeMeter() as meter:
-            started = time.perf_counter()
-            ceiling_tokens = sum(len(e) + 1 for e in tokenizer.encode_batch_fast(texts, add_special_tokens=False))
-            ceiling_seconds = time.perf_counter() - started
-        ceiling, ceiling_cpu = ceiling_tokens / ceiling_seconds, ceiling_tokens / meter.cpu_seconds
-        report(
-            f"ceiling   tokenizers.encode_batch_fast, texts in memory: {ceiling_tokens} tokens in {ceiling_seconds:.2f}s wall"
-            f" = {ceiling:,.0f} tokens/s; {ceiling_cpu:,.0f} tokens per CPU-second; peak {meter.mib:,.0f} MiB"
-        )
-        del texts
+        outputs = iter(range(10**6))  # a fresh output per run
 
-        def line(name: str, tokens: int, seconds: float, meter: ProcessTreeMeter) -> tuple[float, float]:
-            rate, cpu_rate = tokens / seconds, tokens / meter.cpu_seconds
-            report(
-                f"{name}: {tokens} tokens in {seconds:.2f}s wall = {rate:,.0f} tokens/s (x{rate / ceiling:.2f} of ceiling); "
-                f"{cpu_rate:,.0f} tokens per CPU-second (x{cpu_rate / ceiling_cpu:.2f} of ceiling); peak {meter.mib:,.0f} MiB"
-            )
-            return rate, cpu_rate
+        def ceiling() -> tuple[int, ProcessTreeMeter]:
+            """In-memory batched Rust encoding of the same texts (all cores)."""
+            with ProcessTreeMeter(skip_children=True) as meter:
+                tokens = sum(len(e) + 1 for e in tokenizer.encode_batch_fast(texts, add_special_tokens=False))
+            return tokens, meter
 
-        # Ours, warm cluster (the steady state of a pipeline) and cold (one command, cluster start included).
+        def ours(client=None) -> tuple[int, ProcessTreeMeter]:
+            """A warm cluster's encode (the steady state of a pipeline) or, without `client`, a cold
+            one (one command, its cluster's start included)."""
+            output = work / f"ours-{next(outputs)}"
+            with ProcessTreeMeter(skip_children=client is None) as meter:
+                meta = encode_documents(
+                    work / "docs", tokenizer_path, output, client=client, workers=args.workers, progress=False
+                )
+            for path in output.parent.glob(f"{output.name}*"):  # the shard's disk, before the next run
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            return meta["tokens"], meter
+
+        def datatrove() -> tuple[int, ProcessTreeMeter]:
+            result = run_datatrove(work / "docs", tokenizer_path, work, args.workers, args.files)
+            if "error" in result:
+                raise SystemExit(f"datatrove: {result['error']}")
+            return result["tokens"], result["meter"]
+
+        names = {
+            "ceiling": "ceiling   tokenizers.encode_batch_fast, texts in memory",
+            "warm": f"tokenmill encode, warm {args.workers}-worker LocalCluster (Parquet -> .bin/.idx/.json)",
+            "cold": "tokenmill encode, cold (cluster start included)",
+            "datatrove": f"datatrove DocumentTokenizer, {args.workers} workers x {args.files} tasks, no shuffle",
+        }
         with dask_client(workers=args.workers) as client:
-            encode_documents(work / "docs", tokenizer_path, work / "warmup", client=client, progress=False)
-            with ProcessTreeMeter() as meter:
-                started = time.perf_counter()
-                meta = encode_documents(work / "docs", tokenizer_path, work / "ours", client=client, progress=False)
-                warm_seconds = time.perf_counter() - started
-        assert meta["tokens"] == ceiling_tokens, (meta["tokens"], ceiling_tokens)
-        warm = line(
-            f"tokenmill encode, warm {args.workers}-worker LocalCluster (Parquet -> .bin/.idx/.json)",
-            meta["tokens"],
-            warm_seconds,
-            meter,
-        )
-        with ProcessTreeMeter() as meter:
-            started = time.perf_counter()
-            meta = encode_documents(work / "docs", tokenizer_path, work / "cold", workers=args.workers, progress=False)
-            cold_seconds = time.perf_counter() - started
-        cold = line("tokenmill encode, cold (cluster start included)", meta["tokens"], cold_seconds, meter)
+            ours(client)  # warm the workers' imports and tokenizer cache
+            meters: dict[str, list[ProcessTreeMeter]] = {name: [] for name in names}
+            tokens: dict[str, int] = {}
 
-        result = run_datatrove(work / "docs", tokenizer_path, work, args.workers, args.files)
-        if result is None:
-            report(f"datatrove: skipped (no environment at {BENCH_PYTHON})")
-        elif "error" in result:
-            report(f"datatrove: {result['error']}")
-        else:
-            theirs = line(
-                f"datatrove DocumentTokenizer, {args.workers} workers x {args.files} tasks, no shuffle",
-                result["tokens"],
-                result["seconds"],
-                result["meter"],
-            )
+            def timed(name: str, run) -> None:
+                tokens[name], meter = run()
+                meters[name].append(meter)
+
+            contenders = {
+                "ceiling": lambda: timed("ceiling", ceiling),
+                "warm": lambda: timed("warm", lambda: ours(client)),
+                "cold": lambda: timed("cold", ours),
+            }
+            if BENCH_PYTHON.exists():
+                contenders["datatrove"] = lambda: timed("datatrove", datatrove)
+            walls, _ = interleaved(contenders, args.rounds)
+        assert tokens["warm"] == tokens["cold"] == tokens["ceiling"], tokens
+
+        def cpu(name: str) -> Timing:
+            return Timing([meter.cpu_seconds for meter in meters[name]])
+
+        rates = {name: tokens[name] / walls[name].median for name in walls}
+        cpu_rates = {name: tokens[name] / cpu(name).median for name in walls}
+        for name in walls:
             report(
-                f"ours/datatrove: warm x{warm[0] / theirs[0]:.2f} wall, x{warm[1] / theirs[1]:.2f} per CPU-second; "
-                f"cold x{cold[0] / theirs[0]:.2f} wall, x{cold[1] / theirs[1]:.2f} per CPU-second"
+                f"{names[name]}: {tokens[name]} tokens, {rates[name]:,.0f} tokens/s (x{rates[name] / rates['ceiling']:.2f}"
+                f" of ceiling; {walls[name]}); {cpu_rates[name]:,.0f} tokens per CPU-second"
+                f" (x{cpu_rates[name] / cpu_rates['ceiling']:.2f} of ceiling); peak"
+                f" {max(meter.mib for meter in meters[name]):,.0f} MiB"
             )
-            if result["tokens"] != ceiling_tokens:
-                report(f"  note: datatrove wrote {result['tokens']} tokens, the ceiling counted {ceiling_tokens}")
+        if "datatrove" not in walls:
+            report(f"datatrove: skipped (no environment at {BENCH_PYTHON})")
+        else:
+            report(
+                f"ours/datatrove (ratios of the medians): warm x{rates['warm'] / rates['datatrove']:.2f} wall,"
+                f" x{cpu_rates['warm'] / cpu_rates['datatrove']:.2f} per CPU-second; cold"
+                f" x{rates['cold'] / rates['datatrove']:.2f} wall, x{cpu_rates['cold'] / cpu_rates['datatrove']:.2f}"
+                " per CPU-second"
+            )
+            if tokens["datatrove"] != tokens["ceiling"]:
+                report(f"  note: datatrove wrote {tokens['datatrove']} tokens, the ceiling counted {tokens['ceiling']}")
+        report(
+            f"medians of {args.rounds} interleaved rounds; spread: (slowest - fastest) / median of a contender's rounds"
+        )
 
-    load = os.getloadavg()
-    report(f"load average during the run: {load[0]:.1f} (1 min), {load[1]:.1f} (5 min) on {os.cpu_count()} cores")
+    report(check_load("after the run"))
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text("\n".join(lines) + "\n")
     print(f"-> {args.output}")

@@ -1,12 +1,15 @@
 """Bench: reading WARC files, FastWARC against warcio, on the shared WARCs.
 
-    .venv/bin/python bench/warc_read.py [--repeat 20] [--out bench/results/warc_read.txt]
+    .venv/bin/python bench/warc_read.py [--repeat 20] [--rounds 5] [--out bench/results/warc_read.txt]
 
 Both readers do the same work a WARC ingest does: iterate every record of every gzipped WARC in
 ../shared/data/web/warc (the truncated one left out: the readers differ in how they stop), parse
 the HTTP headers of responses and read their payloads. Each reader runs in its own subprocess
 (so peak RSS is its own), `--repeat` passes over the files; the figures are records and
-compressed megabytes per CPU second of that process, and its peak RSS.
+compressed megabytes per CPU second of that process, and its peak RSS. The load is checked
+first; the readers run interleaved (fastwarc, warcio, fastwarc, ...), `--rounds` subprocesses
+each, and each is reported as the median of its rounds' CPU seconds with their spread; the
+ratio is that of the medians, the peak RSS the highest of the rounds.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from measure import check_load
+from measure import Timing, check_load, interleaved
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -68,13 +71,10 @@ def worker(reader: str, repeat: int) -> dict[str, float]:
             records += n
             payload += size
     seconds = time.process_time() - started
-    compressed = repeat * sum(f.stat().st_size for f in files)
     return {
         "records": records,
         "payload_bytes": payload,
         "cpu_seconds": seconds,
-        "records_per_s": records / seconds,
-        "mb_per_s": compressed / seconds / 1e6,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
@@ -89,7 +89,8 @@ def write_result(lines: list[str], out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=20, help="passes over the files in one process")
+    parser.add_argument("--rounds", type=int, default=5, help="processes per reader, interleaved; the median counts")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "warc_read.txt")
     parser.add_argument("--worker", choices=READERS, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -100,33 +101,36 @@ def main() -> None:
     if not files:
         sys.exit(f"no WARC files under {SHARED / 'web' / 'warc'}")
     machine_load = check_load()
-    results = {}
-    for reader in READERS:
-        done = subprocess.run(
-            [sys.executable, __file__, "--worker", reader, "--repeat", str(args.repeat)],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        results[reader] = json.loads(done.stdout)
+    rounds: dict[str, list[dict[str, float]]] = {reader: [] for reader in READERS}
+
+    def run(reader: str) -> None:
+        command = [sys.executable, __file__, "--worker", reader, "--repeat", str(args.repeat)]
+        done = subprocess.run(command, check=True, capture_output=True, text=True)
+        rounds[reader].append(json.loads(done.stdout))
+
+    interleaved({reader: (lambda reader=reader: run(reader)) for reader in READERS}, args.rounds)
+    # Each worker times its own CPU seconds (interpreter start and imports left out).
+    cpu = {reader: Timing([r["cpu_seconds"] for r in rounds[reader]]) for reader in READERS}
     from importlib.metadata import version
 
+    compressed = args.repeat * sum(f.stat().st_size for f in files)
     lines = [
         machine_load,
         f"WARC reading: {len(files)} shared WARC files ({sum(f.stat().st_size for f in files) / 1e6:.2f} MB gzipped),"
-        f" {args.repeat} passes, one process each; CPU seconds",
+        f" {args.repeat} passes in one process per round, {args.rounds} rounds interleaved; CPU seconds",
     ]
     for reader in READERS:
-        r = results[reader]
+        r, t = rounds[reader][-1], cpu[reader]
         lines.append(
-            f"  {reader} {version(reader):8s} {r['records']:7d} records  {r['records_per_s']:9.0f} records/s"
-            f"  {r['mb_per_s']:6.1f} MB/s (gzipped)  payload {r['payload_bytes'] / 1e6:7.1f} MB"
-            f"  peak RSS {r['peak_rss_mb']:.0f} MB"
+            f"  {reader} {version(reader):8s} {r['records']:7d} records  {r['records'] / t.median:9.0f} records/s"
+            f"  {compressed / t.median / 1e6:6.1f} MB/s (gzipped)  payload {r['payload_bytes'] / 1e6:7.1f} MB"
+            f"  peak RSS {max(x['peak_rss_mb'] for x in rounds[reader]):.0f} MB  ({t})"
         )
-    if results["fastwarc"]["records"] != results["warcio"]["records"]:
+    if rounds["fastwarc"][-1]["records"] != rounds["warcio"][-1]["records"]:
         lines.append("  note: the readers counted different numbers of records")
-    ratio = results["fastwarc"]["records_per_s"] / results["warcio"]["records_per_s"]
-    lines.append(f"fastwarc / warcio: {ratio:.1f}x records per CPU second")
+    ratio = cpu["warcio"].median / cpu["fastwarc"].median
+    lines.append(f"fastwarc / warcio: {ratio:.1f}x records per CPU second (ratio of the medians)")
+    lines.append(check_load("after the run"))
     write_result(lines, args.out)
 
 

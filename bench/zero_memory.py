@@ -13,6 +13,9 @@ Measured per rank (the most loaded rank is printed):
 - optimizer: the AdamW state tensors this rank holds after a step.
 
     python bench/zero_memory.py            # dp=2 and dp=4 (launches torchrun itself)
+
+Run once, with no rounds: what it reports are the byte counts of the tensors each rank holds,
+not sampled memory, and those are the same on every run (the load line is printed all the same).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from tokenmill.errors import TokenmillError
 from tokenmill.infra.machine_faults import disk_full_error, is_disk_full
 from tokenmill.infra.storage import redact
-from tokenmill.logs import configure_logging
+from tokenmill.logs import configure_logging, rewrite_every_record
 
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "TOKENMILL_DEBUG"
@@ -45,12 +45,27 @@ def interrupted_line(hint: str = "") -> str:
 def take_debug_flag(argv: list[str]) -> tuple[bool, list[str]]:
     """Whether to show tracebacks (``--debug`` anywhere on the line, or ``TOKENMILL_DEBUG=1``),
     and ``argv`` without the flag. With it, the processes this one starts inherit it through the
-    environment. Configures tokenmill's logging accordingly."""
+    environment. Configures tokenmill's logging accordingly, and redacts every URL in what the
+    process prints of itself: log records (any logger's) and tracebacks (--debug's, and a bug's
+    that the interpreter prints)."""
     debug = DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV) == "1"
     if debug:
         os.environ[DEBUG_ENV] = "1"
-    configure_logging(debug, rewrite=redact)  # no message shows a URL's credentials
+    configure_logging(debug)
+    rewrite_every_record(redact)
+    sys.excepthook = _print_redacted_traceback
     return debug, [arg for arg in argv if arg != DEBUG_FLAG]
+
+
+def _print_redacted_traceback(kind: type[BaseException], error: BaseException, trace: object) -> None:
+    """Print a traceback as the interpreter does, with every URL in it redacted: an exception's
+    message, or one it was raised from, may hold a URL as the user gave it, credentials and all."""
+    print(redact("".join(traceback.format_exception(kind, error, trace))), end="", file=sys.stderr)
+
+
+def print_traceback() -> None:
+    """The traceback of the exception being handled, redacted (what --debug shows)."""
+    _print_redacted_traceback(*sys.exc_info())
 
 
 def run_reported(command: Callable[[], int | None], what: str, debug: bool = False) -> int:
@@ -72,7 +87,7 @@ def run_reported(command: Callable[[], int | None], what: str, debug: bool = Fal
         result = command()
     except TokenmillError as error:
         if debug:
-            traceback.print_exc()
+            print_traceback()
         if debug or not getattr(error, SAID_BY_PARENT, False):
             print(f"tokenmill: error: {redact(str(error))}", file=sys.stderr)
         return error.exit_status
@@ -82,12 +97,12 @@ def run_reported(command: Callable[[], int | None], what: str, debug: bool = Fal
         if not is_disk_full(error):
             raise
         if debug:
-            traceback.print_exc()
+            print_traceback()
         print(f"tokenmill: error: {redact(str(disk_full_error(error, what)))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as interrupt:
         if debug:
-            traceback.print_exc()
+            print_traceback()
         # A command may say how to resume (`train`: with --resume); by default a rerun resumes.
         if not getattr(interrupt, SAID_BY_PARENT, False):
             print(interrupted_line(str(interrupt)), file=sys.stderr)

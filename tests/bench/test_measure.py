@@ -1,5 +1,6 @@
 """bench/measure.py: the load check every bench makes first, interleaved rounds, and the median
-and spread they report; bench/minhash.py end to end on a few documents."""
+and spread they report; bench/minhash.py end to end on a few documents, bench/warc_read.py on
+the shared WARCs."""
 
 from __future__ import annotations
 
@@ -57,3 +58,21 @@ def test_minhash_bench_checks_the_load_and_prints_medians(capsys) -> None:
     assert "medians of 3 interleaved rounds" in "\n".join(out)
     assert out[-1].startswith("load average ") and " after the run" in out[-1]
     assert "signatures equal to datasketch: yes (affine32, legacy)" in out
+
+
+def test_warc_read_bench_runs_its_readers_interleaved_and_reports_the_ratio_of_medians(shared_data, tmp_path) -> None:
+    import subprocess
+
+    pytest.importorskip("fastwarc")
+    pytest.importorskip("warcio")
+    out = tmp_path / "warc_read.txt"
+    command = [sys.executable, str(BENCH / "warc_read.py"), "--repeat", "1", "--rounds", "2", "--out", str(out)]
+    subprocess.run(command, check=True, capture_output=True, timeout=120)
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("load average ") and " before the run" in lines[0]
+    assert "1 passes in one process per round, 2 rounds interleaved" in lines[1]
+    for reader in ("fastwarc", "warcio"):
+        (row,) = [line for line in lines if line.startswith(f"  {reader} ")]
+        assert "peak RSS" in row and "over 2 runs)" in row and "median " in row and "spread " in row
+    assert lines[-2].startswith("fastwarc / warcio: ") and lines[-2].endswith("(ratio of the medians)")
+    assert lines[-1].startswith("load average ") and " after the run" in lines[-1]

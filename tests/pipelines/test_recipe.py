@@ -365,6 +365,34 @@ def test_classifier_names_and_options_are_checked(tmp_path, corpus):
     assert "classifiers[0].negative[0]" in message and "no source named `webb` (did you mean `web`?)" in message
 
 
+def test_a_bad_source_or_classifier_leaves_the_checks_that_do_not_depend_on_it(tmp_path, corpus):
+    # sources[0] and classifiers[0] fail the schema; their names are read all the same, so a
+    # mention of them is no problem, and the other items and sections are checked against them.
+    text = (
+        CLASSIFIED.replace("{name: web, path: a.jsonl}", "{name: web, path: a.jsonl, formatt: jsonl}")
+        .replace("options: {epoch: 3}}", "optionz: {epoch: 3}}\n  - {name: other, positive: [wikki], negative: [web]}")
+        .replace("sources: [web]", "sources: [web, webz]")
+        .replace("pareto_alpha: 9", "pareto_alpah: 9")
+    )
+    assert problems_of(tmp_path, text).splitlines()[1:] == [
+        "  - sources[0].formatt (line 3): unknown key `formatt` (did you mean `format`?)",
+        "  - classifiers[0].optionz (line 6): unknown key `optionz` (did you mean `options`?)",
+        "  - classifiers[1].positive[0] (line 7): no source named `wikki` (did you mean `wiki`?)",
+        "  - curate[1].sources[1] (line 11): no source named `webz` (did you mean `web`?)",
+        "  - curate[1].options.pareto_alpah (line 12): unknown option `pareto_alpah` for stage classify"
+        " (did you mean `pareto_alpha`?); options: model, threshold, pareto_alpha, seed, lowercase",
+    ]
+    # A source without a name: any name mentioned may be its, so no mention is called unknown;
+    # the checks that need no source's name still run.
+    nameless = text.replace("{name: web, path: a.jsonl, formatt: jsonl}", "{path: a.jsonl}")
+    assert problems_of(tmp_path, nameless).splitlines()[1:] == [
+        "  - sources[0].name (line 3): required key is missing",
+        "  - classifiers[0].optionz (line 6): unknown key `optionz` (did you mean `options`?)",
+        "  - curate[1].options.pareto_alpah (line 12): unknown option `pareto_alpah` for stage classify"
+        " (did you mean `pareto_alpha`?); options: model, threshold, pareto_alpha, seed, lowercase",
+    ]
+
+
 def test_bundled_recipes_run_by_name_from_any_directory(tmp_path, monkeypatch, capsys):
     """`tokenmill run mtnlg --dry-run` after a plain install, from a directory without recipes/."""
     from tokenmill.cli import main

@@ -94,3 +94,85 @@ def test_a_presigned_url_leaves_no_credential_in_what_is_stored_or_printed(web_r
     assert main(["curate", "ingest", "--input", missing, "--output", str(tmp_path / "none")]) == 1
     err = capsys.readouterr().err.strip()
     assert err == f"tokenmill: error: input not found: {base}/missing.jsonl"
+
+
+SIGNED = presigned("http://127.0.0.1:9", "docs.jsonl", "20240101T000000Z")
+SIGNED_REDACTED = "http://127.0.0.1:9/docs.jsonl"  # every query parameter of it is X-Amz-*
+
+
+def assert_redacted(text: str) -> None:
+    assert SIGNED_REDACTED in text, text
+    for secret in SECRETS:
+        assert secret not in text, (secret, text)
+
+
+def test_debug_tracebacks_name_urls_without_their_credentials(monkeypatch, capsys) -> None:
+    """--debug's traceback behind an error's line, and the traceback of a bug, which the
+    interpreter prints: an exception's message, or the one it was raised from, may hold the URL
+    as given, credentials and all."""
+    import sys
+
+    import tokenmill.curate.cli as curate_cli
+    from tokenmill.cli import main
+    from tokenmill.errors import TokenmillError
+
+    def denied(args):
+        try:
+            raise PermissionError(f"403 Forbidden: {SIGNED}")
+        except PermissionError as error:
+            raise TokenmillError("cannot read the input") from error
+
+    monkeypatch.setattr(curate_cli, "_inspect_command", denied)
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # main() installs its own
+    monkeypatch.setenv("TOKENMILL_DEBUG", "0")  # --debug sets it, for the processes a command starts
+    assert main(["--debug", "inspect", "stage"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "PermissionError: 403 Forbidden" in err
+    assert err.strip().splitlines()[-1] == "tokenmill: error: cannot read the input"
+    assert_redacted(err)
+
+    def bug(args):
+        raise ValueError(f"unexpected answer from {SIGNED}")
+
+    monkeypatch.setattr(curate_cli, "_inspect_command", bug)
+    with pytest.raises(ValueError) as raised:
+        main(["inspect", "stage"])
+    sys.excepthook(raised.type, raised.value, raised.tb)  # what the interpreter does with it
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "ValueError: unexpected answer from" in err
+    assert_redacted(err)
+
+
+def log_a_failed_read() -> str:
+    """What a Dask worker prints when it logs a task that failed reading a signed URL (the
+    message and the traceback), as its own handler prints it."""
+    import io
+    import logging
+
+    printed = io.StringIO()
+    handler = logging.StreamHandler(printed)
+    logger = logging.getLogger("distributed.worker")
+    logger.addHandler(handler)
+    try:
+        raise OSError(f"cannot read {SIGNED}")
+    except OSError:
+        logger.exception("Compute Failed, reading %s", SIGNED)
+    finally:
+        logger.removeHandler(handler)
+    return printed.getvalue()
+
+
+def test_dask_workers_and_the_command_log_urls_without_their_credentials(dask_client, monkeypatch) -> None:
+    """Every worker of the command's cluster, and the command's process (where a LocalCluster's
+    nannies log), whatever the logger."""
+    import sys
+
+    from tokenmill.entry import take_debug_flag
+
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    take_debug_flag([])  # as the command starts
+    printed = [*dask_client.run(log_a_failed_read).values(), log_a_failed_read()]
+    assert len(printed) == 3  # two workers and this process
+    for text in printed:
+        assert "Compute Failed, reading" in text and "OSError: cannot read" in text
+        assert_redacted(text)

@@ -84,6 +84,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
         except OSError as error:
             raise TokenmillError(f"cannot reach the Dask scheduler at {scheduler}: {error}") from None
         try:
+            _redact_worker_logs(client)
             with _client_logs_quiet():
                 yield client
         finally:
@@ -118,6 +119,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
     interrupted = False
     try:
         client = Client(cluster)
+        _redact_worker_logs(client)
         with _client_logs_quiet():
             yield client
     except BaseException:
@@ -137,6 +139,15 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
             pass  # Client() itself failed
         cluster.close()
         _reap_worker_processes(children_before)
+
+
+def _redact_worker_logs(client) -> None:  # noqa: ANN001 - a distributed.Client
+    """Every worker and nanny of the cluster, now and joining later, redacts URLs in what it
+    logs. (This process's own records are redacted by its entry point.)"""
+    from tokenmill.infra.worker_logs import PLUGIN_NAME, RedactedNannyLogs, RedactedWorkerLogs
+
+    client.register_plugin(RedactedWorkerLogs(), name=PLUGIN_NAME)
+    client.register_plugin(RedactedNannyLogs(), name=PLUGIN_NAME)
 
 
 def _own_children(children_before: set) -> list:

@@ -3,7 +3,8 @@ sources, stages that must exist, options that must fit the stage, paths that mus
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,24 +21,56 @@ def _check_path(recipe: Recipe, problems: Problems, loc: tuple[Any, ...], value:
         (problems.warn if check == "warn" else problems.add)(loc, f"path not found: {recipe.resolve(value)}")
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """What of a recipe is left out of its checks because its own problems are listed already:
+    the `sections` left out whole, and the `names` of the items left out of the sections whose
+    items others mention by name (`sources:`, `classifiers:`). Those parts are there in the
+    file, so nothing that depends on them is said here."""
+
+    sections: frozenset[str] = frozenset()
+    # Per section, the names of its items left out; None where one of them has no name to read,
+    # so that any name mentioned may be its.
+    names: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+
+    def names_in(self, section: str) -> frozenset[str] | None:
+        """The names of `section`'s items that are left out (None: any name may be one)."""
+        return None if section in self.sections else self.names.get(section, frozenset())
+
+
 def check_recipe(
-    recipe: Recipe, problems: Problems, *, check_paths: bool | str = True, reported: Collection[str] = ()
+    recipe: Recipe, problems: Problems, *, check_paths: bool | str = True, left_out: LeftOut = LeftOut()
 ) -> None:
     """Every check across sections, in the recipe's order of sections, into `problems`.
     `check_paths`: paths must exist (True), only warn (``"warn"``), or are not looked at.
-    `reported`: sections left out of ``recipe`` because their own problems are listed already;
-    they are there in the file, so nothing is said about them here."""
+    `left_out`: the parts left out of ``recipe`` because their own problems are listed already."""
     _check_sources(recipe, problems, check_paths)
-    _check_classifiers(recipe, problems)
-    _check_curate(recipe, problems, check_paths, reported)
+    _check_classifiers(recipe, problems, left_out)
+    _check_curate(recipe, problems, check_paths, left_out)
     if recipe.tokenize is not None and recipe.tokenize.file:
         _check_path(recipe, problems, ("tokenize", "file"), recipe.tokenize.file, check=check_paths)
     if recipe.blend is not None:
-        _check_blend(recipe, problems, reported)
+        _check_blend(recipe, problems, left_out)
     if recipe.train is not None:
-        _check_train(recipe, problems, check_paths, reported)
+        _check_train(recipe, problems, check_paths, left_out.sections)
     if recipe.eval is not None:
-        _check_eval(recipe, problems, check_paths, reported)
+        _check_eval(recipe, problems, check_paths, left_out.sections)
+
+
+def _check_name(
+    problems: Problems, loc: tuple[Any, ...], name: str, section: str, recipe: Recipe, left_out: LeftOut
+) -> None:
+    """A name that must be one of `section`'s items (a source, a classifier): unknown only when
+    it is neither a checked item's name nor possibly a left-out one's."""
+    known = [item.name for item in getattr(recipe, section)]
+    left_out_names = left_out.names_in(section)
+    if name in known or left_out_names is None or name in left_out_names:
+        return
+    known += sorted(left_out_names)  # for "did you mean"
+    if section == "sources":
+        problems.add(loc, f"no source named `{name}`{suggest(name, known)}")
+    else:
+        problems.add(loc, f"no classifier named `{name}`{suggest(name, known)} in `classifiers:`")
 
 
 def _check_sources(recipe: Recipe, problems: Problems, check_paths: bool | str) -> None:
@@ -60,25 +93,22 @@ def _check_sources(recipe: Recipe, problems: Problems, check_paths: bool | str) 
                 problems.add(("sources", i, "separator"), f"not a valid regular expression: {error}")
 
 
-def _check_classifiers(recipe: Recipe, problems: Problems) -> None:
-    names = [s.name for s in recipe.sources]
+def _check_classifiers(recipe: Recipe, problems: Problems, left_out: LeftOut) -> None:
     classifier_names = [c.name for c in recipe.classifiers]
     for i, spec in enumerate(recipe.classifiers):
         if classifier_names.count(spec.name) > 1:
             problems.add(("classifiers", i, "name"), f"duplicate classifier name `{spec.name}`")
         for side in ("positive", "negative"):
             for j, src in enumerate(getattr(spec, side)):
-                if src not in names:
-                    problems.add(("classifiers", i, side, j), f"no source named `{src}`{suggest(src, names)}")
+                _check_name(problems, ("classifiers", i, side, j), src, "sources", recipe, left_out)
         _check_options(
             problems, ("classifiers", i, "options"), "train-classifier", _classifier_options_model(), spec.options
         )
 
 
-def _check_curate(recipe: Recipe, problems: Problems, check_paths: bool | str, reported: Collection[str]) -> None:
+def _check_curate(recipe: Recipe, problems: Problems, check_paths: bool | str, left_out: LeftOut) -> None:
     """Each curation step: a known stage, a unique step name, known sources, options that fit
     the stage, and the files its options name."""
-    names = [s.name for s in recipe.sources]
     stages = recipe_stages()
     step_names: set[str] = set()
     for i, step in enumerate(recipe.curate):
@@ -94,11 +124,10 @@ def _check_curate(recipe: Recipe, problems: Problems, check_paths: bool | str, r
             problems.add(("curate", i, "name"), f"two curate steps are named `{step.step_name}`; give one a `name:`")
         step_names.add(step.step_name)
         for j, src in enumerate(step.sources or []):
-            if src not in names:
-                problems.add(("curate", i, "sources", j), f"no source named `{src}`{suggest(src, names)}")
+            _check_name(problems, ("curate", i, "sources", j), src, "sources", recipe, left_out)
         options = dict(step.options)
-        if step.stage == "classify" and "classifiers" not in reported:
-            _check_classify_model(recipe, problems, i, options)
+        if step.stage == "classify":
+            _check_classify_model(recipe, problems, i, options, left_out)
         _check_options(problems, ("curate", i, "options"), f"stage {step.stage}", kind.options_model(), options)
         for option in kind.input_path_options:
             value = step.options.get(option)
@@ -108,37 +137,33 @@ def _check_curate(recipe: Recipe, problems: Problems, check_paths: bool | str, r
                     _check_path(recipe, problems, ("curate", i, "options", option), v, check=check_paths)
 
 
-def _check_classify_model(recipe: Recipe, problems: Problems, i: int, options: dict[str, Any]) -> None:
+def _check_classify_model(
+    recipe: Recipe, problems: Problems, i: int, options: dict[str, Any], left_out: LeftOut
+) -> None:
     """`classifier: NAME` names a classifier trained in this run instead of a model file; it is
     taken out of `options` (the stage's own options are checked next)."""
-    classifier_names = [c.name for c in recipe.classifiers]
     name = options.pop("classifier", None)
-    if name is not None and name not in classifier_names:
-        problems.add(
-            ("curate", i, "options", "classifier"),
-            f"no classifier named `{name}`{suggest(str(name), classifier_names)} in `classifiers:`",
-        )
+    if name is not None:
+        _check_name(problems, ("curate", i, "options", "classifier"), str(name), "classifiers", recipe, left_out)
     if name is None and not options.get("model"):
         problems.add(("curate", i, "options"), "classify needs `model: PATH` or `classifier: NAME`")
     if name is not None and options.get("model"):
         problems.add(("curate", i, "options"), "give `model` or `classifier`, not both")
 
 
-def _check_blend(recipe: Recipe, problems: Problems, reported: Collection[str]) -> None:
+def _check_blend(recipe: Recipe, problems: Problems, left_out: LeftOut) -> None:
     assert recipe.blend is not None
-    names = [s.name for s in recipe.sources]
-    if recipe.tokenize is None and "tokenize" not in reported:
+    if recipe.tokenize is None and "tokenize" not in left_out.sections:
         problems.add(("blend",), "a blend needs a `tokenize:` section (the shards are made there)")
     blended: set[str] = set()
     for i, entry in enumerate(recipe.blend):
-        if entry.source not in names:
-            problems.add(("blend", i, "source"), f"no source named `{entry.source}`{suggest(entry.source, names)}")
+        _check_name(problems, ("blend", i, "source"), entry.source, "sources", recipe, left_out)
         if entry.source in blended:
             problems.add(("blend", i, "source"), f"`{entry.source}` appears twice in the blend")
         blended.add(entry.source)
 
 
-def _check_train(recipe: Recipe, problems: Problems, check_paths: bool | str, reported: Collection[str]) -> None:
+def _check_train(recipe: Recipe, problems: Problems, check_paths: bool | str, reported: frozenset[str]) -> None:
     assert recipe.train is not None
     if recipe.blend is None and "blend" not in reported:
         problems.add(("train",), "training needs a `blend:` section (which shards to train on)")
@@ -149,7 +174,7 @@ def _check_train(recipe: Recipe, problems: Problems, check_paths: bool | str, re
         _check_train_config(recipe, problems)
 
 
-def _check_eval(recipe: Recipe, problems: Problems, check_paths: bool | str, reported: Collection[str]) -> None:
+def _check_eval(recipe: Recipe, problems: Problems, check_paths: bool | str, reported: frozenset[str]) -> None:
     assert recipe.eval is not None
     if recipe.train is None and "train" not in reported:
         problems.add(("eval",), "evaluation needs a `train:` section (the model to evaluate)")

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from tokenmill.errors import ConfigError, YamlSyntaxError
 from tokenmill.infra import storage
-from tokenmill.pipelines.checks import check_recipe
-from tokenmill.pipelines.schema import Recipe
+from tokenmill.pipelines.checks import LeftOut, check_recipe
+from tokenmill.pipelines.schema import Recipe, Source
 from tokenmill.problems import Problems, line_index, pydantic_problems
 
 
@@ -77,9 +77,9 @@ def parse_recipe(
     except ValidationError as error:
         pydantic_problems(error, problems, Recipe)
         # The sections and items that passed are checked too, so that every problem is listed at once.
-        rest, reported = _valid_parts(data, [item["loc"] for item in error.errors()], base_dir, problems)
+        rest, left_out = _valid_parts(data, [item["loc"] for item in error.errors()], base_dir, problems)
         if rest is not None:
-            check_recipe(rest, problems, check_paths=check_paths, reported=reported)
+            check_recipe(rest, problems, check_paths=check_paths, left_out=left_out)
         raise RecipeError(origin, problems.in_file_order()) from None
     check_recipe(recipe, problems, check_paths=check_paths)
     if problems.items:
@@ -88,16 +88,24 @@ def parse_recipe(
     return recipe
 
 
-# List sections that no other section names an item of: a bad item is left out of the checks
-# alone. (A source or classifier left out would make every mention of its name look unknown.)
-ITEM_SECTIONS = ("curate", "blend")
+# The list sections whose bad items are left out of the checks one by one; other sections
+# mention the items of the first two by their names.
+ITEM_SECTIONS = ("sources", "classifiers", "curate", "blend")
+NAMED_SECTIONS = ("sources", "classifiers")
+
+
+class _CheckedPart(Recipe):
+    """What of a recipe is checked once the parts with problems of their own are left out: its
+    sources may all be among them."""
+
+    sources: list[Source] = Field(default_factory=list)
 
 
 def _valid_parts(
     data: dict[str, Any], error_locs: list[tuple[Any, ...]], base_dir: Path, problems: Problems
-) -> tuple[Recipe | None, set[str]]:
+) -> tuple[Recipe | None, LeftOut]:
     """(the recipe without the sections and list items whose problems are reported, or None where
-    what is left is no recipe (its sources are among them); the sections left out whole).
+    what is left is no recipe; what was left out).
 
     Where items of a list section are left out, `problems` is told each kept item's place in
     the file, so that a later check still names `curate[2]` as the file has it."""
@@ -111,12 +119,22 @@ def _valid_parts(
         else:
             whole.add(loc[0])
     kept = {key: value for key, value in data.items() if key not in whole}
+    names: dict[str, frozenset[str] | None] = {}
     for key, bad in bad_items.items():
         if key in kept:
             places = [i for i in range(len(data[key])) if i not in bad]
             kept[key] = [data[key][i] for i in places]
             problems.item_places[key] = places
+            if key in NAMED_SECTIONS:
+                names[key] = _names_of(data[key][i] for i in sorted(bad))
+    left_out = LeftOut(frozenset(whole), names)
     try:
-        return Recipe.model_validate({**kept, "base_dir": base_dir}), whole
+        return _CheckedPart.model_validate({**kept, "base_dir": base_dir}), left_out
     except ValidationError:
-        return None, whole
+        return None, left_out
+
+
+def _names_of(items: Any) -> frozenset[str] | None:
+    """The names of a section's left-out items; None when one has no name to read."""
+    names = [item.get("name") if isinstance(item, dict) else None for item in items]
+    return frozenset(names) if all(isinstance(name, str) for name in names) else None

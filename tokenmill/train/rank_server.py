@@ -34,8 +34,9 @@ import select
 import signal
 import subprocess
 import sys
-import traceback
 import warnings
+
+from tokenmill.entry import print_traceback
 
 # What every training rank imports before its first step; the rest it imports after the fork.
 TRAINING_PRELOAD = (
@@ -107,8 +108,8 @@ def fork_rank(request: dict, pipes: tuple[int, int]) -> int:
         os.write(in_session_write, b".")
         os.close(in_session_write)
         status = run_rank(request, server_pid)
-    except BaseException:  # what `python -m` would print for an uncaught exception
-        traceback.print_exc()
+    except BaseException:  # what `python -m` would print for an uncaught exception, redacted
+        print_traceback()
     finally:
         try:  # what the interpreter does at exit, then leave without running the server's code
             atexit._run_exitfuncs()
