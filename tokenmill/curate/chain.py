@@ -23,7 +23,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from tokenmill.curate.documents import input_list
 from tokenmill.curate.registry import (
     Stage,
     add_stage_arguments,
@@ -36,6 +35,7 @@ from tokenmill.curate.registry import (
 from tokenmill.curate.stage import REJECTED_MODES, STAGE_OUTPUT, Link, StageOptions, run_chain
 from tokenmill.errors import ConfigError
 from tokenmill.infra import storage
+from tokenmill.infra.document_dirs import input_list
 from tokenmill.infra.outputs import claim_output
 
 REJECTED_DEFAULT = "ids"
