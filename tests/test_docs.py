@@ -46,9 +46,10 @@ CODE_PATH = re.compile(
 )
 
 # A number standing alone (`kept 812`, `3.3%`, `0.8829`), not one inside a name (`step_60`) or
-# one with a unit glued to it (`2.9s`).
+# one with a unit glued to it (`2.9s`). VARYING: what differs between runs of the same command, and
+# the extractor children a stage started, none when the session's shared Dask workers have one.
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w.])")
-VARYING = re.compile(r"\bpid \d+|[\d,.]+ tokens/s|\b(?:tokens_per_s|memory_gib) [\d.]+")
+VARYING = re.compile(r"\bpid \d+|[\d,.]+ tokens/s|\b(?:tokens_per_s|memory_gib) [\d.]+|'extractor_processes': \d+")
 
 
 def shell_blocks(markdown: str) -> list[tuple[int, str]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
@@ -110,7 +111,18 @@ def is_scheduler_lost(error: BaseException, address: str | None) -> bool:
         if getattr(item, "reason", None) == SCHEDULER_LOST_REASON:
             return True
         if isinstance(item, connection_errors) and not is_disk_full(item):
-            return address is not None and not scheduler_reachable(address)
+            return address is not None and _stops_answering(address)
+    return False
+
+
+def _stops_answering(address: str, probes: int = 3, interval_s: float = 0.5) -> bool:
+    """Whether the scheduler at `address` stops listening within a few probes: a killed
+    scheduler's socket can outlive the connection the client saw close, on a loaded host."""
+    for probe in range(probes):
+        if probe:
+            time.sleep(interval_s)
+        if not scheduler_reachable(address):
+            return True
     return False
 
 
