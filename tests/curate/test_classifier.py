@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -50,7 +52,19 @@ def quality_model(tmp_path_factory, shared_data):
         root / "negative" / "part.parquet",
     )
     model = root / "quality.bin"
-    meta = train_classifier(root / "positive", root / "negative", model, holdout=0.1, epoch=5, seed=0)
+    # Trained in a fresh process, as the command trains: in a long test session's process,
+    # fastText's training once diverged at every learning rate after other tests had run there.
+    train = (
+        "import sys, json; from tokenmill.curate.classifier import train_classifier; "
+        "print(json.dumps(train_classifier(sys.argv[1], sys.argv[2], sys.argv[3], holdout=0.1, epoch=5, seed=0)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", train, str(root / "positive"), str(root / "negative"), str(model)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    meta = json.loads(done.stdout.strip().splitlines()[-1])
     return root, model, meta
 
 
