@@ -123,5 +123,11 @@ def test_the_work_directory_key_follows_config_inputs_and_partitions(tmp_path):
     assert changed != key
     old = Path(partial_dir(tmp_path / "out", key))
     old.mkdir()
+    # What a writer killed while swapping the finished directory in leaves, and another output's.
+    (tmp_path / ".out.tmp-4242-0badc0de").mkdir()
+    (tmp_path / ".other.partial-0badc0de").mkdir()
     new = Path(partial_dir(tmp_path / "out", changed))
-    assert new.name == f".out.partial-{changed}" and not old.exists()
+    new.mkdir()
+    assert new.name == f".out.partial-{changed}"
+    assert Path(partial_dir(tmp_path / "out", changed)).is_dir()  # the current run's, resumed
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.partial-0badc0de", new.name, "in"]

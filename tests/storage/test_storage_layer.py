@@ -43,12 +43,12 @@ def test_publication_writes_the_marker_last_and_cleans_stale_prefixes(bucket: st
     # An older finished output and a temporary prefix a killed writer left behind.
     storage.write_text(f"{target}/kept/old.parquet", "old")
     storage.write_text(f"{target}/manifest.json", "{}")
-    stale = f"{bucket}/.stage.tmp-1-deadbeef"
-    storage.write_text(f"{stale}/kept/part.parquet", "half")
-    assert storage.remove_stale_temporaries(target) == 1
-    assert not storage.exists(stale)
+    stale = [f"{bucket}/.stage.tmp-1-deadbeef", f"{bucket}/.stage.partial-oldkey"]
+    for prefix in stale:
+        storage.write_text(f"{prefix}/kept/part.parquet", "half")
 
     tmp = partial_dir(target, "key")  # where a curate stage writes before publishing
+    assert not any(storage.exists(prefix) for prefix in stale)
     storage.write_text(f"{tmp}/kept/new.parquet", "new")
     storage.write_text(f"{tmp}/rejected/new.parquet", "rej")
     storage.publish_prefix(tmp, target, "manifest.json", '{"done": true}')

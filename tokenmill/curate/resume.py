@@ -20,14 +20,11 @@ version (ETag), as local files do by size and mtime.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from tokenmill.infra import records, storage
-
-log = logging.getLogger(__name__)
 
 TASKS_DIR = ".tasks"
 
@@ -51,13 +48,8 @@ def partial_dir(output: str | Path, key: str) -> str:
     """The work directory (a local path, or a URL prefix) of `output` for a stage run with this
     key; work directories of other keys (an older config or input) are removed, so a changed
     stage starts over."""
-    name = storage.basename(output)
-    prefix = f".{name}.partial-"
-    target = storage.join(storage.parent(output), prefix + key)
-    for other in storage.glob(storage.parent(output), prefix + "*"):
-        if other.rstrip("/") != target and storage.isdir(other):
-            log.info("%s: removing the partial output of another config or input: %s", name, storage.basename(other))
-            storage.remove(other)
+    target = storage.join(storage.parent(output), storage.work_prefix(output) + key)
+    storage.remove_stale_temporaries(output, keep=target)
     return target
 
 

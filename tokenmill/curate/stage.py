@@ -50,7 +50,9 @@ def _publication_interrupted(target: storage.Location) -> bool:
     """Whether `target` is a stage output on object storage whose publication was cut short:
     its files are copied into place one by one, the manifest last, and the stage's partial
     prefix beside it is removed only after that."""
-    return not target.is_local and bool(storage.glob(storage.parent(target.native()), f".{target.name}.partial-*"))
+    return not target.is_local and bool(
+        storage.glob(storage.parent(target.native()), storage.work_prefix(target.path) + "*")
+    )
 
 
 # What `--output` of a curate stage may replace: an earlier stage directory (see `claim_output`).
@@ -374,11 +376,6 @@ def run_chain(
     remote = not targets[-1].is_local
     outputs = [target.native() for target in targets]
     versions = [{**_library_versions(), **link.versions} for link in links]
-    if remote:
-        # Object storage has no rename: the partial prefix is copied into place by
-        # `publish_prefix`, manifest last.
-        for output in outputs:
-            storage.remove_stale_temporaries(output)
     key = _chain_key(links, versions, rejected, len(tasks))
     started = time.time()
     totals = [_new_counts() for _ in links]

@@ -520,18 +520,23 @@ class Location:
 # ---- publication of a directory on object storage -------------------------------------------
 
 
-def remove_stale_temporaries(target: str | os.PathLike) -> int:
-    """Remove the temporary siblings (``.NAME.tmp-*``) a killed writer of ``target`` left;
-    returns how many. Local paths use `tokenmill.infra.atomic.remove_leftovers`."""
-    if not is_url(target):
-        from tokenmill.infra.atomic import remove_leftovers
+def work_prefix(target: str | os.PathLike) -> str:
+    """The name a curate stage's work directory beside ``target`` starts with; the run's key
+    follows it (``.NAME.partial-KEY``, see `tokenmill.curate.resume`)."""
+    return f".{basename(target)}.partial-"
 
-        remove_leftovers(local_path(target))
-        return 0
-    stale = glob(parent(target), f".{basename(target)}.tmp-*")
-    for name in stale:
-        log.info("removing %s, left by an interrupted run", name)
-        remove(name)
+
+def remove_stale_temporaries(target: str | os.PathLike, keep: str | None = None) -> int:
+    """Remove the temporaries that killed or older writers of ``target`` left beside it: an
+    atomic writer's ``.NAME.tmp-*`` and every stage work directory ``.NAME.partial-*`` but
+    ``keep`` (the current run's, which it resumes from); returns how many. The caller holds the
+    output's claim (`tokenmill.infra.outputs.claim_output`), so no live writer owns them."""
+    name = basename(target)
+    stale = glob(parent(target), f".{name}.tmp-*") + glob(parent(target), work_prefix(target) + "*")
+    stale = [path for path in stale if keep is None or path.rstrip("/") != str(keep).rstrip("/")]
+    for path in stale:
+        log.info("%s: removing %s, left by an interrupted run or another config or input", name, basename(path))
+        remove(path)
     return len(stale)
 
 

@@ -61,8 +61,9 @@ class RunResult:
 
 
 def _remove_leftovers(step: Step) -> None:
-    """Temporary directories a killed run left beside this step's output (the stages write to
-    `.NAME.tmp-*` and rename when done), so they do not pile up over resumes."""
+    """Temporary siblings (`.NAME.tmp-*`) a killed run left beside this step's output, so they do
+    not pile up over resumes; a curate stage's `.NAME.partial-KEY/` stays for the stage to
+    resume from (it removes those of other keys itself)."""
     if step.output.parent.is_dir():
         remove_leftovers(step.output)
 
