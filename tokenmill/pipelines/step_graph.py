@@ -21,6 +21,7 @@ from typing import Any
 
 from tokenmill import __version__
 from tokenmill.curate.chain import per_document
+from tokenmill.curate.python_docs import installation_fingerprint
 from tokenmill.curate.registry import recipe_stage
 from tokenmill.errors import TokenmillError, suggest
 from tokenmill.infra import records
@@ -151,8 +152,6 @@ def _join_chains(recipe: Recipe, steps: list[Step]) -> None:
 
 
 def _ingest_step(recipe: Recipe, workdir: Path, source: Source) -> Step:
-    from tokenmill.curate.python_docs import installation_fingerprint
-
     config = source.model_dump(exclude={"path"})
     if source.format == "python-docs":
         raw: Any = {"python-docs": installation_fingerprint()}
