@@ -197,7 +197,9 @@ def _model(value: Any) -> ModelConfig:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # defer_build: the flags of `tokenmill train` read the keys alone, and building the
+    # validators is most of this module's import; the first config that is read builds them.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
 
 
 class DataConfig(_Section):
@@ -429,7 +431,7 @@ MOVED: dict[str, str] = {
 
 
 class TrainConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, defer_build=True)  # as _Section
 
     model: Annotated[ModelConfig, BeforeValidator(_model)] = Field(default_factory=lambda: preset("tiny"))
     out: Str = flag(
