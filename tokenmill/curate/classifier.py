@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,6 +120,38 @@ def predict_hq(model, lines: list[str]) -> np.ndarray:
     return scores
 
 
+# glibc's mallopt parameter: malloc fills each block it takes from its heap with this byte
+# XOR 0xff (and free fills freed blocks with the byte itself).
+_M_PERTURB = -6
+
+
+@contextmanager
+def _zero_filled_allocations() -> Iterator[None]:
+    """While fastText trains, the C library hands out zero-filled memory.
+
+    fastText allocates its input matrix (a row per word and per n-gram bucket) uninitialized
+    and fills only `thread` tenths of it with random values (it splits the matrix into ten
+    blocks, one per thread); the other rows are trained from what the memory held. A fresh
+    process gets that memory from the kernel, zeroed, but a process that freed large blocks
+    before (a `tokenmill run` after other steps, a test session) can get them back from its
+    heap with their old bytes, and the training then diverges at every learning rate or learns
+    nothing. Only glibc is told (its M_PERTURB); other C libraries are left as they are.
+    """
+    import ctypes
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        yield
+        return
+    mallopt = ctypes.CDLL(None).mallopt
+    mallopt(_M_PERTURB, 0xFF)
+    try:
+        yield
+    finally:
+        # What the process started with (glibc reads MALLOC_PERTURB_ at start-up).
+        mallopt(_M_PERTURB, int(os.environ.get("MALLOC_PERTURB_", "0") or 0))
+
+
 # A diverged training (fastText's "Encountered NaN") is retried at half the learning rate, at
 # most this many times in all: at lr 0.5 it happens now and then on small or repetitive corpora.
 LR_ATTEMPTS = 5
@@ -128,7 +163,8 @@ def _train_supervised(fasttext, *, lr: float, **settings: Any) -> tuple[Any, flo
     attempt_lr = lr
     for attempt in range(1, LR_ATTEMPTS + 1):
         try:
-            return fasttext.train_supervised(lr=attempt_lr, **settings), attempt_lr
+            with _zero_filled_allocations():
+                return fasttext.train_supervised(lr=attempt_lr, **settings), attempt_lr
         except RuntimeError as error:
             if "nan" not in str(error).lower():
                 raise
