@@ -52,6 +52,9 @@ def test_cuda_blocks_take_the_fused_kernels_that_the_backend_switches_allow() ->
     # parallel.attention_backend's switches, as the engine sets them around forward and backward.
     with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
         assert cp.block_kernel("cuda", bf16, 128, masked=False) == cp.EFFICIENT
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):  # no cuDNN ring block: the two fused ones serve
+        assert cp.block_kernel("cuda", bf16, 128, masked=False) == cp.FLASH
+        assert cp.block_kernel("cuda", bf16, 128, masked=True) == cp.EFFICIENT
     with sdpa_kernel(SDPBackend.MATH):
         assert cp.block_kernel("cuda", bf16, 128, masked=False) == cp.PLAIN
 

@@ -23,8 +23,9 @@ and with each block travels the accumulator of its dK/dV, which every rank adds 
 after cp steps each accumulator arrives back at its owner. The block kernels are SDPA's fused
 ones that return the log-sum-exp and never hold a T x T score matrix (`block_kernel`): on the
 CPU its flash kernel; on CUDA FlashAttention for blocks without a document mask (bf16/fp16)
-and the memory-efficient kernel, which takes an additive mask, for the rest; anywhere else, or
-as the reference (`plain`), a plain-PyTorch block of the same math.
+and the memory-efficient kernel, which takes an additive mask, for the rest; anywhere else,
+under `parallel.attention_backend: math`, or as the reference (`plain`), a plain-PyTorch block
+of the same math.
 Grouped-query attention rotates the un-repeated key/value heads and sums the repeated heads'
 gradients locally.
 
@@ -113,17 +114,20 @@ _EFFICIENT_LSE_ALIGN, _EFFICIENT_MASK_ALIGN = 32, 16
 
 def block_kernel(device_type: str, dtype: torch.dtype, head_dim: int, masked: bool) -> str:
     """The kernel of one ring block on `device_type`: the CPU flash kernel on the CPU; on CUDA
-    FlashAttention (bf16/fp16, no mask) or else the memory-efficient kernel (fp32 too, and an
-    additive mask), each only where SDPA's backend switches (`parallel.attention_backend`)
-    allow it; the plain block otherwise."""
+    FlashAttention where it fits (bf16/fp16, no mask), else the memory-efficient kernel (fp32
+    too, and an additive mask). SDPA's backend switches (`parallel.attention_backend`) choose
+    between the two where both fit; with only cuDNN allowed (the ring has no cuDNN block) the
+    two still serve, with only `math` the plain block does, as on any other device."""
     if device_type == "cpu":
         return CPU_FLASH
     if device_type != "cuda" or head_dim % 8:
         return PLAIN
-    if not masked and dtype in (torch.float16, torch.bfloat16) and head_dim <= 256:
-        if torch.backends.cuda.flash_sdp_enabled():
-            return FLASH
-    return EFFICIENT if torch.backends.cuda.mem_efficient_sdp_enabled() else PLAIN
+    switches = torch.backends.cuda
+    flash, efficient = switches.flash_sdp_enabled(), switches.mem_efficient_sdp_enabled()
+    if not (flash or efficient or switches.cudnn_sdp_enabled()):
+        return PLAIN
+    flash_fits = not masked and dtype in (torch.float16, torch.bfloat16) and head_dim <= 256
+    return FLASH if flash_fits and (flash or not efficient) else EFFICIENT
 
 
 def _block_forward(
