@@ -14,9 +14,10 @@ built, so the weights and optimizer state count and the build's transients do no
 there is no device memory to measure, and the rows show the step time and how many saved
 tensors went through host memory.
 
-Sizing on an H100 (1B, 8192 tokens, batch 1): building a 1B engine takes ~10 s; a step ~0.3 s
-without offload; with it, about 11 GB of activations a step cross PCIe each way. Two rounds of
-both rows: about 60 s.
+Sizing on an H100 (1B, 8192 tokens, batch 1), estimated, not yet measured: building a 1B engine
+takes ~10 s (as in bench/train_mfu.py); a step well under a second without offload; with it,
+the activations (of the order of 10 GB a step at this shape) cross PCIe each way. Two rounds of
+both rows: about a minute.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def model_dir_name(args: argparse.Namespace) -> str:
 
 def build_model(out: Path, args: argparse.Namespace) -> Path:
     """A byte-level BPE trained on the shared text and a randomly initialised model of --arch
-    (GPT-2, or Llama with tied embeddings as Llama 3.2's), saved in --dtype: nothing is
+    (GPT-2, or Llama with tied embeddings as Llama 3.2's), saved in float32: nothing is
     downloaded, so it builds on a machine without network. Kept in `out` for the next run."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -151,7 +151,7 @@ def build_model(out: Path, args: argparse.Namespace) -> Path:
             eos_token_id=0,
         )
         model = LlamaForCausalLM(cfg)
-    model.to(getattr(torch, args.dtype)).save_pretrained(out)
+    model.save_pretrained(out)  # float32: each run loads it in its own --dtype
     return out
 
 
@@ -299,15 +299,15 @@ def measure_suite(args: argparse.Namespace, threads: int, machine_load: str) -> 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tests.eval.icl_ref import reference_task
-    from tokenmill.eval.models import load_model
+    from tokenmill.eval.models import HFModel
     from tokenmill.eval.suites import load_suite
 
     logging.disable(logging.WARNING)
     torch.set_num_threads(threads)
     model_dir = build_model(args.workdir / model_dir_name(args), args)
     icl_dir = SHARED / "eval" / "icl"
-    ours_model = load_model(model_dir, device=args.device)
-    reference_model = AutoModelForCausalLM.from_pretrained(model_dir).eval().to(args.device)
+    ours_model = HFModel(model_dir, device=args.device, dtype=args.dtype)
+    reference_model = AutoModelForCausalLM.from_pretrained(model_dir).eval().to(args.device, getattr(torch, args.dtype))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     suite = load_suite(args.suite)
     tasks = [t for t in suite.tasks if (icl_dir / t.file).is_file()]

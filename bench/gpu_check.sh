@@ -31,7 +31,7 @@
 #     build), 1 + 3 steps each at batch 1 x 8192 tokens, about 11 GB of activations copied each
 #     way per step with offload on;
 #   eval: timeout 300 s (estimated, not yet measured): a BPE and a random 1B Llama built on the
-#     CPU and saved in bf16 (~40 s), both tools loading it (~15 s), the harness's task index
+#     CPU and saved in float32, 4 GB (~40 s), both tools loading it in bf16 (~15 s), the harness's task index
 #     (~10 s), then 5 task/shot cases x 1,000 documents for each tool, one pass each (~1.5M
 #     tokens of forward passes a tool).
 #   Total worst case: 10 + 5 + 220 + 120 + 150 + 300 = 805 s: more than one 10-minute command,
