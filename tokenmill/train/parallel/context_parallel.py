@@ -205,8 +205,9 @@ def _block_backward(
             dout, q, k, v, out, lse, 0.0, causal, attn_mask=_additive(allowed, q)
         )
         return grads[0], grads[1], grads[2]
-    # No dropout: the random-number state the CUDA kernels take is unused.
-    seed = offset = torch.empty(0, dtype=torch.int64, device=q.device)
+    # No dropout: the random-number state the CUDA kernels take is unused; what their forward
+    # passes return without dropout is an empty host scalar, passed back the same way.
+    seed = offset = torch.empty((), dtype=torch.int64)
     if kernel == FLASH:
         tq, tk = q.shape[2], k.shape[2]
         grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
