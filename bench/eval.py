@@ -13,16 +13,20 @@ with `--suite core`, the ICL suite against the reference implementation of llm-f
 
 Model: a randomly initialised GPT-2 (transformers; no weights can be downloaded here) with a
 byte-level BPE trained on the shared WikiText-2 + Shakespeare text, both saved to a local
-directory that both tools load in float32 on `--device` (the CPU by default; `--device cuda`:
-ours and the harness's HFLM both on the GPU, as bench/gpu_check.sh runs it). Tasks: the shared benchmark files
+directory that both tools load in `--dtype` (float32 by default) on `--device` (the CPU by
+default; `--device cuda`: ours and the harness's HFLM both on the GPU, as bench/gpu_check.sh
+runs it). `--arch llama` builds a Llama of the given shape instead, `--arch llama-1b` one of
+Llama 3.2 1B's shape (hidden 2048, 16 layers, 32 heads, 8 key/value heads, MLP 8192, tied
+embeddings; 1.0B parameters with the BPE's 16384 tokens), which bench/gpu_check.sh scores in
+bf16 on 1,000 documents per task. Tasks: the shared benchmark files
 (../shared/data/eval), the first `--limit` documents, zero- and few-shot; ARC, OpenBookQA, Social
 IQa, COPA, CommonsenseQA and WSC273 from files in their Hugging Face schemas rebuilt from the
 shared ICL files (tests/eval/hub_exports.py; COPA has 76 documents to evaluate). `--tasks` picks
 some of the cases. The harness runs
-in-process through `lm_eval.simple_evaluate` on an `HFLM` and a `TaskManager` built once (not
-timed), on
-its own task YAMLs pointed at the same local files (tests/eval/harness_ref.py); its dataset
-cache is warmed first. Each side is timed from reading the task data to the aggregated metrics
+in-process on an `HFLM` and a `TaskManager` built once (not timed), on its own task YAMLs
+pointed at the same local files (tests/eval/harness_ref.py); its dataset cache is warmed first.
+Its timing is what `lm_eval.simple_evaluate` does up to the aggregated metrics (seeds, task
+loading, `evaluate`), not the environment report simple_evaluate adds after them. Each side is timed from reading the task data to the aggregated metrics
 (both compute the bootstrap perplexity stderr with the harness's 100,000 replicates), the median
 of `--repeat` runs that alternate between the tools, since the machine is shared. Scores of
 both are printed next to each other: they must be equal.
@@ -78,12 +82,27 @@ CASES = [
 ]
 
 
-def build_model(out: Path, vocab: int, hidden: int, layers: int, heads: int) -> Path:
+# Llama 3.2 1B's shape (--arch llama-1b): with the bench's BPE vocabulary (16384 by default) in
+# place of its 128256 tokens, 1.0B parameters.
+LLAMA_1B = {"hidden": 2048, "layers": 16, "heads": 32, "kv_heads": 8, "ffn": 8192}
+
+
+def model_dir_name(args: argparse.Namespace) -> str:
+    """The cached model's folder under --workdir: its architecture, shape and vocabulary."""
+    if args.arch == "gpt2":
+        return f"gpt2-{args.hidden}x{args.layers}-v{args.vocab}"
+    return f"llama-{args.hidden}x{args.layers}-h{args.heads}-kv{args.kv_heads}-f{args.ffn}-v{args.vocab}"
+
+
+def build_model(out: Path, args: argparse.Namespace) -> Path:
+    """A byte-level BPE trained on the shared text and a randomly initialised model of --arch
+    (GPT-2, or Llama with tied embeddings as Llama 3.2's), saved in float32: nothing is
+    downloaded, so it builds on a machine without network. Kept in `out` for the next run."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    if (out / "model.safetensors").exists():
+    if (out / "config.json").exists() and list(out.glob("*.safetensors")):
         return out
     corpus = SHARED / "corpus"
     texts = [
@@ -96,23 +115,43 @@ def build_model(out: Path, vocab: int, hidden: int, layers: int, heads: int) -> 
     tok.train_from_iterator(
         texts,
         trainers.BpeTrainer(
-            vocab_size=vocab, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+            vocab_size=args.vocab,
+            special_tokens=["<|endoftext|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         ),
     )
     PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>").save_pretrained(
         out
     )
     torch.manual_seed(0)
-    cfg = GPT2Config(
-        vocab_size=tok.get_vocab_size(),
-        n_positions=1024,
-        n_embd=hidden,
-        n_layer=layers,
-        n_head=heads,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    GPT2LMHeadModel(cfg).save_pretrained(out)
+    if args.arch == "gpt2":
+        cfg = GPT2Config(
+            vocab_size=tok.get_vocab_size(),
+            n_positions=1024,
+            n_embd=args.hidden,
+            n_layer=args.layers,
+            n_head=args.heads,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+        model = GPT2LMHeadModel(cfg)
+    else:
+        cfg = LlamaConfig(
+            vocab_size=tok.get_vocab_size(),
+            hidden_size=args.hidden,
+            intermediate_size=args.ffn,
+            num_hidden_layers=args.layers,
+            num_attention_heads=args.heads,
+            num_key_value_heads=args.kv_heads,
+            max_position_embeddings=2048,
+            rope_theta=500000.0,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+        model = LlamaForCausalLM(cfg)
+    model.save_pretrained(out)  # float32: each run loads it in its own --dtype
     return out
 
 
@@ -126,11 +165,12 @@ def device_name(device: str) -> str:
 
 
 def describe_model(args: argparse.Namespace, model) -> str:
-    """The result file's model line: the random GPT-2's shape, size, precision and device."""
+    """The result file's model line: the random model's architecture, shape, size, precision and device."""
     n_params = sum(p.numel() for p in model.parameters())
+    arch = "GPT-2" if args.arch == "gpt2" else f"Llama ({args.kv_heads} key/value heads, ffn {args.ffn})"
     return (
-        f"model: random GPT-2, hidden {args.hidden}, {args.layers} layers, vocab {model.config.vocab_size}, "
-        f"{n_params / 1e6:.1f}M params, float32, {device_name(args.device)}"
+        f"model: random {arch}, hidden {args.hidden}, {args.layers} layers, vocab {model.config.vocab_size}, "
+        f"{n_params / 1e6:.1f}M params, {args.dtype}, {device_name(args.device)}"
     )
 
 
@@ -149,18 +189,28 @@ def run_ours(
 
 
 def run_harness(lm, task_manager, task_name: str, shots: int, limit: int) -> tuple[float, dict[str, float]]:
-    import lm_eval
+    """The harness's evaluation as `lm_eval.simple_evaluate` runs it (its seeds, the task's
+    few-shot setting and seed, `evaluate` with its default bootstrap), timed from loading the
+    task to the aggregated metrics; without what simple_evaluate adds after them (the git hash,
+    the environment report, which runs `collect_env`, and the tokenizer's description)."""
+    import random
+
+    import numpy as np
+    from lm_eval.defaults import DEFAULT_OTHER_SEED, DEFAULT_RANDOM_SEED
+    from lm_eval.evaluator import evaluate
+    from lm_eval.utils import set_torch_seed
 
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        out = lm_eval.simple_evaluate(
-            model=lm,
-            tasks=[f"tm_{task_name}"],
-            num_fewshot=shots,
-            limit=limit,
-            task_manager=task_manager,
-            log_samples=False,
-        )
+        random.seed(DEFAULT_RANDOM_SEED)
+        np.random.seed(DEFAULT_OTHER_SEED)
+        set_torch_seed(DEFAULT_OTHER_SEED)
+        loaded = task_manager.load([f"tm_{task_name}"])
+        for task in loaded["tasks"].values():
+            if task.get_config("num_fewshot") != 0:  # simple_evaluate keeps a task's fixed 0
+                task.set_config(key="num_fewshot", value=shots)
+            task.set_fewshot_seed(seed=DEFAULT_OTHER_SEED)
+        out = evaluate(lm=lm, task_dict=loaded, limit=limit, log_samples=False)
     seconds = time.perf_counter() - start
     res = out["results"][f"tm_{task_name}"]
     return seconds, {k.split(",")[0]: v for k, v in res.items() if "," in k and "stderr" not in k}
@@ -198,13 +248,26 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", help="torch device of both tools' model, e.g. cuda (default cpu)")
     parser.add_argument("--load", type=int, default=0, help="busy processes running beside the measurement")
     parser.add_argument("--repeat", type=int, default=2, help="best of N alternating runs (the machine is shared)")
+    parser.add_argument(
+        "--arch",
+        choices=("gpt2", "llama", "llama-1b"),
+        default="gpt2",
+        help="the random model: GPT-2 or Llama of --hidden/--layers/--heads/--kv-heads/--ffn, or Llama 3.2 1B's shape",
+    )
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="both tools' weights")
     parser.add_argument("--vocab", type=int, default=16384)
     parser.add_argument("--hidden", type=int, default=384)
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--heads", type=int, default=6)
+    parser.add_argument("--kv-heads", type=int, default=None, help="Llama's key/value heads (default: --heads)")
+    parser.add_argument("--ffn", type=int, default=None, help="Llama's MLP width (default: 4 x --hidden)")
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "results" / "tmp" / "eval")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "eval.txt")
     args = parser.parse_args()
+    if args.arch == "llama-1b":
+        vars(args).update(LLAMA_1B, arch="llama")
+    args.kv_heads = args.kv_heads or args.heads
+    args.ffn = args.ffn or 4 * args.hidden
     machine_load = check_load()  # before --load's busy processes start
 
     import torch
@@ -233,24 +296,18 @@ def measure_suite(args: argparse.Namespace, threads: int, machine_load: str) -> 
     """The `--suite` bench: each task of the suite, ours against the reference, interleaved."""
     import torch
     from measure import interleaved
-    from transformers import AutoTokenizer, GPT2LMHeadModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tests.eval.icl_ref import reference_task
-    from tokenmill.eval.models import load_model
+    from tokenmill.eval.models import HFModel
     from tokenmill.eval.suites import load_suite
 
     logging.disable(logging.WARNING)
     torch.set_num_threads(threads)
-    model_dir = build_model(
-        args.workdir / f"gpt2-{args.hidden}x{args.layers}-v{args.vocab}",
-        args.vocab,
-        args.hidden,
-        args.layers,
-        args.heads,
-    )
+    model_dir = build_model(args.workdir / model_dir_name(args), args)
     icl_dir = SHARED / "eval" / "icl"
-    ours_model = load_model(model_dir, device=args.device)
-    reference_model = GPT2LMHeadModel.from_pretrained(model_dir).eval().to(args.device)
+    ours_model = HFModel(model_dir, device=args.device, dtype=args.dtype)
+    reference_model = AutoModelForCausalLM.from_pretrained(model_dir).eval().to(args.device, getattr(torch, args.dtype))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     suite = load_suite(args.suite)
     tasks = [t for t in suite.tasks if (icl_dir / t.file).is_file()]
@@ -320,21 +377,15 @@ def measure(args: argparse.Namespace, ours_threads: int, harness_threads: int, m
     from lm_eval.tasks import TaskManager
 
     from tests.eval.harness_ref import write_reference_tasks
-    from tokenmill.eval.models import load_model
+    from tokenmill.eval.models import HFModel
 
-    model_dir = build_model(
-        args.workdir / f"gpt2-{args.hidden}x{args.layers}-v{args.vocab}",
-        args.vocab,
-        args.hidden,
-        args.layers,
-        args.heads,
-    )
+    model_dir = build_model(args.workdir / model_dir_name(args), args)
     task_dir = args.workdir / "harness_tasks"
     references = write_reference_tasks(SHARED / "eval", task_dir, n_exported=args.limit)
     cases = [(name, shots) for name, shots in CASES if not args.tasks or name in args.tasks.split(",")]
-    ours_model = load_model(model_dir, device=args.device)
+    ours_model = HFModel(model_dir, device=args.device, dtype=args.dtype)
     with contextlib.redirect_stderr(io.StringIO()):
-        lm = HFLM(pretrained=str(model_dir), dtype="float32", batch_size=args.batch_size, device=args.device)
+        lm = HFLM(pretrained=str(model_dir), dtype=args.dtype, batch_size=args.batch_size, device=args.device)
     # The task index (a scan of every harness YAML) is built once, outside the timings.
     task_manager = TaskManager(include_path=str(task_dir))
     for name, _ in cases:  # warm the harness's dataset cache (json -> arrow) before timing

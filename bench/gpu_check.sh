@@ -5,11 +5,15 @@
 #   OUT=/some/empty/dir bench/gpu_check.sh             # on the GPU: under 8 minutes on an H100
 #   OUT=/tmp/dry bench/gpu_check.sh --dry-run          # the same steps on the CPU, tiny shapes
 #                                                      # (also DRY_RUN=1 or GPU_CHECK_DEVICE=cpu)
+#   GPU_CHECK_PARTS="offload eval" OUT=... bench/gpu_check.sh   # only these parts (default: all)
 #
 # It installs the wheels, prints the device and torch's version, then runs, most important first:
 #   1. bench/train_mfu.py: tokens/s/GPU, MFU, peak memory, ours beside torchtitan;
 #   2. pytest tests/gpu: bf16 vs fp32 losses, resume, FSDP2, compile, export-hf, eval;
-#   3. bench/eval.py --device cuda: `tokenmill eval` against lm-evaluation-harness's hf backend.
+#   3. bench/activation_offload.py: peak device memory and step time of a 1B llama at 8192 tokens,
+#      with and without parallel.activation_offload;
+#   4. bench/eval.py --device cuda: `tokenmill eval` against lm-evaluation-harness's hf backend,
+#      a random Llama of Llama 3.2 1B's shape in bf16, 1,000 documents per task.
 # Each part has its own timeout, so a hang costs that part only, and the rest still runs; the exit
 # status is 1 when any part failed.
 #
@@ -23,15 +27,23 @@
 #   tests/gpu: timeout 120 s; the tests themselves take ~60-90 s (200-step bf16 runs of two tiny
 #     models plus their fp32 CPU references on 16 cores, gpt2-125m's shape 2x200 steps on the
 #     GPU, one compiled 40-step run, export and two evals);
-#   eval: timeout 110 s: a BPE and a random 6-layer GPT-2 built (~15 s), the harness's task index
-#     (~10 s), then 5 task/shot cases x 100 documents for each tool, one pass each.
-#   Total worst case: 10 + 5 + 220 + 120 + 110 = 465 s.
-# Measured on an H100 (2026-11-26): install 4 s, train_mfu 133 s (all 12 rows; --profile adds
-# two steps a row), tests 92 s, eval 50 s: 286 s in all.
+#   offload: timeout 150 s (estimated, not yet measured): four fresh 1B engines (~10 s each to
+#     build), 1 + 3 steps each at batch 1 x 8192 tokens, about 11 GB of activations copied each
+#     way per step with offload on;
+#   eval: timeout 300 s (estimated, not yet measured): a BPE and a random 1B Llama built on the
+#     CPU and saved in float32, 4 GB (~40 s), both tools loading it in bf16 (~15 s), the harness's task index
+#     (~10 s), then 5 task/shot cases x 1,000 documents for each tool, one pass each (~1.5M
+#     tokens of forward passes a tool).
+#   Total worst case: 10 + 5 + 220 + 120 + 150 + 300 = 805 s: more than one 10-minute command,
+#   so on a GPU loan run it as two: GPU_CHECK_PARTS="train_mfu tests" (355 s at worst), then
+#   GPU_CHECK_PARTS="offload eval" (465 s at worst).
+# Measured on an H100 (2026-11-26), before the offload part and the 1B eval: install 4 s,
+# train_mfu 133 s (all 12 rows; --profile adds two steps a row), tests 92 s, eval (a 17M GPT-2,
+# 100 documents a task) 50 s: 286 s in all.
 #
-# Writes at most 4 files under $OUT (the GPU tool brings back 8): gpu_check.log (everything
-# printed, with each part's exit status and seconds), train_mfu.txt, tests_gpu.xml (JUnit) and
-# eval_<device>.txt.
+# Writes at most 5 files under $OUT (the GPU tool brings back 8): gpu_check.log (everything
+# printed, with each part's exit status and seconds), train_mfu.txt, tests_gpu.xml (JUnit),
+# activation_offload.txt and eval_<device>.txt.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -43,6 +55,7 @@ fi
 PY="${PYTHON:-python3}"
 OUT="${OUT:-$ROOT/bench/results/tmp/gpu_check}"
 SITE="${GPU_CHECK_SITE:-/tmp/site}"
+PARTS=" ${GPU_CHECK_PARTS:-train_mfu tests offload eval} "
 mkdir -p "$OUT"
 LOG="$OUT/gpu_check.log"
 { # everything printed goes to the terminal and to $LOG (the group's status is the script's)
@@ -58,6 +71,10 @@ FAILED=0
 part() { # part NAME TIMEOUT_S COMMAND...: run with its own timeout, record status and seconds
     local name="$1" limit="$2"
     shift 2
+    if [[ "$PARTS" != *" $name "* && "$name" != install ]]; then
+        echo "=== $name: not in GPU_CHECK_PARTS, skipped"
+        return
+    fi
     echo
     local line="$*"
     echo "=== $name (timeout ${limit}s): ${line:0:240}"
@@ -103,7 +120,9 @@ if ((DRY)); then
     MFU_ARGS=(--smoke --time-budget 120 --profile 3)
     MFU_LIMIT=300
     TESTS_LIMIT=1500 # 2 shared CPU cores: ~20 min at load 17 (the CPU compile ~8 min of it); ~5 unloaded
-    EVAL_ARGS=(--device cpu --limit 5 --repeat 1 --vocab 1024 --hidden 64 --layers 2 --heads 2 --threads 1)
+    OFFLOAD_ARGS=(--smoke --repeat 1 --steps 2)
+    OFFLOAD_LIMIT=120
+    EVAL_ARGS=(--device cpu --arch llama --vocab 1024 --hidden 64 --layers 2 --heads 4 --kv-heads 2 --limit 5)
     EVAL_LIMIT=300
     export TOKENMILL_GPU_TESTS_DEVICE=cpu
 else
@@ -111,8 +130,10 @@ else
     MFU_ARGS=(--time-budget 180 --profile 8)
     MFU_LIMIT=220
     TESTS_LIMIT=120
-    EVAL_ARGS=(--device cuda --limit 100 --repeat 1 --threads 1)
-    EVAL_LIMIT=110
+    OFFLOAD_ARGS=(--shape 1b --seq-len 8192 --batch 1 --steps 3 --repeat 2)
+    OFFLOAD_LIMIT=150
+    EVAL_ARGS=(--device cuda --arch llama-1b --limit 1000 --batch-size 32)
+    EVAL_LIMIT=300
 fi
 
 # 1. Training throughput, ours beside torchtitan (bench/train_mfu.py).
@@ -127,9 +148,13 @@ fi
 part tests "$TESTS_LIMIT" "$PY" -m pytest -q -p no:cacheprovider --basetemp="${TMPDIR:-/tmp}/gpu_check_pytest" \
     --junitxml="$OUT/tests_gpu.xml" -rs --durations=15 tests/gpu
 
-# 3. Eval speed and scores against lm-evaluation-harness's hf backend, both on the device.
-part eval "$EVAL_LIMIT" "$PY" bench/eval.py "${EVAL_ARGS[@]}" \
-    --workdir "${TMPDIR:-/tmp}/gpu_check_eval" --out "$OUT/eval_$DEVICE.txt"
+# 3. Peak device memory with and without activation offload, at a long sequence.
+part offload "$OFFLOAD_LIMIT" "$PY" bench/activation_offload.py "${OFFLOAD_ARGS[@]}" --out "$OUT/activation_offload.txt"
+
+# 4. Eval speed and scores against lm-evaluation-harness's hf backend, both on the device; the
+# tasks with at least 1,000 documents (5 task/shot cases), bf16 weights.
+part eval "$EVAL_LIMIT" "$PY" bench/eval.py "${EVAL_ARGS[@]}" --dtype bfloat16 --repeat 1 --threads 1 \
+    --tasks piqa,boolq,winogrande,lambada_openai --workdir "${TMPDIR:-/tmp}/gpu_check_eval" --out "$OUT/eval_$DEVICE.txt"
 
 echo
 echo "=== summary ($SECONDS s in all; files under $OUT: $(cd "$OUT" && ls | tr '\n' ' '))"

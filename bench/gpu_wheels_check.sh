@@ -41,8 +41,12 @@ fi
 "$PY" - <<'EOF'
 import importlib.util
 
+from lm_eval.defaults import DEFAULT_OTHER_SEED, DEFAULT_RANDOM_SEED  # noqa: F401
+from lm_eval.evaluator import evaluate  # noqa: F401  timed without simple_evaluate's environment report
 from lm_eval.models.huggingface import HFLM  # noqa: F401  bench/eval.py's reference
 from lm_eval.tasks import TaskManager  # noqa: F401
+from lm_eval.utils import set_torch_seed  # noqa: F401
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: F401  bench/eval.py --arch llama-1b
 
 print("lm_eval: imports")
 for name in ("torchtitan", "torchao"):  # bench/gpu-wheels.txt's, when the set has them

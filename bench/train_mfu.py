@@ -130,7 +130,14 @@ HEADER = (
 
 
 def train_config(
-    model: ModelConfig, mode: str, batch: int, seq_len: int, device: str, steps: int, documents: bool = False
+    model: ModelConfig,
+    mode: str,
+    batch: int,
+    seq_len: int,
+    device: str,
+    steps: int,
+    documents: bool = False,
+    activation_offload: bool = False,
 ) -> TrainConfig:
     """The TrainConfig `tokenmill train` would build for this run (dataset unused: tokens are random)."""
     masking = {"document_masking": True, "eod_id": EOD_ID} if documents else {}
@@ -145,6 +152,7 @@ def train_config(
             "precision": "bf16",
             "compile": mode.endswith("-compile"),
             "float8": mode.startswith("float8"),
+            "activation_offload": activation_offload,
         },
         logging={"tensorboard": False, "progress": False},
     ).validate()

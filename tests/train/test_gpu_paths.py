@@ -227,19 +227,21 @@ def test_the_gpu_flags_reach_the_config_and_the_ranks(tmp_path) -> None:
     parser = CommandParser()
     register(parser.add_subparsers())
     flags = ["--precision", "bf16", "--attention-backend", "flash", "--activation-checkpointing", "selective"]
-    flags += ["--compile", "--peak-tflops", "756"]
+    flags += ["--compile", "--activation-offload", "--peak-tflops", "756"]
     args = parser.parse_args(["train", "tiny", *flags])
     _, cfg = load_train_config(args)
     p = cfg.parallel
-    assert (p.precision, p.attention_backend, p.activation_checkpointing, p.compile) == (
+    assert (p.precision, p.attention_backend, p.activation_checkpointing, p.compile, p.activation_offload) == (
         "bf16",
         "flash",
         "selective",
         True,
+        True,
     )
     assert cfg.logging.peak_tflops == 756
     ranks = worker.build_parser().parse_args(worker_argv(args))
-    for name in ("precision", "attention_backend", "activation_checkpointing", "compile", "peak_tflops"):
+    gpu_flags = ("precision", "attention_backend", "activation_checkpointing", "compile", "activation_offload")
+    for name in (*gpu_flags, "peak_tflops"):
         assert getattr(ranks, name) == getattr(args, name), name
     bad = parser.parse_args(["train", "tiny", "--attention-backend", "fast"])
     with pytest.raises(ConfigError, match="--attention-backend: must be one of .*, got .fast."):

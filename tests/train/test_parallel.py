@@ -61,6 +61,8 @@ LAYOUTS_2 = {
     "pp2_1f1b_docs": ({}, {"pp": 2, "pp_schedule": "1f1b"}),
     "dp2_zero1_docs": ({}, {"dp": 2, "zero": 1}),
     "cp2_llama_docs": (LLAMA, {"cp": 2}),
+    # bf16 through the ring's block kernels, against one process in bf16.
+    "cp2_llama_bf16": (LLAMA, {"cp": 2, "precision": "bf16"}),
     # The chunked head + loss (its last stage's under pp) against the plain one of one process.
     "pp2_1f1b_tied_chunked": ({"tie_embeddings": True}, {"pp": 2, "pp_schedule": "1f1b", "loss_chunk_tokens": 5}),
     "dp2_zero1_chunked": ({}, {"dp": 2, "zero": 1, "loss_chunk_tokens": 5}),
@@ -134,9 +136,10 @@ def single_process(name: str) -> dict:
     from tokenmill.train.engine import Engine
     from tokenmill.train.model import GPT
 
-    # The layout's model and data on one process, with the default parallel section: the
-    # *_chunked layouts equal the plain head and loss.
-    cfg = tiny_config(ALL[name][0], documents=name.endswith("_docs"))
+    # The layout's model, data and precision on one process, with the default parallel
+    # section otherwise: the *_chunked layouts equal the plain head and loss.
+    precision = {"precision": ALL[name][1].get("precision", "fp32")}
+    cfg = tiny_config(ALL[name][0], precision, documents=name.endswith("_docs"))
     torch.manual_seed(cfg.schedule.seed)
     engine = Engine(cfg, GPT(cfg.model), torch.device("cpu"))
     losses, norms = [], []
@@ -200,19 +203,24 @@ def runs(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("name", list(ALL))
 def test_layout_equals_single_process(runs: Path, name: str) -> None:
     got, want = merged(runs, name, WORLD[name]), single_process(name)
+    # bf16: the ring merges bf16 blocks in fp32 where one process's SDPA rounds once (losses
+    # 2e-5 off here, gradient norms 1e-4).
+    bf16 = ALL[name][1].get("precision") == "bf16"
+    loss_rel, norm_rel = (1e-4, 1e-3) if bf16 else (1e-5, 1e-5)
     for a, b in zip(got["losses"], want["losses"]):
-        assert a == pytest.approx(b, rel=1e-5), (got["losses"], want["losses"])
+        assert a == pytest.approx(b, rel=loss_rel), (got["losses"], want["losses"])
     # The gradient norm that clipping uses and metrics.jsonl logs, to float32 rounding: a norm
     # weight's gradient under sequence parallelism is a partial sum over the tp group, and its
     # parts' squares are not the square of their sum (3.7e-5 off here, up to 0.4% on larger runs).
     for a, b in zip(got["norms"], want["norms"]):
-        assert a == pytest.approx(b, rel=1e-5), (got["norms"], want["norms"])
-    assert got["eval"] == pytest.approx(want["eval"], rel=1e-5)
+        assert a == pytest.approx(b, rel=norm_rel), (got["norms"], want["norms"])
+    assert got["eval"] == pytest.approx(want["eval"], rel=loss_rel)
     assert set(got["params"]) == set(want["params"])
     # Adam's step divides by the gradient's running norm, so a weight whose gradient is near
     # zero moves by its rounding noise: packed documents' short attention rows leave more of
-    # those (2.5e-5 off here, with losses equal to 2e-7).
-    atol = 5e-5 if name.endswith("_docs") else 2e-5
+    # those (2.5e-5 off here, with losses equal to 2e-7); under bf16 such a weight may step
+    # the other way (3.8e-3 off here, of at most 6e-3 in 3 steps at lr 1e-3).
+    atol = 5e-3 if bf16 else 5e-5 if name.endswith("_docs") else 2e-5
     for key, value in want["params"].items():
         torch.testing.assert_close(got["params"][key], value, rtol=1e-4, atol=atol, msg=key)
 

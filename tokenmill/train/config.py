@@ -267,6 +267,9 @@ class ParallelConfig(_Section):
         "off", help="blocks whose activations the backward pass recomputes: none, all, or every other one"
     )
     compile: Bool = flag(False, help="torch.compile each transformer block")
+    activation_offload: Bool = flag(
+        False, help="keep the tensors each transformer block saves for the backward pass in host memory"
+    )
     # torchao's Float8Linear with tensorwise scaling (tokenmill.train.parallel.float8); fast only
     # on an H100-class GPU.
     float8: Bool = flag(False, help="Linear layers in float8 (needs torchao)")

@@ -250,6 +250,7 @@ def describe_engine(cfg: TrainConfig, engine: Engine) -> str:
     return (
         f"device {device} | precision {precision} | attention {p.attention_backend} | "
         f"compile {'per block' if p.compile else 'off'} | activation checkpointing {p.activation_checkpointing} | "
+        f"activation offload {'on' if p.activation_offload else 'off'} | "
         f"optimizer AdamW {adamw_implementation(engine.optimizer)}"
     )
 

@@ -20,9 +20,12 @@ step after the first is one full (unmasked) block of half the queries or half th
 
 The backward pass turns the ring again: the key/value blocks travel as in the forward pass,
 and with each block travels the accumulator of its dK/dV, which every rank adds its share to;
-after cp steps each accumulator arrives back at its owner. The block kernels are
-`scaled_dot_product_attention`'s CPU flash kernels (they return the log-sum-exp and never
-hold a T x T score matrix); on other devices a plain-PyTorch block of the same math.
+after cp steps each accumulator arrives back at its owner. The block kernels are SDPA's fused
+ones that return the log-sum-exp and never hold a T x T score matrix (`block_kernel`): on the
+CPU its flash kernel; on CUDA FlashAttention for blocks without a document mask (bf16/fp16)
+and the memory-efficient kernel, which takes an additive mask, for the rest; anywhere else,
+under `parallel.attention_backend: math`, or as the reference (`plain`), a plain-PyTorch block
+of the same math.
 Grouped-query attention rotates the un-repeated key/value heads and sums the repeated heads'
 gradients locally.
 
@@ -102,38 +105,81 @@ def _sum_heads(t: torch.Tensor, groups: int) -> torch.Tensor:
     return t.view(B, H // groups, groups, T, D).sum(2)
 
 
+# The fused kernels a ring block may run on (`block_kernel`).
+CPU_FLASH, FLASH, EFFICIENT, PLAIN = "cpu_flash", "flash", "efficient", "plain"
+# The memory-efficient kernel pads its log-sum-exp to a multiple of 32 queries, and wants the
+# rows of its additive mask aligned to 16 elements (as SDPA pads a mask it is given).
+_EFFICIENT_LSE_ALIGN, _EFFICIENT_MASK_ALIGN = 32, 16
+
+
+def block_kernel(device_type: str, dtype: torch.dtype, head_dim: int, masked: bool) -> str:
+    """The kernel of one ring block on `device_type`: the CPU flash kernel on the CPU; on CUDA
+    FlashAttention where it fits (bf16/fp16, no mask), else the memory-efficient kernel (fp32
+    too, and an additive mask). SDPA's backend switches (`parallel.attention_backend`) choose
+    between the two where both fit; with only cuDNN allowed (the ring has no cuDNN block) the
+    two still serve, with only `math` the plain block does, as on any other device."""
+    if device_type == "cpu":
+        return CPU_FLASH
+    if device_type != "cuda" or head_dim % 8:
+        return PLAIN
+    switches = torch.backends.cuda
+    flash, efficient = switches.flash_sdp_enabled(), switches.mem_efficient_sdp_enabled()
+    if not (flash or efficient or switches.cudnn_sdp_enabled()):
+        return PLAIN
+    flash_fits = not masked and dtype in (torch.float16, torch.bfloat16) and head_dim <= 256
+    return FLASH if flash_fits and (flash or not efficient) else EFFICIENT
+
+
 def _block_forward(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     causal: bool,
-    plain: bool = False,
+    kernel: str | None = None,
     allowed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output, log-sum-exp [B, H, Tq] in fp32) of attention of q on one key/value block: SDPA's
-    CPU flash kernel, or (other devices, or `plain`) the same math in plain PyTorch, which
-    holds the block's scores. `allowed` [B, 1, Tq, Tk]: which keys each query may see (in
-    place of `causal`); a query that may see none gets output 0 and log-sum-exp -inf."""
+    """(output, log-sum-exp [B, H, Tq] in fp32) of attention of q on one key/value block, by
+    `kernel` (default: `block_kernel`'s choice for q). `allowed` [B, 1, Tq, Tk]: which keys
+    each query may see (in place of `causal`); a query that may see none gets output 0 and
+    log-sum-exp -inf."""
     causal = causal and allowed is None
-    if q.device.type == "cpu" and not plain:
+    kernel = kernel or block_kernel(q.device.type, q.dtype, q.shape[-1], allowed is not None)
+    if kernel == PLAIN:
+        scores = _scores(q, k, causal, allowed)
+        lse = scores.logsumexp(-1)
+        finite = lse.masked_fill(lse == float("-inf"), 0.0)  # exp(-inf - 0) = 0 for unseen rows
+        return (torch.exp(scores - finite.unsqueeze(-1)) @ v.float()).to(q.dtype), lse
+    if kernel == CPU_FLASH:
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, causal, attn_mask=_additive(allowed, q.dtype)
+            q, k, v, 0.0, causal, attn_mask=_additive(allowed, q)
         )
-        lse = lse.float()
-        if allowed is not None:  # the kernel reports 0 for a query that sees no key
-            lse = lse.masked_fill(~allowed.any(-1), float("-inf"))
-        return out, lse
-    scores = _scores(q, k, causal, allowed)
-    lse = scores.logsumexp(-1)
-    finite = lse.masked_fill(lse == float("-inf"), 0.0)  # exp(-inf - 0) = 0 for unseen rows
-    return (torch.exp(scores - finite.unsqueeze(-1)) @ v.float()).to(q.dtype), lse
+    elif kernel == FLASH:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal)[:2]
+    else:
+        out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, v, _additive(allowed, q, _EFFICIENT_MASK_ALIGN), True, 0.0, causal
+        )[:2]
+        lse = lse[..., : q.shape[2]]  # its padding to a multiple of 32 queries
+    lse = lse.float()
+    if allowed is not None:
+        # A query that sees no key: the kernels report 0 (CPU) or leave it to the mask's
+        # arithmetic (CUDA); it counts for nothing in the merge.
+        seen = allowed.any(-1)
+        lse = lse.masked_fill(~seen, float("-inf"))
+        out = torch.where(seen.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
+    return out, lse
 
 
-def _additive(allowed: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """A boolean mask as the flash kernel's additive one (0 where allowed, -inf elsewhere)."""
+def _additive(allowed: torch.Tensor | None, q: torch.Tensor, align: int = 1) -> torch.Tensor | None:
+    """A boolean mask [B, 1, Tq, Tk] as the fused kernels' additive one [B, H, Tq, Tk] of q's
+    dtype (0 where allowed, -inf elsewhere), its rows `align`ed in memory."""
     if allowed is None:
         return None
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, float("-inf"))
+    keys = allowed.shape[-1]
+    padded = -(-keys // align) * align
+    mask = torch.zeros((*allowed.shape[:-1], padded), dtype=q.dtype, device=allowed.device)
+    mask = mask[..., :keys].masked_fill(~allowed, float("-inf"))
+    return mask.expand(q.shape[0], q.shape[1], q.shape[2], keys)
 
 
 def _block_backward(
@@ -144,16 +190,49 @@ def _block_backward(
     out: torch.Tensor,
     lse: torch.Tensor,
     causal: bool,
-    plain: bool = False,
+    kernel: str | None = None,
     allowed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of one block, given the final (merged) output and log-sum-exp: with those
-    the block's probabilities and the softmax's correction term are the global ones. The CPU
-    flash kernel's backward, or FlashAttention's backward equations in fp32 PyTorch."""
+    the block's probabilities and the softmax's correction term are the global ones. The
+    fused kernel's backward (`kernel` as in `_block_forward`), or FlashAttention's backward
+    equations in fp32 PyTorch."""
     causal = causal and allowed is None
-    if q.device.type == "cpu" and not plain:
+    kernel = kernel or block_kernel(q.device.type, q.dtype, q.shape[-1], allowed is not None)
+    lse = lse.contiguous()  # the kernels index it as [B, H, Tq]; a slice of the merged one is not
+    if kernel == CPU_FLASH:
         grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            dout, q, k, v, out, lse, 0.0, causal, attn_mask=_additive(allowed, q.dtype)
+            dout, q, k, v, out, lse, 0.0, causal, attn_mask=_additive(allowed, q)
+        )
+        return grads[0], grads[1], grads[2]
+    # No dropout: the random-number state the CUDA kernels take is unused; what their forward
+    # passes return without dropout is an empty host scalar, passed back the same way.
+    seed = offset = torch.empty((), dtype=torch.int64)
+    if kernel == FLASH:
+        tq, tk = q.shape[2], k.shape[2]
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            dout, q, k, v, out, lse, None, None, tq, tk, 0.0, causal, seed, offset
+        )
+        return grads[0], grads[1], grads[2]
+    if kernel == EFFICIENT:
+        tq = q.shape[2]
+        padded = torch.zeros(
+            (*lse.shape[:-1], -(-tq // _EFFICIENT_LSE_ALIGN) * _EFFICIENT_LSE_ALIGN), device=lse.device
+        )
+        padded[..., :tq] = lse  # the layout the forward kernel returned
+        grads = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+            dout,
+            q,
+            k,
+            v,
+            _additive(allowed, q, _EFFICIENT_MASK_ALIGN),
+            out,
+            padded,
+            seed,
+            offset,
+            0.0,
+            [True, True, True, False],
+            causal,
         )
         return grads[0], grads[1], grads[2]
     scale = q.shape[-1] ** -0.5

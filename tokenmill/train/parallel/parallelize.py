@@ -16,7 +16,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from tokenmill.train.config import ParallelConfig, TrainConfig
 from tokenmill.train.model import GPT
-from tokenmill.train.model_transforms import apply_ac, apply_compile, materialize
+from tokenmill.train.model_transforms import apply_ac, apply_activation_offload, apply_compile, materialize
 from tokenmill.train.parallel.context_parallel import apply_context_parallel
 from tokenmill.train.parallel.data_parallel import apply_fsdp
 from tokenmill.train.parallel.float8 import apply_float8
@@ -58,6 +58,8 @@ def parallelize_gpt(
         # 4. compile, block by block.
         if config.parallel.compile:
             apply_compile(part)
+        # 4b. Activation offload: what each block saves for the backward pass, in host memory.
+        apply_activation_offload(part, config.parallel.activation_offload)
         # 5. FSDP2 over the flattened "dp_cp" mesh dim for ZeRO-2/3 (ZeRO-1 is the optimizer's,
         # see the engine); under bf16 it gathers bf16 parameters and reduces gradients in fp32.
         if uses_fsdp(dims):
