@@ -17,26 +17,25 @@
 # Each part has its own timeout, so a hang costs that part only, and the rest still runs; the exit
 # status is 1 when any part failed.
 #
-# Sizing on an H100 (8 minutes = 480 s in all, what one command of a 15-minute GPU loan can take
-# with room left for one rerun of a part):
-#   install ~10 s, device report ~5 s;
-#   train_mfu: --time-budget 180 s (the script stops starting new shapes/modes, and rounds past
-#     a row's first, past it), hard timeout 220 s: compile of a 1B-3B llama takes ~30-60 s per
-#     mode, then ~20 timed steps; each row runs 3 rounds (ours and torchtitan alternating, a
-#     fresh trainer each), so about 3x the single-round cost below: not all rows fit the budget;
-#   tests/gpu: timeout 120 s; the tests themselves take ~60-90 s (200-step bf16 runs of two tiny
+# Sizing (8 minutes = 480 s in all, what one command of a 15-minute GPU loan can take with room
+# left for one rerun of a part): each part's hard timeout below, summed, is 480 s:
+#   install and device report: ~15 s;
+#   train_mfu: --time-budget 110 s (the script stops starting new rows, and rounds past a row's
+#     first, once it is spent, and lists what it skipped), hard timeout 130 s: compile of a
+#     1B-3B llama takes ~30-60 s per mode, then ~20 timed steps, and each row runs 3 rounds (ours
+#     and torchtitan alternating, a fresh trainer each), so a full matrix does not fit: run
+#     GPU_CHECK_PARTS=train_mfu alone with MFU_BUDGET=540 for it;
+#   tests/gpu: timeout 110 s; the tests took 92 s on an H100 (200-step bf16 runs of two tiny
 #     models plus their fp32 CPU references on 16 cores, gpt2-125m's shape 2x200 steps on the
 #     GPU, one compiled 40-step run, export and two evals);
-#   offload: timeout 150 s (estimated, not yet measured): four fresh 1B engines (~10 s each to
+#   offload: timeout 70 s (estimated, not yet measured): four fresh 1B engines (~10 s each to
 #     build), 1 + 3 steps each at batch 1 x 8192 tokens, about 11 GB of activations copied each
 #     way per step with offload on;
-#   eval: timeout 300 s (estimated, not yet measured): a BPE and a random 1B Llama built on the
-#     CPU and saved in float32, 4 GB (~40 s), both tools loading it in bf16 (~15 s), the harness's task index
-#     (~10 s), then 5 task/shot cases x 1,000 documents for each tool, one pass each (~1.5M
-#     tokens of forward passes a tool).
-#   Total worst case: 10 + 5 + 220 + 120 + 150 + 300 = 805 s: more than one 10-minute command,
-#   so on a GPU loan run it as two: GPU_CHECK_PARTS="train_mfu tests" (355 s at worst), then
-#   GPU_CHECK_PARTS="offload eval" (465 s at worst).
+#   eval: timeout 155 s (estimated, not yet measured): a BPE and a random 1B Llama built on the
+#     CPU and saved in float32, 4 GB (~40 s), both tools loading it in bf16 (~15 s), the harness's
+#     task index (~10 s), then 5 task/shot cases x 1,000 documents for each tool, one pass each
+#     (~1.5M tokens of forward passes a tool, ~10-30 s on an H100 in bf16).
+#   A part that runs out of its time is reported as failed and the next one still runs.
 # Measured on an H100 (2026-11-26), before the offload part and the 1B eval: install 4 s,
 # train_mfu 133 s (all 12 rows; --profile adds two steps a row), tests 92 s, eval (a 17M GPT-2,
 # 100 documents a task) 50 s: 286 s in all.
@@ -127,13 +126,13 @@ if ((DRY)); then
     export TOKENMILL_GPU_TESTS_DEVICE=cpu
 else
     DEVICE=cuda
-    MFU_ARGS=(--time-budget 180 --profile 8)
-    MFU_LIMIT=220
-    TESTS_LIMIT=120
+    MFU_ARGS=(--time-budget "${MFU_BUDGET:-110}" --profile 8)
+    MFU_LIMIT=$((${MFU_BUDGET:-110} + 20))
+    TESTS_LIMIT=110
     OFFLOAD_ARGS=(--shape 1b --seq-len 8192 --batch 1 --steps 3 --repeat 2)
-    OFFLOAD_LIMIT=150
+    OFFLOAD_LIMIT=70
     EVAL_ARGS=(--device cuda --arch llama-1b --limit 1000 --batch-size 32)
-    EVAL_LIMIT=300
+    EVAL_LIMIT=155
 fi
 
 # 1. Training throughput, ours beside torchtitan (bench/train_mfu.py).
