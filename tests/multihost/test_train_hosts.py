@@ -1,11 +1,14 @@
 """`tokenmill train` on two nodes (network namespaces), each a torchrun agent with one rank,
 meeting at the c10d rendezvous on node 1 and training over gloo across the bridge: the same
 losses as one process, each rank listening on its own host's address, and a rank killed on
-node 2 restarting both nodes from the latest checkpoint (torchrun's --max-restarts 1)."""
+node 2 restarting both nodes from the latest checkpoint (torchrun's --max-restarts 1) with the
+same losses again."""
 
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -14,8 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 from curate.dask_processes import REPO_ROOT, tokenmill
-from hosts import listening_addresses
+from hosts import listening_addresses, listening_sockets
 from train.shard_files import text_documents, write_shard
+
+from tokenmill.train.launch import FRESH_STORE_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
@@ -57,18 +62,24 @@ def losses(run: Path) -> dict[int, float]:
     return {row["step"]: row["loss"] for row in read_metrics(run) if "loss" in row}
 
 
-def start_nodes(hosts, config: Path, shard: Path, out: Path) -> list[subprocess.Popen]:
+def start_nodes(hosts, config: Path, shard: Path, out: Path, max_restarts: int = 0) -> list[subprocess.Popen]:
     """One torchrun agent per host, as a user starts one on each machine (and as a Slurm job
     does): node 1 hosts the rendezvous; each agent gives its own address as the one its ranks
-    are reached at."""
+    are reached at. With restarts, as docs/parallel.md says: the ranks get --resume (torchrun
+    restarts the healthy node's ranks as if afresh) and torchrun the variable that gives each
+    attempt a store of its own."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    if max_restarts:
+        env[FRESH_STORE_ENV] = "1"
     nodes = []
     for host in (1, 2):
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
         argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts.address(1)}:{RENDEZVOUS_PORT}"]
         argv += ["--rdzv-id", "run", "--rdzv-conf", f"is_host={int(host == 1)}", "--local-addr", hosts.address(host)]
+        argv += ["--max-restarts", str(max_restarts)]
         argv += ["-m", "tokenmill.train.worker", str(config), "--data", str(shard), "--out", str(out)]
-        argv += ["--steps", str(STEPS), "--dp", "2", "--no-progress"]
+        argv += ["--steps", str(STEPS), "--dp", "2", "--no-progress", "--max-restarts", str(max_restarts)]
+        argv += ["--resume"] if max_restarts else []
         nodes.append(hosts.start(host, argv, out.parent / f"node{host}.log", env))
     return nodes
 
@@ -100,14 +111,22 @@ def rank_pids(hosts, host: int) -> list[int]:
     return ranks
 
 
-def wait_for_step(out: Path, step: int, nodes: list[subprocess.Popen]) -> None:
+def wait_until(reached, what: str, out: Path, nodes: list[subprocess.Popen]) -> None:
+    """Wait until ``reached()``, failing if a node ends first or after ``RUN_TIMEOUT_S``."""
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not (losses_so_far := (losses(out) if (out / "metrics.jsonl").exists() else {})) or max(losses_so_far) < step:
+    while not reached():
         if any(node.poll() is not None for node in nodes):
             logs = "\n".join((out.parent / f"node{host}.log").read_text()[-3000:] for host in (1, 2))
-            pytest.fail(f"a node ended before step {step}:\n{logs}")
-        assert time.monotonic() < deadline, f"no step {step} in {RUN_TIMEOUT_S} s"
+            pytest.fail(f"a node ended before {what}:\n{logs}")
+        assert time.monotonic() < deadline, f"no {what} in {RUN_TIMEOUT_S} s"
         time.sleep(0.05)
+
+
+def wait_for_step(out: Path, step: int, nodes: list[subprocess.Popen]) -> None:
+    def reached() -> bool:
+        return (out / "metrics.jsonl").exists() and max(losses(out), default=0) >= step
+
+    wait_until(reached, f"step {step}", out, nodes)
 
 
 def test_two_nodes_train_the_single_process_losses_listening_on_their_own_addresses(
@@ -122,5 +141,30 @@ def test_two_nodes_train_the_single_process_losses_listening_on_their_own_addres
     assert rank_listeners == {1: {two_hosts.address(1)}, 2: {two_hosts.address(2)}}
     got = losses(out)
     assert sorted(got) == sorted(single_losses) == list(range(1, STEPS + 1))
+    for step, loss in got.items():
+        assert loss == pytest.approx(single_losses[step], rel=1e-5), step
+
+
+def test_a_rank_killed_on_one_node_restarts_both_from_the_latest_checkpoint(
+    two_hosts, config, shard, single_losses, tmp_path
+):
+    from tokenmill.train.checkpoint_files import list_checkpoints
+
+    out = tmp_path / "run"
+    nodes = start_nodes(two_hosts, config, shard, out, max_restarts=1)
+    wait_until(lambda: bool(list_checkpoints(out)), "complete checkpoint", out, nodes)
+    # Every process of each node, rank 0 hosting each attempt's store now, listens on the node's
+    # own address; but torchrun's rendezvous store, which torch binds to every interface.
+    node1, node2 = (listening_sockets(two_hosts, host) for host in (1, 2))
+    assert {(address, port) for address, port in node1 if address != two_hosts.address(1)} == {("*", RENDEZVOUS_PORT)}
+    assert {address for address, _ in node2} == {two_hosts.address(2)}
+    (victim,) = rank_pids(two_hosts, 2)
+    os.kill(victim, signal.SIGKILL)
+    logs = wait_all(two_hosts, nodes, out)
+    resumed = [int(step) for step in re.findall(r"resuming from step (\d+)", logs)]
+    assert resumed and min(resumed) >= CHECKPOINT_INTERVAL, logs[-6000:]
+    # The restarted ranks log the undisturbed losses, from the checkpoint on.
+    got = losses(out)
+    assert sorted(got) == list(range(1, STEPS + 1))
     for step, loss in got.items():
         assert loss == pytest.approx(single_losses[step], rel=1e-5), step
