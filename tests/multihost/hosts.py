@@ -171,11 +171,18 @@ def wait_listening(hosts: Hosts, source: int, target: int, port: int, timeout: f
         raise RuntimeError(f"nothing listens at {hosts.address(target)}:{port} after {timeout} s")
 
 
+def listening_sockets(hosts: Hosts, host: int, pids: list[int] | None = None) -> set[tuple[str, int]]:
+    """The (address, port) of each TCP socket listening in ``host`` (those of ``pids`` alone,
+    when given); ``*`` is every interface."""
+    table = hosts.run(host, ["ss", "-ltnpH"], timeout=30).stdout
+    sockets = set()
+    for line in table.splitlines():
+        if pids is None or any(f"pid={pid}," in line for pid in pids):
+            address, port = line.split()[3].rsplit(":", 1)
+            sockets.add((address, int(port)))
+    return sockets
+
+
 def listening_addresses(hosts: Hosts, host: int, pids: list[int] | None = None) -> set[str]:
     """The addresses TCP sockets listen on in ``host`` (those of ``pids`` alone, when given)."""
-    table = hosts.run(host, ["ss", "-ltnpH"], timeout=30).stdout
-    return {
-        line.split()[3].rsplit(":", 1)[0]
-        for line in table.splitlines()
-        if pids is None or any(f"pid={pid}," in line for pid in pids)
-    }
+    return {address for address, _ in listening_sockets(hosts, host, pids)}

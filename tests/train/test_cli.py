@@ -85,6 +85,21 @@ def test_cli_errors_are_one_line(shakespeare_shard: Path, tmp_path: Path, capsys
     assert "no checkpoint at" in capsys.readouterr().err
 
 
+def test_torchrun_restarts_over_a_store_shared_by_attempts_are_refused_before_training(
+    shakespeare_shard: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    # A rank as torchrun --max-restarts 1 starts it by default: the agent's store, kept for every attempt.
+    torchrun = {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "2", "TORCHELASTIC_MAX_RESTARTS": "1"}
+    for name, value in {**torchrun, "TORCHELASTIC_USE_AGENT_STORE": "True"}.items():
+        monkeypatch.setenv(name, value)
+    argv = ["train", RECIPE, "--data", str(shakespeare_shard), "--out", str(tmp_path / "run"), "--dp", "2"]
+    assert main(*argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tokenmill: error: torchrun --max-restarts shares one store between attempts")
+    assert err.endswith("start torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_shard_with_swapped_lengths_is_refused_before_training(
     shakespeare_shard: Path, tmp_path: Path, capsys
 ) -> None:

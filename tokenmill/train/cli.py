@@ -304,6 +304,9 @@ def run_launcher(args: argparse.Namespace, cfg: TrainConfig, config_path: str | 
 
 def run_rank(args: argparse.Namespace, cfg: TrainConfig) -> NoReturn:
     """One rank (of the launcher's supervisor, or of torchrun in a Slurm job)."""
+    from tokenmill.train.launch import check_torchrun_restarts
+
+    check_torchrun_restarts()
     from tokenmill.train.loop import train
 
     if int(os.environ["WORLD_SIZE"]) != cfg.world_size:

@@ -20,10 +20,29 @@ import signal
 import sys
 from pathlib import Path
 
+from tokenmill.errors import ConfigError
+
+# torchrun's switch that gives each attempt a store of its own, hosted by rank 0.
+FRESH_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
 
 def is_rank() -> bool:
     """Whether this process is a rank: started by the supervisor or by torchrun."""
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def check_torchrun_restarts() -> None:
+    """One line, before a rank starts, for torchrun restarts that cannot rejoin: by default the
+    agent of torchrun's first node hosts one store for every attempt (``TORCHELASTIC_USE_AGENT_STORE``),
+    and the ranks' keys carry no attempt, so a restarted rank can read the address a rank of the
+    previous attempt listened at and fail to connect to it (gloo's connectFullMesh refused).
+    With ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` each attempt's rank 0 hosts a fresh store."""
+    shared_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    if shared_store and int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:
+        raise ConfigError(
+            "torchrun --max-restarts shares one store between attempts, where restarted ranks can meet the"
+            f" previous attempt's addresses; start torchrun with {FRESH_STORE_ENV}=1 in its environment"
+        )
 
 
 def child_env(world_size: int) -> dict[str, str]:
