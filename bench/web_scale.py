@@ -262,6 +262,27 @@ def written_at_partition_size(stage_dirs: list[Path], pages: int, records_per_pa
     )
 
 
+def bytes_by_kind(stage_dirs: list[Path], kept_bytes: int) -> str:
+    """Where a pass's bytes go: kept Parquet (the partitions that kept nothing hold a schema
+    only), rejected-id files, manifests, each beside the kept bytes."""
+    import pyarrow.parquet as pq
+
+    kept_files = list((stage_dirs[-1] / "kept").glob("*.parquet"))
+    empty = [p for p in kept_files if pq.ParquetFile(p).metadata.num_rows == 0]
+    rejected = [p for d in stage_dirs for p in (d / "rejected").glob("*.parquet")]
+    manifests = [d / "manifest.json" for d in stage_dirs]
+
+    def size(paths: list[Path]) -> int:
+        return sum(p.stat().st_size for p in paths)
+
+    return (
+        f"bytes written by the one pass: kept Parquet {size(kept_files):,} B in {len(kept_files)} files"
+        f" ({len(empty)} of them partitions that kept nothing, {size(empty):,} B);"
+        f" rejected ids {size(rejected):,} B in {len(rejected)} files ({size(rejected) / kept_bytes:.1%} of kept);"
+        f" manifests {size(manifests):,} B in {len(manifests)} ({size(manifests) / kept_bytes:.1%} of kept)"
+    )
+
+
 def tree_cpu(pids: list[int]) -> float:
     """CPU seconds of processes and every descendant, the exited ones they waited for included."""
     import psutil
@@ -499,8 +520,9 @@ def run_corpus(label: str, corpus: Path, work: Path, repeat: int, with_datatrove
             f" {pages / cpu:.1f} | {wall:.1f} | {written / 2**20:.2f} MiB | {written / kept_bytes:.2f}x |"
         )
     lines += ["", f"kept documents (the chain's last kept/): {kept_bytes / 2**20:.2f} MiB"]
+    stage_dirs = sorted(p for p in runs["fused"][-1]["output"].iterdir() if p.is_dir())
+    lines.append(bytes_by_kind(stage_dirs, kept_bytes))
     if extrapolate:
-        stage_dirs = sorted(p for p in runs["fused"][-1]["output"].iterdir() if p.is_dir())
         lines.append(written_at_partition_size(stage_dirs, pages, PAGES_PER_ARCHIVE))
     lines.append(f"peak RSS of the Dask worker (one core, every stage's state loaded): {worker_rss:.0f} MiB")
     if runs["datatrove"]:
