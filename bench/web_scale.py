@@ -29,8 +29,8 @@ same length, its capitals kept. A copy keeps its page's markup, punctuation, num
 words, lines and byte length (no WARC or HTTP length changes), the words' frequencies within the
 page and over the corpus, and the language its letters say; what it loses is the meaning of
 its sentences. So kept text compresses in Parquet as distinct pages in the same language do,
-not twenty times better as exact copies of a page did, which made ids and footers look
-heavier than they are. Pages that are compressed, chunked or not UTF-8 (most of the non-English
+not as exact copies of a page did (0.07 MiB of kept Parquet for 440 kept pages, against 0.43
+MiB for 428 reworded ones), which made ids and footers look six times heavier than they are. Pages that are compressed, chunked or not UTF-8 (most of the non-English
 ones) are copied as they are. A rule that looks for given words (C4's `javascript` and `lorem
 ipsum`) or a language score near its threshold can decide a copy otherwise, so the larger
 corpus keeps about, not exactly, twenty times the shared WARCs' pages. datatrove's Trafilatura
