@@ -169,24 +169,25 @@ def test_the_common_crawl_recipe_curates_what_its_stages_write_one_by_one(runs, 
 
 @pytest.mark.slow
 def test_an_interrupted_chain_resumes_its_finished_partitions(runs) -> None:
-    """The last stage fails on a partition after others finished (a worker's error, in one
-    thread here); the rerun keeps the finished partitions' files in every stage, runs the
-    others, and publishes what an undisturbed pass publishes."""
+    """A pass led by ingest over the WARC files (a partition per archive, as in the common-crawl
+    recipe) whose last stage fails on a partition after others finished (a worker's error, in
+    one thread here): the rerun keeps the finished partitions' files in every stage, ingest's
+    included, runs the others, and publishes what an undisturbed pass publishes."""
     from distributed import Client
 
     from tokenmill.curate.chain import parse_stages, run_stages
     from tokenmill.curate.registry import all_stages
 
-    extracted = runs["fused"] / "02-extract"
-    stages = ["langid", "pii", "filter"]
+    warcs = runs["root"] / "shared" / "data" / "web" / "warc"
+    stages = ["ingest", "langid", "pii", "filter"]
     outputs = [runs["root"] / "resumed" / f"{n:02d}-{stage}" for n, stage in enumerate(stages, start=1)]
     expected = [runs["root"] / "undisturbed" / path.name for path in outputs]
     with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
-        langid, pii, _ = parse_stages(",".join(stages), ["langid.languages=[en]"])
-        run_stages([langid, pii, (all_stages()["filter"], FilterStage())], extracted, expected, client=client)
-        failing = [langid, pii, (all_stages()["filter"], FilterFailingOnItsThirdBatch())]
+        *leading, _ = parse_stages(",".join(stages), ["langid.languages=[en]"])
+        run_stages([*leading, (all_stages()["filter"], FilterStage())], warcs, expected, client=client)
+        failing = [*leading, (all_stages()["filter"], FilterFailingOnItsThirdBatch())]
         with pytest.raises(RuntimeError, match="worker lost"):
-            run_stages(failing, extracted, outputs, client=client)
+            run_stages(failing, warcs, outputs, client=client)
         # Partitions already running when the failure ended the command finish in these worker
         # threads (a real command's process would have exited): count them once they are done.
         deadline = time.monotonic() + 120
@@ -194,7 +195,7 @@ def test_an_interrupted_chain_resumes_its_finished_partitions(runs) -> None:
             time.sleep(0.1)
         partials = [next(path.parent.glob(f".{path.name}.partial-*")) for path in outputs]
         finished = {path.name for path in (partials[-1] / ".tasks").glob("task-*.json")}
-        n_partitions = len(list((extracted / "kept").glob("*.parquet")))
+        n_partitions = manifest(expected[0])["partitions"]
         assert 2 <= len(finished) < n_partitions and all(
             {p.name for p in (d / ".tasks").glob("*")} >= finished for d in partials
         )
@@ -204,8 +205,8 @@ def test_an_interrupted_chain_resumes_its_finished_partitions(runs) -> None:
             for sub in ("kept", "rejected")
             for path in (partial / sub).glob("part-*.parquet")
         }
-        manifests = run_stages(failing, extracted, outputs, client=client)  # its third batch is past
-    assert [m["resumed_partitions"] for m in manifests] == [len(finished)] * 3
+        manifests = run_stages(failing, warcs, outputs, client=client)  # its third batch is past
+    assert [m["resumed_partitions"] for m in manifests] == [len(finished)] * len(stages)
     for output, want in zip(outputs, expected):
         assert manifest(output)["counts"] == manifest(want)["counts"]
         for sub in ("kept", "rejected"):
