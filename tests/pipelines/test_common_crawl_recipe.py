@@ -69,18 +69,20 @@ def test_common_crawl_recipe_from_warcs_to_tokens(tmp_path, shared_data, dask_cl
     assert meta["documents"] == previous_kept and meta["tokens"] > 10_000
     assert (work / "shards" / "cc" / "cc.bin").stat().st_size == meta["tokens"] * 2
 
-    # extract .. filter ran in one pass: only filter wrote kept documents, and every stage its
-    # rejected ones as ids and reasons.
-    fused = ["extract", "langid", "url-filter", "pii", "filter"]
-    one_pass = " -> ".join(f"curate.cc.{stage}" for stage in fused)
+    # ingest .. filter ran in one pass: ingest wrote no HTML, only filter wrote kept documents,
+    # and every stage its rejected ones as ids and reasons.
+    fused = ["ingest", "extract", "langid", "url-filter", "pii", "filter"]
+    one_pass = " -> ".join(["ingest.cc", *(f"curate.cc.{stage}" for stage in fused[1:])])
     assert format_plan(recipe, work).count(f"one pass: {one_pass}") == len(fused)  # what --dry-run shows
-    assert all(manifests[stage]["chain"]["stages"] == fused for stage in fused)
-    assert [stage for stage in fused if list((work / "curate" / "cc").glob(f"*-{stage}/kept/*"))] == ["filter"]
+    assert ingest["chain"]["stages"] == fused and all(
+        manifests[stage]["chain"]["stages"] == fused for stage in fused[1:]
+    )
+    assert [d.name for d in stage_dirs if list(d.glob("kept/*"))] == ["05-filter", "06-exact_dedup"]
     rejected = pd.read_parquet(next((work / "curate" / "cc").glob("*-url-filter")) / "rejected")
     assert list(rejected.columns) == ["id", "reason"] and len(rejected) == 2
 
     # A changed filter reruns from the filter, its stages before it replayed in memory from
-    # the ingested documents (their directories untouched).
+    # the WARC files (their directories untouched).
     before = {d.name: (d / "manifest.json").stat().st_mtime_ns for d in stage_dirs}
     recipe.curate[4].options = {"disable": ["c4"]}
     rerun = run_recipe(recipe, project / "work", until=["curate.cc.filter"], progress=False, client=dask_client)

@@ -484,3 +484,34 @@ def test_a_recipe_name_never_puts_the_work_directory_outside(tmp_path, corpus, m
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tokenmill: error: ") and "outside the current directory" in lines[0]
     assert sorted(tmp_path.rglob("*")) == before and not Path("/tmp/outside-work").exists()
+
+
+WEB_PASSES = """
+sources:
+  - {name: crawl, path: a.jsonl}
+  - {name: web, path: a.jsonl}
+  - {name: wiki, path: a.jsonl}
+classifiers:
+  - {name: quality, positive: [wiki], negative: [web]}
+curate:
+  - stage: extract
+    sources: [crawl, web]
+  - stage: langid
+  - stage: classify
+    options: {classifier: quality}
+"""
+
+
+def test_ingest_leads_a_pass_that_starts_with_extract_unless_a_classifier_reads_it(tmp_path, corpus):
+    by = {s.name: s for s in build_plan(load_recipe(write(tmp_path, WEB_PASSES)), tmp_path / "w")}
+    # crawl's HTML goes from ingest to extract in memory; ingest's output (what it writes) is in its fingerprint.
+    assert by["ingest.crawl"].chain == ["ingest.crawl", "curate.crawl.extract", "curate.crawl.langid"]
+    assert by["curate.crawl.langid"].chain == by["ingest.crawl"].chain and "chain" in by["ingest.crawl"].config
+    # web trains the classifier, which reads its ingested documents; wiki's first step is not extract.
+    assert by["ingest.web"].chain == [] and by["curate.web.extract"].chain == [
+        "curate.web.extract",
+        "curate.web.langid",
+    ]
+    assert by["ingest.wiki"].chain == [] and "chain" not in by["ingest.wiki"].config
+    unfused = WEB_PASSES + "chain: {fuse: false}\n"
+    assert not build_plan(load_recipe(write(tmp_path, unfused)), tmp_path / "w")[0].chain

@@ -70,3 +70,15 @@ def write_documents(frame: pd.DataFrame, path: str | Path) -> None:
     # Whole or absent: a renamed temporary file on disk, a completed upload on object storage.
     with storage.open_output(path) as handle:
         pq.write_table(to_arrow(frame.reset_index(drop=True)), handle, compression="zstd")
+
+
+def write_rejected_ids(frame: pd.DataFrame, path: str | Path) -> None:
+    """Write rejected documents' `id` and `reason` as one small Parquet file, sorted by id: a
+    partition's rejections of a whole web archive are short strings, so the file's footer would
+    weigh as much as its rows. Neither Arrow's schema (two plain strings read back the same) nor
+    column statistics (nothing filters these files by id range) are stored."""
+    import pyarrow.parquet as pq
+
+    table = to_arrow(frame[["id", "reason"]].sort_values("id", ignore_index=True))
+    with storage.open_output(path) as handle:
+        pq.write_table(table, handle, compression="zstd", store_schema=False, write_statistics=False)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tokenmill import __version__
 from tokenmill.curate import resume
-from tokenmill.curate.documents import read_documents, write_documents
+from tokenmill.curate.documents import read_documents, write_documents, write_rejected_ids
 from tokenmill.infra import machine_faults, storage
 from tokenmill.infra.atomic import remove_leftovers_in, replace_dir
 from tokenmill.infra.cluster import client_or_new, external_scheduler, submit_and_collect
@@ -206,8 +206,8 @@ def _library_versions() -> dict[str, str]:
 
 
 # How a stage records the documents it rejects in `rejected/`: whole (every column, as kept
-# documents have them, plus the reason), ids (`id` and `reason` only) or none (the manifest's
-# counts only).
+# documents have them, plus the reason), ids (`id` and `reason` only, one file per partition)
+# or none (the manifest's counts only).
 REJECTED_MODES = ("whole", "ids", "none")
 REJECTED_ID_COLUMNS = ["id", "reason"]
 
@@ -261,16 +261,22 @@ def _write_batch(output: Batch, link: _LinkWork, name: str, rejected: str) -> No
     assert link.work_dir is not None
     if link.keep:
         write_documents(output.kept, storage.join(link.work_dir, KEPT_DIR, name))
-    if len(output.rejected) and rejected != "none":
-        frame = output.rejected if rejected == "whole" else output.rejected[REJECTED_ID_COLUMNS]
-        write_documents(frame, storage.join(link.work_dir, REJECTED_DIR, name))
+    if len(output.rejected) and rejected == "whole":
+        write_documents(output.rejected, storage.join(link.work_dir, REJECTED_DIR, name))
 
 
 def _run_task(task: PartitionTask, task_index: int, links: Sequence[_LinkWork], rejected: str) -> list[dict[str, Any]]:
     """Worker side: run one partition through every link, each batch through the links in turn,
     write what each link writes, record the partition as finished in each link's directory (the
-    last link last) and return each link's counts."""
+    last link last) and return each link's counts.
+
+    Rejected documents as ids are gathered over the partition's batches and written as one file
+    per link and partition (`part-TTTTT.parquet`): a web archive's thousands of rejected ids in
+    one file, not one small file, each with its footer, per batch of records."""
+    import pandas as pd
+
     counts = [_new_counts() for _ in links]
+    rejected_ids: list[list[pd.DataFrame]] = [[] for _ in links]
     for batch_index, output in enumerate(task.run()):
         name = f"part-{task_index:05d}-{batch_index:04d}.parquet"
         for position, link in enumerate(links):
@@ -281,7 +287,14 @@ def _run_task(task: PartitionTask, task_index: int, links: Sequence[_LinkWork], 
             _check_batch(output, task_index, link.name)
             if link.work_dir is not None:
                 _write_batch(output, link, name, rejected)
+                if rejected == "ids" and len(output.rejected):
+                    rejected_ids[position].append(output.rejected[REJECTED_ID_COLUMNS])
             _add_counts(counts[position], _batch_counts(output))
+    for link, frames in zip(links, rejected_ids):
+        if frames:
+            assert link.work_dir is not None
+            path = storage.join(link.work_dir, REJECTED_DIR, f"part-{task_index:05d}.parquet")
+            write_rejected_ids(pd.concat(frames, ignore_index=True), path)
     for link, link_counts in zip(links, counts):
         if link.work_dir is not None:
             resume.record_done(link.work_dir, task_index, link_counts)

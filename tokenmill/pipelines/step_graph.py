@@ -125,21 +125,37 @@ def build_plan(recipe: Recipe, workdir: Path) -> list[Step]:
 
 def _source_steps(recipe: Recipe, workdir: Path, source: Source) -> list[Step]:
     """A source's ingest step, then its curation steps, each reading the one before; consecutive
-    per-document ones run in one pass (`chain`)."""
+    per-document ones run in one pass (`chain`), led by the ingest when `ingest_leads_pass`."""
     steps = [_ingest_step(recipe, workdir, source)]
     for n, (i, c) in enumerate(curate_steps_for(recipe, source.name), start=1):
         steps.append(_curate_step(recipe, workdir, source.name, steps[-1], n, i, c))
-    _join_chains(recipe, steps[1:])
+    _join_chains(recipe, steps if ingest_leads_pass(recipe, source) else steps[1:])
     return steps
 
 
+def ingest_leads_pass(recipe: Recipe, source: Source) -> bool:
+    """Whether a source's ingest runs as the first link of its pass: when the pass starts with
+    extract, ingest would write the raw HTML of every page only for extract to read it once. A
+    source that a classifier trains on keeps its ingested documents (the classifier reads them)."""
+    first = next((c for _, c in curate_steps_for(recipe, source.name)), None)
+    trains_a_classifier = any(source.name in [*c.positive, *c.negative] for c in recipe.classifiers)
+    return (
+        recipe.chain.fuse
+        and first is not None
+        and first.stage == "extract"
+        and source.format != "python-docs"
+        and not trains_a_classifier
+    )
+
+
 def _join_chains(recipe: Recipe, steps: list[Step]) -> None:
-    """Set `chain` on the per-document curation steps: runs of consecutive ones when the recipe
-    fuses them, each alone otherwise. A step that waits for another step than the one before it
-    (a classifier trained in the run) starts a chain of its own, which runs after that step."""
+    """Set `chain` on the per-document curation steps (and on a leading ingest step): runs of
+    consecutive ones when the recipe fuses them, each alone otherwise. A step that waits for
+    another step than the one before it (a classifier trained in the run) starts a chain of its
+    own, which runs after that step."""
     chain: list[Step] = []
     for step in steps:
-        if not per_document(recipe_stage(step.config["stage"])):
+        if step.kind != "ingest" and not per_document(recipe_stage(step.config["stage"])):
             chain = []
             continue
         # What the step writes is part of its output, so of its fingerprint.

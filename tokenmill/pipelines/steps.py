@@ -24,32 +24,31 @@ def _ingest(ctx: Context, step: Step) -> dict[str, Any]:
 
     source = ctx.recipe.source(step.source or "")
     extra: dict[str, Any] = {}
+    paths, options = _source_files(ctx, source)
     if source.format == "python-docs":
         from tokenmill.curate.python_docs import build_corpus
 
         corpus = ctx.workdir / "sources" / source.name / "corpus.jsonl"
         log.info(f"  assembling the python-docs corpus -> {corpus}")
         extra = build_corpus(corpus, source.max_documents)
-        paths: list[Any] = [corpus]
-        fmt, id_field = "jsonl", "id"
-    else:
-        paths = [ctx.recipe.resolve(p) for p in source.paths()]
-        fmt, id_field = source.format, source.id_field
-    manifest = ingest(
-        [str(p) for p in paths],
-        step.output,
-        format=fmt,
-        text_field=source.text_field,
-        id_field=id_field,
-        source=source.name,
-        separator=source.separator,
-        client=ctx.client(),
-        progress=ctx.progress,
-    )
+        paths, options = [str(corpus)], {**options, "format": "jsonl", "id_field": "id"}
+    manifest = ingest(paths, step.output, client=ctx.client(), progress=ctx.progress, **options)
     if extra:
         manifest["python_docs"] = extra
         (step.output / "python-docs.json").write_text(json.dumps(extra, indent=2) + "\n")
     return manifest
+
+
+def _source_files(ctx: Context, source: Any) -> tuple[list[str], dict[str, Any]]:
+    """A recipe source's raw files and the ingest options they are read with."""
+    options = {
+        "format": source.format,
+        "text_field": source.text_field,
+        "id_field": source.id_field,
+        "source": source.name,
+        "separator": source.separator,
+    }
+    return [str(ctx.recipe.resolve(p)) for p in source.paths()], options
 
 
 def _curate(ctx: Context, step: Step) -> dict[str, Any]:
@@ -77,14 +76,24 @@ def _stage_options(ctx: Context, step: Step) -> tuple[Any, Any]:
 def curate_in_one_pass(ctx: Context, steps: list[Step], replay: list[Step]) -> list[dict[str, Any]]:
     """Run consecutive curation steps of one chain in one pass, after `replay`, the steps of the
     chain before them whose outputs are up to date but hold no kept documents (they run again in
-    memory, writing nothing); returns the manifests of `steps`."""
+    memory, writing nothing); returns the manifests of `steps`. A pass led by its source's ingest
+    reads the source's raw files."""
     from tokenmill.curate.chain import run_stages
 
     members = [*replay, *steps]
+    first = members[0]
+    if first.kind == "ingest":
+        from tokenmill.curate.ingest import IngestStage
+        from tokenmill.curate.registry import all_stages
+
+        input, options = _source_files(ctx, ctx.recipe.source(first.source or ""))
+        leader = [(all_stages()["ingest"], IngestStage(**options))]
+    else:
+        input, leader = str(ctx.steps[first.deps[0]].output), [_stage_options(ctx, first)]
     spec = ctx.recipe.chain
     return run_stages(
-        [_stage_options(ctx, member) for member in members],
-        str(ctx.steps[members[0].deps[0]].output),
+        [*leader, *(_stage_options(ctx, member) for member in members[1:])],
+        input,
         [member.output for member in members],
         replay=len(replay),
         rejected=spec.rejected,
