@@ -21,7 +21,7 @@ from tests.conftest import REPO_ROOT, SHARED_DATA
 from tokenmill.cli import main
 from tokenmill.pipelines.mix import apply_blend, features, mixture_job, sample_mixtures, select_model
 
-MIXTURES = 12
+MIXTURES = 10
 STEPS = 100
 CHECK_SEEDS = 2  # each check blend's runs: the fewest that measure a spread
 
@@ -78,7 +78,7 @@ def test_mix_finds_a_blend_better_than_the_obvious_ones(known: dict[str, Path], 
     assert recorded not in checks[best_proxy], (recorded, checks)
     assert re.search(r"^chosen beats uniform by [0-9.]+ target bits/byte \(noise [0-9.]+\)$", text, re.M), text
     assert re.search(r"^chosen beats token-proportional by ", text, re.M), text
-    # The best of 12 small proxies lands near the optimum: the choice beats its blend or ties it
+    # The best of a few small proxies lands near the optimum: the choice beats its blend or ties it
     # within the seed noise, never loses to it beyond the noise.
     verdicts = [line for line in text.splitlines() if best_proxy in line and "chosen" in line]
     assert len(verdicts) == 1 and not verdicts[0].startswith(f"{best_proxy} beats"), text

@@ -217,6 +217,7 @@ class Recipe(_Strict):
     name: str = "run"
     description: str | None = None
     workdir: str | None = None
+    # A Dask scheduler's address: where the curation runs, and the proxies of ablate and mix train.
     scheduler: str | None = None
     workers: int | None = Field(default=None, ge=1)
     sources: list[Source] = Field(min_length=1)
