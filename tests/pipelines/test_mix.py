@@ -134,18 +134,21 @@ def test_a_killed_mix_reruns_only_the_unfinished_proxies_and_equals_an_uninterru
 
 
 def test_mix_with_a_suite_as_its_target_chooses_by_the_suite_score(
-    known: dict[str, Path], uninterrupted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    known: dict[str, Path], uninterrupted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], dask_client: Any
 ) -> None:
-    # The uninterrupted run's shards, linked: only the proxies train (tiny ones, in this process).
+    # The uninterrupted run's shards, linked: only the proxies train (tiny ones), as tasks of the
+    # Dask cluster the recipe's `scheduler:` names.
     workdir = tmp_path / "suite"
     shutil.copytree(uninterrupted / "data", workdir / "data", copy_function=os.link)
     suite = f"{{suite: core, tasks: [copa], limit: 6, data_dir: {SHARED_DATA}/eval/icl}}"
     recipe = known["recipe"].with_name("suite.yaml")
+    address = dask_client.scheduler.address
     text = known["recipe"].read_text().replace("target: target.jsonl", f"target: {suite}")
-    recipe.write_text(text.replace(f"check_seeds: {CHECK_SEEDS}", "check_seeds: 1"))
-    argv = ["mix", str(recipe), "--workdir", str(workdir), "--mixtures", "4", "--steps", "4", "--workers", "1"]
+    recipe.write_text(f"scheduler: {address}\n" + text.replace(f"check_seeds: {CHECK_SEEDS}", "check_seeds: 1"))
+    argv = ["mix", str(recipe), "--workdir", str(workdir), "--mixtures", "4", "--steps", "4"]
     assert main([*argv, "--no-progress"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert f"proxies: 4 tasks on the Dask cluster at {address}" in err, err
     assert re.search(r"^chosen: -?[0-9.]+ core score \(sd 0.0000 over 1 seeds\)$", out, re.M), out
     proxies = [p for p in _results(workdir).values() if p["label"].startswith("mixture-")]
     assert len(proxies) == 4 and all(p["target_bpb"] is None and p["suite_tasks"].keys() == {"copa"} for p in proxies)
