@@ -6,13 +6,14 @@ Shakespeare (tinyshakespeare), Python docstrings (the standard library's, throug
 is a blend of other text of the same kinds: 60% Wikipedia (WikiText-2's test split), 30%
 Shakespeare (the play text after the sources' part), 10% docstrings (ones the source does not
 hold) and 0% instructions, by bytes. `tokenmill mix` should find weights near that blend, and
-its choice, trained once more, should predict the target better than the uniform blend, the
-token-proportional blend and the best proxy's blend.
+its choice, trained again at fresh seeds, should predict the target better than the uniform
+blend, the token-proportional blend and the best proxy's blend, retrained at the same seeds.
 
     python bench/mix.py [--mixtures 24] [--steps 300] [--chars 300000] [--workdir DIR]
 
 Prints the rank correlation, the chosen blend beside the true one with their L1 distance, the
-check runs' bits per byte and the compute spent. tests/pipelines/test_mix.py runs a smaller
+check runs' bits per byte (mean and spread over the check seeds, and the verdicts) and the
+compute spent. tests/pipelines/test_mix.py runs a smaller
 version.
 """
 
@@ -63,10 +64,16 @@ def _take(docs: list[str], chars: int) -> list[str]:
 
 
 def build_known_blend(
-    directory: Path, chars: int = 300_000, target_chars: int = 60_000, batch_size: int = 8, seq_len: int = 64
+    directory: Path,
+    chars: int = 300_000,
+    target_chars: int = 60_000,
+    batch_size: int = 8,
+    seq_len: int = 64,
+    check_seeds: int | None = None,
 ) -> dict[str, Path]:
     """Write the four sources (JSONL, about `chars` characters each), the target (JSONL) and a
-    recipe mixing the sources under `directory`; returns their paths ("recipe", "target")."""
+    recipe mixing the sources under `directory` (its check runs at `check_seeds` seeds, default
+    the recipe default); returns their paths ("recipe", "target")."""
     from tokenmill.curate.python_docs import iter_documents
 
     data = _shared_data() / "corpus"
@@ -108,7 +115,8 @@ def build_known_blend(
         "  config: tiny\n"
         f"  batch_size: {batch_size}\n"
         f"  seq_len: {seq_len}\n"
-        "  target: target.jsonl\n",
+        + (f"  check_seeds: {check_seeds}\n" if check_seeds else "")
+        + "  target: target.jsonl\n",
     )
     return paths
 
@@ -169,8 +177,13 @@ def main() -> int:
     print("true blend:   " + ", ".join(f"{s}={w:.2f}" for s, w in TRUE_BLEND.items()))
     print("chosen blend: " + ", ".join(f"{s}={result.chosen[s]:.2f}" for s in TRUE_BLEND))
     print(f"L1 distance chosen - true: {l1_distance(result.chosen):.3f}")
-    for name, run in result.checks.items():
-        print(f"target bits/byte, {name}: {run['target_bpb']:.4f}")
+    best = result.best_proxy
+    print(f"target bits/byte, best proxy as recorded ({best['name']}, proxies' seed): {best['target_bpb']:.4f}")
+    for score in result.checks:
+        per_seed = ", ".join(f"{s:.4f}" for s in score.scores)
+        print(f"target bits/byte, {score.name}: {score.mean:.4f} (sd {score.sd:.4f}; seeds {per_seed})")
+    for verdict in result.verdicts:
+        print(verdict.verdict)
     c = result.compute
     print(
         f"compute: {c['proxies']:.0f} proxies, {c['tokens']:,.0f} tokens, {c['proxy_seconds']:.0f} proxy-seconds,"

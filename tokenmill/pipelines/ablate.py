@@ -18,11 +18,9 @@ targets (CORE, DCLM's early-signal suite), every pair has a second verdict on it
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shlex
 import shutil
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,10 +31,14 @@ import yaml
 from tokenmill.errors import ConfigError
 from tokenmill.infra.slurm import SlurmSpec
 from tokenmill.pipelines.proxies import (
+    Comparison,
     ProxyJob,
     TokenizedData,
+    VariantScore,
     check_budget,
     check_targets,
+    compare,
+    compute_spent,
     default_workers,
     proxy_config,
     run_proxies,
@@ -47,8 +49,6 @@ from tokenmill.pipelines.step_graph import build_plan, is_fresh, state_path
 
 log = logging.getLogger(__name__)
 
-# A difference counts when it exceeds this many standard errors of the difference.
-NOISE_MULTIPLE = 2.0
 VARIANTS_DIR = "variants"
 
 
@@ -56,40 +56,6 @@ VARIANTS_DIR = "variants"
 class Variant:
     name: str
     recipe: Recipe
-
-
-@dataclass
-class VariantScore:
-    name: str
-    scores: list[float]  # one per seed: the target's bits per byte, or the suite's score
-    curves: list[list[list[float]]]  # training loss curves, one per seed
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.scores)
-
-    @property
-    def sd(self) -> float:
-        return statistics.stdev(self.scores) if len(self.scores) > 1 else 0.0
-
-
-@dataclass
-class Comparison:
-    better: str
-    worse: str
-    difference: float  # how much better, in `unit` (>= 0)
-    noise: float  # NOISE_MULTIPLE standard errors of the difference
-    significant: bool
-    unit: str = "bits/byte"
-
-    @property
-    def verdict(self) -> str:
-        if self.significant:
-            return f"{self.better} beats {self.worse} by {self.difference:.4f} {self.unit} (noise {self.noise:.4f})"
-        return (
-            f"no difference between {self.better} and {self.worse}"
-            f" ({self.difference:.4f} {self.unit}, noise {self.noise:.4f})"
-        )
 
 
 @dataclass
@@ -220,20 +186,6 @@ def share_finished_steps(recipe: Recipe, workdir: Path, earlier: list[Path]) -> 
     return shared
 
 
-def compare(scores: list[VariantScore], unit: str = "bits/byte", higher_is_better: bool = False) -> list[Comparison]:
-    out = []
-    for i, a in enumerate(scores):
-        for b in scores[i + 1 :]:
-            better, worse = (a, b) if (a.mean >= b.mean if higher_is_better else a.mean <= b.mean) else (b, a)
-            error = math.sqrt(a.sd**2 / len(a.scores) + b.sd**2 / len(b.scores))
-            noise = NOISE_MULTIPLE * error
-            difference = abs(worse.mean - better.mean)
-            # Identical runs (zero spread, zero difference) are no difference, not a tie broken by order.
-            significant = difference > noise and difference > 0 and len(a.scores) > 1 and len(b.scores) > 1
-            out.append(Comparison(better.name, worse.name, difference, noise, significant, unit))
-    return out
-
-
 def run_ablate(
     variants: list[Variant],
     workdir: Path,
@@ -244,6 +196,7 @@ def run_ablate(
     workers: int | None = None,
     progress: bool = True,
     slurm: SlurmSpec | None = None,
+    scheduler: str | None = None,
 ) -> AblateResult:
     started = time.time()
     base = variants[0].recipe
@@ -258,7 +211,7 @@ def run_ablate(
         shared = share_finished_steps(variant.recipe, variant_dir, done_dirs)
         if shared:
             log.info(f"variant {variant.name}: {shared} steps shared with earlier variants")
-        prepared[variant.name] = tokenize_recipe(variant.recipe, variant_dir, progress=progress)
+        prepared[variant.name] = tokenize_recipe(variant.recipe, variant_dir, scheduler=scheduler, progress=progress)
         done_dirs.append(variant_dir)
         budget = check_budget(prepared[variant.name], config, f"ablate: variant {variant.name}")
     jobs = {
@@ -268,7 +221,7 @@ def run_ablate(
         ]
         for variant in variants
     }
-    results = run_proxies([j for js in jobs.values() for j in js], workdir, workers, slurm=slurm)
+    results = run_proxies([j for js in jobs.values() for j in js], workdir, workers, slurm=slurm, scheduler=scheduler)
 
     def by(key: str) -> list[VariantScore]:
         return [
@@ -279,17 +232,11 @@ def run_ablate(
     scores = by("target_bpb") if scoring.files else []
     suite_scores = by("suite_score") if scoring.suite else []
     suite = scoring.suite.suite if scoring.suite else None
-    unique = {r["key"]: r for r in results.values()}
     return AblateResult(
         scores,
         compare(scores),
         seeds,
-        compute={
-            "proxies": len(unique),
-            "tokens": budget * len(unique),
-            "proxy_seconds": sum(r["seconds"] for r in unique.values()),
-            "wall_seconds": time.time() - started,
-        },
+        compute=compute_spent(results.values(), budget, started),
         suite=suite,
         suite_variants=suite_scores,
         suite_comparisons=compare(suite_scores, f"{suite} score", higher_is_better=True),

@@ -103,6 +103,12 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--workdir", default=None, help="work directory (default: ./NAME-COMMAND)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (log lines only)")
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        help="address of a Dask scheduler: the curation runs there and each proxy trains as one task of its"
+        " workers (default: the recipe's scheduler:, else local processes)",
+    )
     # With --slurm the proxies train as one job array (one task each), the command waits for it.
     add_slurm_options(parser)
 
@@ -135,8 +141,9 @@ def _register_decisions(subparsers: argparse._SubParsersAction) -> None:
         help="find the blend of a recipe's sources that best predicts a held-out target, with small proxy models",
         description="Sample mixtures of the recipe's sources around their token shares, train a proxy on each, fit a"
         " regression from weights to the target's bits per byte, search the simplex with it, and write the chosen"
-        " weights as a recipe (RegMix). The chosen, uniform and token-proportional blends are trained once more as a"
-        " check. Writes WORKDIR/mix.md and mix.html; a killed run started again trains only what had not finished.",
+        " weights as a recipe (RegMix). The check: the chosen, uniform, token-proportional and best proxy's blends"
+        " train again at proxies.check_seeds fresh seeds, compared beyond the seed noise. Writes WORKDIR/mix.md and"
+        " mix.html; a killed run started again trains only what had not finished.",
     )
     mix.add_argument("recipe", help="a recipe file with two or more sources and a tokenize: section")
     mix.add_argument("--mixtures", type=int, default=None, help="mixtures sampled (default: proxies.mixtures, 16)")
@@ -164,11 +171,22 @@ def _positive(args: argparse.Namespace, *names: str) -> None:
             raise ConfigError(f"--{name} must be at least 1 (got {value})")
 
 
-def _ablate_command(args: argparse.Namespace) -> int:
+def _proxy_placement(recipe: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Where the proxies train: `slurm` (a job array's spec) or `scheduler` (a Dask cluster's
+    address), neither for local processes; the two flags together are one line."""
+    from tokenmill.errors import ConfigError
     from tokenmill.infra.slurm_options import slurm_overrides
+    from tokenmill.pipelines.proxies import proxy_scheduler, proxy_slurm_spec
+
+    if args.scheduler and args.slurm:
+        raise ConfigError("--scheduler and --slurm: the proxies train on a Dask cluster or a Slurm job array, not both")
+    slurm = None if args.scheduler else proxy_slurm_spec(recipe, args.slurm, slurm_overrides(args))
+    return {"slurm": slurm, "scheduler": proxy_scheduler(recipe, args.scheduler, slurm)}
+
+
+def _ablate_command(args: argparse.Namespace) -> int:
     from tokenmill.pipelines.ablate import load_variants, run_ablate
     from tokenmill.pipelines.decision_report import write_ablate_report
-    from tokenmill.pipelines.proxies import proxy_slurm_spec
 
     _positive(args, "seeds", "steps", "workers")
     check_slurm_only_options(args)
@@ -182,7 +200,7 @@ def _ablate_command(args: argparse.Namespace) -> int:
         steps=args.steps,
         workers=args.workers,
         progress=not args.no_progress,
-        slurm=proxy_slurm_spec(variants[0].recipe, args.slurm, slurm_overrides(args)),
+        **_proxy_placement(variants[0].recipe, args),
     )
     for score in result.variants:
         print(f"{score.name}: {score.mean:.4f} bits/byte (sd {score.sd:.4f} over {len(score.scores)} seeds)")
@@ -196,10 +214,8 @@ def _ablate_command(args: argparse.Namespace) -> int:
 
 def _mix_command(args: argparse.Namespace) -> int:
     from tokenmill.errors import ConfigError
-    from tokenmill.infra.slurm_options import slurm_overrides
     from tokenmill.pipelines.decision_report import write_mix_report
     from tokenmill.pipelines.mix import run_mix
-    from tokenmill.pipelines.proxies import proxy_slurm_spec
     from tokenmill.pipelines.recipe import load_recipe
 
     _positive(args, "mixtures", "steps", "workers")
@@ -221,15 +237,19 @@ def _mix_command(args: argparse.Namespace) -> int:
         out=Path(args.out).resolve() if args.out else None,
         apply=args.apply,
         progress=not args.no_progress,
-        slurm=proxy_slurm_spec(recipe, args.slurm, slurm_overrides(args)),
+        **_proxy_placement(recipe, args),
     )
     print(
         f"rank correlation (leave-one-out, {len(result.proxies)} proxies, {result.model} regression):"
         f" {result.rank_correlation:.3f}"
     )
     print("chosen blend: " + ", ".join(f"{s}={w:.3f}" for s, w in result.chosen.items()))
-    for name, run in result.checks.items():
-        print(f"{name}: {run[result.objective]:.4f} {result.objective_name}")
+    for score in result.checks:
+        print(
+            f"{score.name}: {score.mean:.4f} {result.objective_name} (sd {score.sd:.4f} over {len(score.scores)} seeds)"
+        )
+    for verdict in result.verdicts:
+        print(verdict.verdict)
     print(f"recipe: {result.recipe_out}")
     print(f"report: {write_mix_report(result, workdir)}")
     return 0

@@ -109,17 +109,35 @@ def write_mix_report(result: MixResult, workdir: Path) -> Path:
     )
     if result.recipe_out is not None:
         choice.text(f"Written as a recipe: {result.recipe_out}")
-    checks = Section("checks", "The chosen blend trained once more")
+    checks = Section("checks", "The check: each blend trained at fresh seeds")
+    for verdict in result.verdicts:
+        checks.text(verdict.verdict)
+    best = result.best_proxy
+    checks.text(
+        f"The best proxy, {best['name']}, recorded {best[result.objective]:.4f} {result.objective_name} at the"
+        f" proxies' seed: the best of {len(result.proxies)} noisy measurements, so luckier than its blend is. Its"
+        " blend is retrained here at the same fresh seeds as the others. A difference counts when it exceeds twice"
+        " its standard error over the seeds (the seed noise)."
+    )
     checks.table(
-        ["blend", result.objective_name, *[f"{s} loss" for s in sources], "weights"],
+        [
+            "blend",
+            f"{result.objective_name} (mean)",
+            "sd over seeds",
+            "per seed",
+            *[f"{s} loss" for s in sources],
+            "weights",
+        ],
         [
             [
-                name,
-                run[result.objective],
-                *[run["source_loss"].get(s) or "-" for s in sources],
-                _weights_text(run["weights"]),
+                score.name,
+                score.mean,
+                score.sd,
+                ", ".join(f"{s:.4f}" for s in score.scores),
+                *[_mean_loss(result.check_runs[score.name], s) for s in sources],
+                _weights_text(result.check_runs[score.name][0]["weights"]),
             ]
-            for name, run in result.checks.items()
+            for score in result.checks
         ],
     )
     proxies = Section("proxies", "Proxies")
@@ -138,6 +156,12 @@ def write_mix_report(result: MixResult, workdir: Path) -> Path:
     _compute(proxies, result.compute)
     md, _ = write_page("tokenmill mix", [choice, checks, proxies], workdir / "mix")
     return md
+
+
+def _mean_loss(runs: list[dict], source: str) -> float | str:
+    """The mean of a source's held-out loss over the runs, or "-" where it was not measured."""
+    losses = [r["source_loss"].get(source) for r in runs]
+    return statistics.fmean(losses) if None not in losses else "-"
 
 
 def _weights_text(weights: dict[str, float]) -> str:

@@ -21,8 +21,12 @@ with proxy models as RegMix finds it (Liu et al., 2024).
    tie), so a run of few proxies keeps the simple model and a run of many may get the richer one.
 5. The simplex is searched with it: many random mixtures are predicted and the best ones
    averaged (RegMix averages its top 100). The chosen weights are written as a recipe.
-6. The chosen blend is trained once more, beside the uniform and the token-proportional blends,
-   at the same budget: the check that the choice is better than the obvious ones.
+6. The check: the chosen blend, the uniform one, the token-proportional one and the best
+   proxy's blend each train again at `proxies.check_seeds` fresh seeds (not the proxies' own),
+   at the same budget. The best proxy's recorded score is the lowest of N noisy measurements,
+   lucky by selection; retrained at the same fresh seeds as the others, its blend is compared
+   fairly. The choice "beats" another blend only when the difference of their means exceeds
+   the seed noise, as `tokenmill ablate` decides (`proxies.compare`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import logging
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,10 +44,14 @@ from tokenmill.errors import ConfigError
 from tokenmill.infra.atomic import atomic_write_text
 from tokenmill.infra.slurm import SlurmSpec
 from tokenmill.pipelines.proxies import (
+    Comparison,
     ProxyJob,
     TokenizedData,
+    VariantScore,
     check_budget,
     check_targets,
+    compare,
+    compute_spent,
     default_workers,
     proxy_config,
     run_proxies,
@@ -80,7 +89,10 @@ class MixResult:
     rank_correlation: float
     chosen: dict[str, float]
     predicted: float
-    checks: dict[str, dict[str, Any]]  # chosen / uniform / token-proportional / best proxy: their runs
+    checks: list[VariantScore]  # chosen, uniform, token-proportional, best proxy's blend: over the check seeds
+    check_runs: dict[str, list[dict[str, Any]]]  # each check blend's records, one per seed
+    verdicts: list[Comparison]  # the chosen blend against each other check blend
+    best_proxy: dict[str, Any]  # the proxy with the best recorded target (at the proxies' seed)
     coefficients: dict[str, float]
     objective: str = "target_bpb"  # the records' key of the score fitted
     objective_name: str = "target bits/byte"
@@ -216,6 +228,7 @@ def run_mix(
     apply: bool = False,
     progress: bool = True,
     slurm: SlurmSpec | None = None,
+    scheduler: str | None = None,
 ) -> MixResult:
     """Sample, train, fit, search, check (the module's steps 1-6); write the chosen blend into a
     copy of `recipe_file` (`out`, default NAME-mixed.yaml beside it) and, with `apply`, into
@@ -233,16 +246,19 @@ def run_mix(
         raise ConfigError(f"mix: {count + len(explicit)} mixtures are too few to fit and cross-validate; use 4 or more")
     workers = default_workers(recipe, workers)
 
-    data = tokenize_recipe(recipe, workdir / "data", workers=None, progress=progress)
+    data = tokenize_recipe(recipe, workdir / "data", scheduler=scheduler, progress=progress)
     budget = check_budget(data, config, f"mix: recipe {recipe.name}")
     shares = data.token_shares()
     seed = recipe.proxies.seed
     sampled = sample_mixtures(shares, count, seed) + explicit
 
-    def job(mixture: Mixture) -> ProxyJob:
-        return _job(mixture, data, config, seed, scoring.files)
+    def job(mixture: Mixture, proxy_seed: int = seed) -> ProxyJob:
+        return mixture_job(mixture, data, config, proxy_seed, scoring.files)
 
-    results = run_proxies([job(m) for m in sampled], workdir, workers, slurm=slurm)
+    def train(jobs: list[ProxyJob]) -> dict[str, dict[str, Any]]:
+        return run_proxies(jobs, workdir, workers, slurm=slurm, scheduler=scheduler)
+
+    results = train([job(m) for m in sampled])
     proxies = [results[job(m).fingerprint] | {"name": m.name} for m in sampled]
     import numpy as np
 
@@ -258,17 +274,15 @@ def run_mix(
         "chosen": chosen,
         "uniform": dict(zip(sources, _clean([1.0] * len(sources)))),
         "token-proportional": dict(zip(sources, _clean([shares[s] for s in sources]))),
+        f"best proxy ({best['name']})": best["weights"],
     }
-    check_results = run_proxies([job(Mixture(n, w)) for n, w in candidates.items()], workdir, workers, slurm=slurm)
-    checks = {n: check_results[job(Mixture(n, w)).fingerprint] for n, w in candidates.items()}
-    checks[f"best proxy ({best['name']})"] = best
-    all_runs = [*proxies, *checks.values()]
-    compute = {
-        "proxies": len(proxies) + len(candidates),
-        "tokens": budget * (len(proxies) + len(candidates)),
-        "proxy_seconds": sum(r["seconds"] for r in {r["key"]: r for r in all_runs}.values()),
-        "wall_seconds": time.time() - started,
-    }
+    check_seeds = [seed + 1 + i for i in range(recipe.proxies.check_seeds)]
+    check_runs = check_blends(candidates, check_seeds, job, train)
+    checks = [
+        VariantScore(name, [r[objective] for r in runs], [r["curve"] for r in runs])
+        for name, runs in check_runs.items()
+    ]
+    verdicts = [compare([checks[0], other], objective_name, higher_is_better=sign < 0)[0] for other in checks[1:]]
     result = MixResult(
         sources,
         proxies,
@@ -276,12 +290,15 @@ def run_mix(
         chosen,
         sign * predicted,
         checks,
+        check_runs,
+        verdicts,
+        best,
         dict(zip(sources, linear_coefficients(model, len(sources)))),
         objective,
         objective_name,
         model_name,
         correlations,
-        compute=compute,
+        compute=compute_spent([*proxies, *(r for runs in check_runs.values() for r in runs)], budget, started),
     )
     result.recipe_out = write_chosen_recipe(
         recipe_file, chosen, out or recipe_file.with_name(f"{recipe_file.stem}-mixed.yaml")
@@ -292,7 +309,23 @@ def run_mix(
     return result
 
 
-def _job(mixture: Mixture, data: TokenizedData, config: dict[str, Any], seed: int, targets: list[str]) -> ProxyJob:
+def check_blends(
+    candidates: dict[str, dict[str, float]],
+    seeds: list[int],
+    job: Callable[[Mixture, int], ProxyJob],
+    train: Callable[[list[ProxyJob]], dict[str, dict[str, Any]]],
+) -> dict[str, list[dict[str, Any]]]:
+    """Each candidate blend trained at each of `seeds` (in one batch of proxies): its records, in
+    the order of the seeds."""
+    jobs = {name: [job(Mixture(f"{name} seed {s}", w), s) for s in seeds] for name, w in candidates.items()}
+    results = train([j for js in jobs.values() for j in js])
+    return {name: [results[j.fingerprint] for j in js] for name, js in jobs.items()}
+
+
+def mixture_job(
+    mixture: Mixture, data: TokenizedData, config: dict[str, Any], seed: int, targets: list[str]
+) -> ProxyJob:
+    """The proxy of `mixture`: the tokenized sources at its weights, trained at `seed`."""
     names = list(data.shards)
     return ProxyJob(
         mixture.name,

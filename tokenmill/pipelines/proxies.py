@@ -8,8 +8,9 @@ loss curve. Each result is a record `WORKDIR/proxies/<fingerprint>.json`, writte
 after the proxy finished; the fingerprint hashes the shards' own step fingerprints (not their
 paths), the weights, the config, the seed and the target files, so a later run in the same work
 directory (more mixtures, another variant, a killed run started again) trains only the proxies
-it has no record of. Proxies are independent: they train side by side in worker processes, or
-as the tasks of one Slurm job array (`train_on_slurm`), each task writing its own record.
+it has no record of. Proxies are independent: they train side by side in worker processes, as
+the tasks of one Slurm job array (`train_on_slurm`) or as tasks of a Dask cluster
+(`train_on_dask`), each writing its own record.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import contextlib
 import io
 import json
 import logging
+import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +57,8 @@ ARRAY_SCRIPT = "proxies.sbatch"
 ARRAY_JOBS = "proxies.json"
 # Seconds between looks for the array's results.
 POLL_SECONDS = 1.0
+# A difference of mean scores counts when it exceeds this many standard errors of the difference.
+NOISE_MULTIPLE = 2.0
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,59 @@ class Scoring:
         return "suite_score", -1.0, f"{self.suite.suite} score"
 
 
+@dataclass
+class VariantScore:
+    """The scores of one candidate over seeds: a variant of `tokenmill ablate`, or a blend of
+    `tokenmill mix`'s check."""
+
+    name: str
+    scores: list[float]  # one per seed: the target's bits per byte, or the suite's score
+    curves: list[list[list[float]]]  # training loss curves, one per seed
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.scores)
+
+    @property
+    def sd(self) -> float:
+        return statistics.stdev(self.scores) if len(self.scores) > 1 else 0.0
+
+
+@dataclass
+class Comparison:
+    better: str
+    worse: str
+    difference: float  # how much better, in `unit` (>= 0)
+    noise: float  # NOISE_MULTIPLE standard errors of the difference
+    significant: bool
+    unit: str = "bits/byte"
+
+    @property
+    def verdict(self) -> str:
+        if self.significant:
+            return f"{self.better} beats {self.worse} by {self.difference:.4f} {self.unit} (noise {self.noise:.4f})"
+        return (
+            f"no difference between {self.better} and {self.worse}"
+            f" ({self.difference:.4f} {self.unit}, noise {self.noise:.4f})"
+        )
+
+
+def compare(scores: list[VariantScore], unit: str = "bits/byte", higher_is_better: bool = False) -> list[Comparison]:
+    """Every pair's verdict: the difference of their means counts when it exceeds NOISE_MULTIPLE
+    standard errors of that difference (each one's spread over seeds, sd / sqrt(seeds), combined)."""
+    out = []
+    for i, a in enumerate(scores):
+        for b in scores[i + 1 :]:
+            better, worse = (a, b) if (a.mean >= b.mean if higher_is_better else a.mean <= b.mean) else (b, a)
+            error = math.sqrt(a.sd**2 / len(a.scores) + b.sd**2 / len(b.scores))
+            noise = NOISE_MULTIPLE * error
+            difference = abs(worse.mean - better.mean)
+            # Identical runs (zero spread, zero difference) are no difference, not a tie broken by order.
+            significant = difference > noise and difference > 0 and len(a.scores) > 1 and len(b.scores) > 1
+            out.append(Comparison(better.name, worse.name, difference, noise, significant, unit))
+    return out
+
+
 def proxy_config(recipe: Recipe, steps: int | None = None, suite: SuiteTarget | None = None) -> dict[str, Any]:
     """The proxies' training config: the recipe's `proxies.config` with the budget in steps, no
     checkpoint before the last step, no validation and one log line per proxy; with `suite`, its
@@ -175,14 +233,17 @@ def budget_tokens(config: dict[str, Any]) -> int:
 
 
 def tokenize_recipe(
-    recipe: Recipe, workdir: Path, *, workers: int | None = None, progress: bool = True
+    recipe: Recipe, workdir: Path, *, workers: int | None = None, scheduler: str | None = None, progress: bool = True
 ) -> TokenizedData:
-    """Run (or find done) the recipe's curation and tokenization in `workdir`: its shards."""
+    """Run (or find done) the recipe's curation and tokenization in `workdir` (on the Dask cluster
+    at `scheduler`, else the recipe's): its shards."""
     from tokenmill.pipelines.runner import run_recipe
 
     if recipe.tokenize is None:
         raise ConfigError(f"recipe {recipe.name}: proxies need a `tokenize:` section (a tokenizer for the sources)")
-    run_recipe(recipe, workdir, until=["tokenize"], workers=workers, progress=progress, report=False)
+    run_recipe(
+        recipe, workdir, until=["tokenize"], scheduler=scheduler, workers=workers, progress=progress, report=False
+    )
     steps = {s.name: s for s in build_plan(recipe, workdir)}
     blended = [b.source for b in recipe.blend] if recipe.blend else [s.name for s in recipe.sources]
     split = str(_dataset_section(recipe).get("split", DEFAULT_SPLIT))
@@ -256,10 +317,11 @@ def run_proxies(
     workers: int,
     on_result: Callable[[ProxyJob, dict[str, Any]], None] | None = None,
     slurm: SlurmSpec | None = None,
+    scheduler: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every job's result by fingerprint: recorded ones read back, the others trained, `workers`
-    at a time (in this process when 1) or as one Slurm job array (`slurm`), each recorded as
-    soon as it finishes."""
+    at a time (in this process when 1), as one Slurm job array (`slurm`) or as tasks of the Dask
+    cluster at `scheduler`, each recorded as soon as it finishes."""
     unique: dict[str, ProxyJob] = {}
     for job in jobs:
         unique.setdefault(job.fingerprint, job)
@@ -285,6 +347,8 @@ def run_proxies(
     if slurm is not None and pending:
         for job, record in train_on_slurm(pending, workdir, slurm):
             finished(job, record)
+    elif scheduler is not None and pending:
+        train_on_dask(pending, workdir, scheduler, finished)
     elif workers <= 1:
         for job in pending:
             finished(job, train_proxy(job, workdir))
@@ -349,6 +413,31 @@ def train_on_slurm(
     finally:
         if waiting:
             subprocess.run(["scancel", array], capture_output=True)
+
+
+def train_on_dask(
+    pending: list[ProxyJob],
+    workdir: Path,
+    scheduler: str,
+    finished: Callable[[ProxyJob, dict[str, Any]], None],
+) -> None:
+    """Train each of `pending` as one task of the Dask cluster at `scheduler`: the task runs
+    `train_proxy`, as a local worker does, and writes the proxy's record in `workdir` (a disk the
+    workers share), so a run stopped midway keeps every proxy that finished. `finished` takes
+    each result as it arrives."""
+    from tokenmill.infra.cluster import dask_client, submit_and_collect
+
+    with dask_client(scheduler) as client:
+        log.info(f"proxies: {len(pending)} tasks on the Dask cluster at {scheduler}")
+        submit_and_collect(
+            client,
+            train_proxy,
+            ((i, (job, workdir)) for i, job in enumerate(pending)),
+            lambda i, record: finished(pending[i], record),
+            desc="proxies",
+            unit="proxy",
+            progress=False,  # each proxy logs a line as it finishes
+        )
 
 
 def _in_queue(job_id: str) -> bool:
@@ -467,10 +556,30 @@ def proxy_slurm_spec(recipe: Recipe, requested: bool, overrides: dict[str, objec
     return spec
 
 
+def proxy_scheduler(recipe: Recipe, scheduler: str | None, slurm: SlurmSpec | None) -> str | None:
+    """The Dask scheduler the proxies train on: `--scheduler`'s, else the recipe's `scheduler:`
+    unless they go to Slurm; None: they train in local processes."""
+    if scheduler:
+        return scheduler
+    return recipe.scheduler if slurm is None else None
+
+
 def default_workers(recipe: Recipe, workers: int | None) -> int:
     """Proxies trained at once: the flag's, the recipe's, else one per two cores (each proxy's
     matrix products use the two)."""
     return workers or recipe.proxies.workers or max(1, (os.cpu_count() or 1) // 2)
+
+
+def compute_spent(runs: Iterable[dict[str, Any]], budget: int, started: float) -> dict[str, float]:
+    """What a command's proxies cost: how many distinct ones, the tokens they trained, their
+    proxy-seconds (those found done at their original cost) and this run's wall time."""
+    unique = {r["key"]: r for r in runs}
+    return {
+        "proxies": len(unique),
+        "tokens": budget * len(unique),
+        "proxy_seconds": sum(r["seconds"] for r in unique.values()),
+        "wall_seconds": time.time() - started,
+    }
 
 
 def check_budget(data: TokenizedData, config: dict[str, Any], what: str) -> int:

@@ -194,6 +194,8 @@ class ProxySpec(_Strict):
     seeds: int = Field(default=3, ge=1)  # ablate: proxies per variant
     mixtures: int = Field(default=16, ge=2)  # mix: mixtures sampled over the sources
     seed: int = 0  # mix: the mixtures' sampling and the proxies' seed; ablate: the first seed
+    # mix: seeds of each check run (seed + 1, seed + 2, ...: fresh ones, not the proxies' own)
+    check_seeds: int = Field(default=3, ge=1)
     workers: int | None = Field(default=None, ge=1)  # proxies trained at once (default: one per 2 cores)
     slurm: bool = False  # train them as one Slurm job array, where the recipe's `slurm:` section says
     # What the proxies are scored on: held-out text (bits per byte), a suite, or a list of texts
@@ -215,6 +217,7 @@ class Recipe(_Strict):
     name: str = "run"
     description: str | None = None
     workdir: str | None = None
+    # A Dask scheduler's address: where the curation runs, and the proxies of ablate and mix train.
     scheduler: str | None = None
     workers: int | None = Field(default=None, ge=1)
     sources: list[Source] = Field(min_length=1)
