@@ -199,6 +199,42 @@ def test_proxies_on_a_dask_cluster_equal_the_local_ones_and_a_rerun_trains_only_
     assert proxy_scheduler(recipe, "tcp://elsewhere:8786", None) == "tcp://elsewhere:8786"
 
 
+@pytest.mark.distributed
+def test_a_scheduler_lost_while_proxies_train_is_one_line_keeping_the_finished(
+    known: dict[str, Path], uninterrupted: Path, tmp_path: Path
+) -> None:
+    from curate.dask_processes import cluster
+
+    from tokenmill.errors import SchedulerLostError
+    from tokenmill.pipelines.proxies import proxy_config, run_proxies, tokenize_recipe
+    from tokenmill.pipelines.recipe import load_recipe
+
+    shutil.copytree(uninterrupted / "data", tmp_path / "data", copy_function=os.link)
+    recipe = load_recipe(known["recipe"])
+    data = tokenize_recipe(recipe, tmp_path / "data", progress=False)
+    config = proxy_config(recipe, steps=2)
+    jobs = [
+        mixture_job(m, data, config, 0, [str(known["target"])]) for m in sample_mixtures(data.token_shares(), 3, seed=0)
+    ]
+    processes = cluster(tmp_path / "dask", workers=1)
+
+    def first_finished(job: Any, record: dict[str, Any]) -> None:  # SIGKILL the scheduler then
+        os.kill(processes.scheduler.pid, signal.SIGKILL)
+        processes.scheduler.wait()
+
+    try:
+        with pytest.raises(SchedulerLostError) as lost:
+            run_proxies(jobs, tmp_path / "work", 1, on_result=first_finished, scheduler=processes.address)
+    finally:
+        processes.close()
+    recorded = list((tmp_path / "work" / "proxies").glob("*.json"))
+    assert str(lost.value) == (
+        f"lost the Dask scheduler at {processes.address} during the proxies' training; 1 of 3 proxies finished"
+        f" and are recorded in {tmp_path / 'work' / 'proxies'}; restart the scheduler and workers and rerun to resume"
+    )
+    assert 1 <= len(recorded) <= 2  # the worker may finish the proxy it was training
+
+
 def test_more_mixtures_keep_the_first_ones() -> None:
     shares = {"a": 0.5, "b": 0.3, "c": 0.2}
     first, more = sample_mixtures(shares, 8, seed=3), sample_mixtures(shares, 12, seed=3)

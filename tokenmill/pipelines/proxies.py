@@ -426,14 +426,26 @@ def train_on_dask(
     workers share), so a run stopped midway keeps every proxy that finished. `finished` takes
     each result as it arrives."""
     from tokenmill.infra.cluster import dask_client, submit_and_collect
+    from tokenmill.infra.machine_faults import reported_faults
 
-    with dask_client(scheduler) as client:
+    done = 0
+
+    def arrived(i: int, record: dict[str, Any]) -> None:
+        nonlocal done
+        done += 1
+        finished(pending[i], record)
+
+    def kept() -> str:
+        return f"{done} of {len(pending)} proxies finished and are recorded in {workdir / PROXIES_DIR}"
+
+    # A lost scheduler or a full disk is one line saying what a rerun keeps.
+    with reported_faults("the proxies' training", None, kept, lambda: scheduler), dask_client(scheduler) as client:
         log.info(f"proxies: {len(pending)} tasks on the Dask cluster at {scheduler}")
         submit_and_collect(
             client,
             train_proxy,
             ((i, (job, workdir)) for i, job in enumerate(pending)),
-            lambda i, record: finished(pending[i], record),
+            arrived,
             desc="proxies",
             unit="proxy",
             progress=False,  # each proxy logs a line as it finishes
