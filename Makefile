@@ -112,8 +112,8 @@ bench: install
 bench-env:
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
 	.venv-bench/bin/pip install --quiet "datatrove==0.10.1" spacy regex pandas pyarrow tokenizers tldextract fasteners pyahocorasick
-# bench/web.py: datatrove's WarcReader and Trafilatura extractor need these.
-	.venv-bench/bin/pip install --quiet warcio faust-cchardet python-magic trafilatura lxml_html_clean
+# bench/web.py and bench/web_scale.py: datatrove's WarcReader, Trafilatura extractor and LanguageFilter need these.
+	.venv-bench/bin/pip install --quiet warcio faust-cchardet python-magic trafilatura lxml_html_clean fasttext-numpy2-wheel
 
 # Megatron-Core is the reference reader of our shards (tests/compat/, bench/tokenize_loader.py). Its
 # dataset code needs only the CPU build of torch: 0.16.1 is the newest release for Python 3.11, so
