@@ -69,11 +69,43 @@ def measure(seq: int) -> dict[str, float]:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         engine.train_step(tokens, 1)
     engine.optimizer_step(1e-4)
+    before = _reset_peak(engine.device)
     start = time.perf_counter()
     engine.train_step(tokens, 1)
     seconds = time.perf_counter() - start
+    peak = _peak(engine.device) - before
     engine.optimizer_step(1e-4)
-    return {"activations": float(sum(saved.values())), "seconds": seconds}
+    return {"activations": float(sum(saved.values())), "peak": float(peak), "seconds": seconds}
+
+
+def _resident_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak(device) -> int:  # noqa: ANN001 - a torch.device
+    """Start a new peak: the device's allocator peak on CUDA; on the CPU the process's resident
+    high-water mark, reset to the current resident size (Linux's clear_refs 5). Returns the
+    bytes in use now, which the step's growth is measured from."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        return torch.cuda.memory_allocated()
+    Path("/proc/self/clear_refs").write_text("5")
+    return _resident_kib("VmRSS") * 1024
+
+
+def _peak(device) -> int:  # noqa: ANN001 - a torch.device
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated()
+    return _resident_kib("VmHWM") * 1024
 
 
 def worker(out: Path, *seqs: str) -> None:
@@ -100,6 +132,10 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULT))
     args = parser.parse_args()
     machine_load = check_load()
+    # The ranks' large blocks come from mmap and go back on free (a fixed threshold, which turns
+    # off glibc's rising one), so the resident high-water mark follows the live tensors instead
+    # of the free lists an earlier step left mapped.
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)
     launches: dict[int, list[dict]] = {cp: [] for cp in CPS}
 
     def launch(cp: int) -> None:
@@ -111,22 +147,31 @@ def main() -> None:
         for seq in args.seqs:
             assert {r[seq]["activations"] for r in launches[cp]} == {activations[cp][seq]["activations"]}, (cp, seq)
     steps = {(cp, seq): Timing([r[seq]["seconds"] for r in launches[cp]]) for cp in CPS for seq in args.seqs}
+    peaks = {(cp, seq): Timing([r[seq]["peak"] for r in launches[cp]]) for cp in CPS for seq in args.seqs}
     lines = [
         machine_load,
         "Context parallelism (ring attention, load-balanced causal split), CPU gloo: activation memory per",
         "rank (bytes autograd saves for backward in one step's forward, parameters excluded; the most loaded",
         "rank) and step time (forward + backward, slowest rank; the median of the rounds), tiny llama: 2 layers,",
         "hidden 64, 4 heads (2 key/value heads), vocab 512, batch 1. MB = 1e6 bytes. ratio = measured /",
-        f"(cp=1 measured / cp). {args.rounds} rounds, the cp launches interleaved.",
+        f"(cp=1 measured / cp). {args.rounds} rounds, the cp launches interleaved. peak MB: the memory the",
+        "step itself adds at its peak, measured (the most loaded rank, the median of the rounds): the",
+        "device allocator's peak on CUDA; on the CPU the growth of the process's resident high-water",
+        "mark over the step (reset to the resident size before it; blocks over 128 KiB are mapped",
+        "and unmapped as tensors come and go), so transient buffers, gradients and the ring's blocks",
+        "in flight count too.",
         "",
-        f"{'seq':>6} {'cp':>3} {'act MB':>9} {'ideal MB':>9} {'ratio':>6} {'step s':>8} {'spread':>7} {'speedup':>7}",
+        f"{'seq':>6} {'cp':>3} {'act MB':>9} {'ideal MB':>9} {'ratio':>6} "
+        f"{'peak MB':>9} {'ratio':>6} {'step s':>8} {'spread':>7} {'speedup':>7}",
     ]
     for seq in args.seqs:
-        base = activations[1][seq]["activations"]
+        base, base_peak = activations[1][seq]["activations"], peaks[(1, seq)].median
         for cp in CPS:
             measured, ideal, step = activations[cp][seq]["activations"], base / cp, steps[(cp, seq)]
+            peak = peaks[(cp, seq)].median
             lines.append(
                 f"{seq:>6} {cp:>3} {measured / 1e6:9.2f} {ideal / 1e6:9.2f} {measured / ideal:6.3f} "
+                f"{peak / 1e6:9.2f} {peak / (base_peak / cp):6.3f} "
                 f"{step.median:8.2f} {step.spread:7.0%} {steps[(1, seq)].median / step.median:7.2f}"
             )
     lines += [
