@@ -128,7 +128,8 @@ def test_a_scheduler_lost_during_dedup_names_the_phase_and_the_rerun_resumes_it(
     assert not work.exists()
 
 
-def test_an_unreachable_scheduler_leaves_nothing_beside_the_output(tmp_path, shared_data, capfd):
+def test_an_unreachable_scheduler_leaves_nothing_beside_the_output(tmp_path, shared_data, capfd, monkeypatch):
+    monkeypatch.setattr("tokenmill.infra.cluster.SCHEDULER_CONNECT_TIMEOUT", "1s")  # nothing listens there
     source = write_partitions(shared_data, tmp_path / "in", n=1, docs=10)
     address = "tcp://127.0.0.1:9"  # discard: nothing listens
     output = tmp_path / "out"

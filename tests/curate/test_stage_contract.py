@@ -68,8 +68,10 @@ def test_runs_on_an_existing_cluster_given_by_its_address(tmp_path, dask_client)
     assert manifest["timings"]["workers"] == 2
 
 
-def test_unreachable_scheduler_is_a_clear_error(tmp_path):
+def test_unreachable_scheduler_is_a_clear_error(tmp_path, monkeypatch):
     from tokenmill.errors import TokenmillError
+
+    monkeypatch.setattr("tokenmill.infra.cluster.SCHEDULER_CONNECT_TIMEOUT", "1s")  # nothing listens there
 
     source = make_input(tmp_path, [["a long enough text"]])
     with pytest.raises(TokenmillError, match="cannot reach the Dask scheduler"):

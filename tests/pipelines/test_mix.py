@@ -98,8 +98,16 @@ def test_a_killed_mix_reruns_only_the_unfinished_proxies_and_equals_an_uninterru
     known: dict[str, Path], uninterrupted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     workdir = tmp_path / "killed"
-    # The uninterrupted run's shards, linked: the killed run is killed while its proxies train.
+    # The uninterrupted run's shards, linked, and the records of half its proxies, as an earlier
+    # run would have left them: the killed run trains a few more and is killed while they train.
     shutil.copytree(uninterrupted / "data", workdir / "data", copy_function=os.link)
+    (workdir / "proxies").mkdir()
+    earlier = sorted(
+        (r for r in (uninterrupted / "proxies").glob("*.json") if " seed " not in json.loads(r.read_text())["label"]),
+        key=lambda r: json.loads(r.read_text())["label"],
+    )[: MIXTURES // 2]
+    for record in earlier:
+        os.link(record, workdir / "proxies" / record.name)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     process = subprocess.Popen(
         [sys.executable, "-m", "tokenmill", *_mix_argv(known["recipe"], workdir)],
@@ -109,13 +117,13 @@ def test_a_killed_mix_reruns_only_the_unfinished_proxies_and_equals_an_uninterru
         start_new_session=True,  # its proxy workers are in its process group
     )
     deadline = time.time() + 120
-    while time.time() < deadline and len(list((workdir / "proxies").glob("*.json"))) < 3:
+    while time.time() < deadline and len(list((workdir / "proxies").glob("*.json"))) < len(earlier) + 2:
         assert process.poll() is None, "mix finished before it could be killed"
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     finished = {p: p.stat().st_mtime_ns for p in (workdir / "proxies").glob("*.json")}
-    assert 3 <= len(finished) < MIXTURES
+    assert len(earlier) + 2 <= len(finished) < MIXTURES
     # The check runs are found by fingerprint, as a later run reuses any proxy it shares: linked
     # from the uninterrupted run, they are reused only if the resumed run chooses the same blend.
     for record in (uninterrupted / "proxies").glob("*.json"):

@@ -62,6 +62,11 @@ def guard_expression_singletons() -> None:
     SingletonExpr.__new__ = staticmethod(__new__)  # as a class body makes it
 
 
+# How long a command tries to reach a named scheduler before it says it cannot: long enough for
+# one that is still starting, short enough that a typo'd address is said soon.
+SCHEDULER_CONNECT_TIMEOUT = "10s"
+
+
 @contextmanager
 def dask_client(scheduler: str | None = None, workers: int | None = None) -> Iterator[distributed.Client]:  # noqa: F821
     """Yield a `distributed.Client`.
@@ -80,7 +85,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
         scheduler = os.environ.get("DASK_SCHEDULER_ADDRESS") or None
     if scheduler:
         try:
-            client = Client(scheduler, timeout="10s")
+            client = Client(scheduler, timeout=SCHEDULER_CONNECT_TIMEOUT)
         except OSError as error:
             raise TokenmillError(f"cannot reach the Dask scheduler at {scheduler}: {error}") from None
         try:
