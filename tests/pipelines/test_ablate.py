@@ -16,10 +16,10 @@ from tests.conftest import SHARED_DATA
 from tokenmill.cli import main
 
 CORPUS = SHARED_DATA / "corpus"
-# Each proxy: 120 steps of the tiny model on 8 x 64 tokens (a second or two on one core), scored
+# Each proxy: 80 steps of the tiny model on 8 x 64 tokens (a second or two on one core), scored
 # on held-out text and on 8 examples of two of CORE's tasks.
 PROXIES = (
-    "proxies:\n  config: tiny\n  steps: 120\n  batch_size: 8\n  seq_len: 64\n  seeds: 3\n"
+    "proxies:\n  config: tiny\n  steps: 80\n  batch_size: 8\n  seq_len: 64\n  seeds: 3\n"
     f"  target: [target.jsonl, {{suite: core, tasks: [copa, piqa], limit: 8, data_dir: {SHARED_DATA}/eval/icl}}]\n"
 )
 

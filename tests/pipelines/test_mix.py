@@ -22,7 +22,7 @@ from tokenmill.cli import main
 from tokenmill.pipelines.mix import apply_blend, features, mixture_job, sample_mixtures, select_model
 
 MIXTURES = 10
-STEPS = 100
+STEPS = 60
 CHECK_SEEDS = 2  # each check blend's runs: the fewest that measure a spread
 
 
