@@ -167,23 +167,28 @@ def test_mix_with_a_suite_as_its_target_chooses_by_the_suite_score(
     assert f"| best proxy ({best['label']}) |" in report and "| blend | core score (mean) |" in report
 
 
+def _three_proxy_jobs(known: dict[str, Path], uninterrupted: Path, tmp_path: Path, steps: int) -> tuple[Any, list]:
+    """The recipe and three proxy jobs of `steps` steps on the uninterrupted run's shards, linked."""
+    from tokenmill.pipelines.proxies import proxy_config, tokenize_recipe
+    from tokenmill.pipelines.recipe import load_recipe
+
+    shutil.copytree(uninterrupted / "data", tmp_path / "data", copy_function=os.link)
+    recipe = load_recipe(known["recipe"])
+    data = tokenize_recipe(recipe, tmp_path / "data", progress=False)
+    config = proxy_config(recipe, steps=steps)
+    shares = data.token_shares()
+    return recipe, [mixture_job(m, data, config, 0, [str(known["target"])]) for m in sample_mixtures(shares, 3, seed=0)]
+
+
 def test_proxies_on_a_dask_cluster_equal_the_local_ones_and_a_rerun_trains_only_the_unfinished(
     known: dict[str, Path], uninterrupted: Path, tmp_path: Path, dask_client: Any
 ) -> None:
     from distributed import get_task_stream
 
     from tokenmill.infra.slurm import SlurmSpec
-    from tokenmill.pipelines.proxies import proxy_config, proxy_scheduler, run_proxies, tokenize_recipe
-    from tokenmill.pipelines.recipe import load_recipe
+    from tokenmill.pipelines.proxies import proxy_scheduler, run_proxies
 
-    # The uninterrupted run's shards, linked; three proxies of 4 steps.
-    shutil.copytree(uninterrupted / "data", tmp_path / "data", copy_function=os.link)
-    recipe = load_recipe(known["recipe"])
-    data = tokenize_recipe(recipe, tmp_path / "data", progress=False)
-    config = proxy_config(recipe, steps=4)
-    jobs = [
-        mixture_job(m, data, config, 0, [str(known["target"])]) for m in sample_mixtures(data.token_shares(), 3, seed=0)
-    ]
+    recipe, jobs = _three_proxy_jobs(known, uninterrupted, tmp_path, steps=4)
     local = run_proxies(jobs, tmp_path / "local", 1)
     # A Dask run stopped after its first proxy finished: that one's record is there.
     first = tmp_path / "dask" / "proxies" / f"{jobs[0].fingerprint}.json"
@@ -214,16 +219,9 @@ def test_a_scheduler_lost_while_proxies_train_is_one_line_keeping_the_finished(
     from curate.dask_processes import cluster
 
     from tokenmill.errors import SchedulerLostError
-    from tokenmill.pipelines.proxies import proxy_config, run_proxies, tokenize_recipe
-    from tokenmill.pipelines.recipe import load_recipe
+    from tokenmill.pipelines.proxies import run_proxies
 
-    shutil.copytree(uninterrupted / "data", tmp_path / "data", copy_function=os.link)
-    recipe = load_recipe(known["recipe"])
-    data = tokenize_recipe(recipe, tmp_path / "data", progress=False)
-    config = proxy_config(recipe, steps=2)
-    jobs = [
-        mixture_job(m, data, config, 0, [str(known["target"])]) for m in sample_mixtures(data.token_shares(), 3, seed=0)
-    ]
+    _, jobs = _three_proxy_jobs(known, uninterrupted, tmp_path, steps=2)
     processes = cluster(tmp_path / "dask", workers=1)
 
     def first_finished(job: Any, record: dict[str, Any]) -> None:  # SIGKILL the scheduler then
